@@ -1,0 +1,3 @@
+module github.com/parsley-go/parsley
+
+go 1.26

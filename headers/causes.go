@@ -1,0 +1,253 @@
+package headers
+
+import (
+	"encoding/binary"
+	"math"
+)
+
+// HeaderCauses is the header of the causes dialect.
+const HeaderCauses = "parsley.causes"
+
+// CausesVersion is the only version of the causes grammar.
+const CausesVersion = 1
+
+// ReservedPrefix starts every header name reserved for Parsley.
+const ReservedPrefix = "parsley."
+
+// maxPosition is 2⁶³−1: no genuine cause names it, so the grammar refuses it.
+const maxPosition = math.MaxInt64
+
+// minGroupSize is the smallest encoded group: topic ID, a one-byte partition
+// count, a one-byte partition and a position.
+const minGroupSize = 16 + 1 + 1 + 8
+
+// CausesSize returns the encoded length of c in the causes dialect. It
+// assumes c is encodable (see AppendCauses).
+func CausesSize(c *Clock) int {
+	n := 1 + uvarintLen(uint32(countTopics(c.offsets)))
+	for i := 0; i < len(c.offsets); {
+		j := i
+		for j < len(c.offsets) && c.offsets[j].Channel.Topic == c.offsets[i].Channel.Topic {
+			n += uvarintLen(uint32(c.offsets[j].Channel.Partition)) + 8
+			j++
+		}
+		n += 16 + uvarintLen(uint32(j-i))
+		i = j
+	}
+	return n
+}
+
+func countTopics(es []OffsetEntry) int {
+	n := 0
+	for i := range es {
+		if i == 0 || es[i].Channel.Topic != es[i-1].Channel.Topic {
+			n++
+		}
+	}
+	return n
+}
+
+// EncodeCauses returns c in the causes dialect (parsley.causes, version 1).
+// The encoding is canonical: equal clocks give identical bytes.
+func EncodeCauses(c *Clock) ([]byte, error) {
+	if err := checkCauses(c); err != nil {
+		return nil, err
+	}
+	return appendCauses(make([]byte, 0, CausesSize(c)), c), nil
+}
+
+// AppendCauses appends c in the causes dialect to dst and returns the
+// extended buffer. It fails with ErrUnencodable, leaving dst unchanged, if c
+// has sequence entries (the dialect carries offset entries only), the zero
+// topic ID, a negative partition, or a position outside [0, 2⁶³−1).
+func AppendCauses(dst []byte, c *Clock) ([]byte, error) {
+	if err := checkCauses(c); err != nil {
+		return dst, err
+	}
+	return appendCauses(dst, c), nil
+}
+
+func checkCauses(c *Clock) error {
+	if len(c.seqs) > 0 {
+		return &EncodeError{Dialect: HeaderCauses, Reason: "sequence entries cannot be expressed (first on channel " + c.seqs[0].Channel.String() + ")"}
+	}
+	for _, e := range c.offsets {
+		switch {
+		case e.Channel.Topic.IsZero():
+			return &EncodeError{Dialect: HeaderCauses, Reason: "zero topic ID"}
+		case e.Channel.Partition < 0:
+			return &EncodeError{Dialect: HeaderCauses, Reason: "negative partition on channel " + e.Channel.String()}
+		case e.Offset < 0 || e.Offset >= maxPosition:
+			return &EncodeError{Dialect: HeaderCauses, Reason: "position " + itoa(e.Offset) + " out of range on channel " + e.Channel.String()}
+		}
+	}
+	return nil
+}
+
+func appendCauses(dst []byte, c *Clock) []byte {
+	dst = append(dst, CausesVersion)
+	dst = appendUvarint(dst, uint32(countTopics(c.offsets)))
+	for i := 0; i < len(c.offsets); {
+		topic := c.offsets[i].Channel.Topic
+		j := i + 1
+		for j < len(c.offsets) && c.offsets[j].Channel.Topic == topic {
+			j++
+		}
+		dst = append(dst, topic[:]...)
+		dst = appendUvarint(dst, uint32(j-i))
+		for _, e := range c.offsets[i:j] {
+			dst = appendUvarint(dst, uint32(e.Channel.Partition))
+			dst = binary.BigEndian.AppendUint64(dst, uint64(e.Offset))
+		}
+		i = j
+	}
+	return dst
+}
+
+// DecodeCauses decodes a parsley.causes value.
+func DecodeCauses(b []byte) (*Clock, error) {
+	c := new(Clock)
+	if err := DecodeCausesInto(c, b); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// DecodeCausesInto decodes a parsley.causes value into c, replacing its
+// contents and reusing its storage. On error c is left empty.
+//
+// Every constraint the grammar makes decidable from the bytes is enforced:
+// the version, exact group and pair counts with no trailing bytes, minimal
+// varints of at most five bytes spelling 0 to 2³¹−1, strictly ascending topic
+// IDs and partitions, no zero topic ID, and positions in [0, 2⁶³−1). A nil or
+// empty value is undecodable: a present header must carry a value.
+func DecodeCausesInto(c *Clock, b []byte) error {
+	c.Reset()
+	if err := decodeCauses(c, b); err != nil {
+		c.Reset()
+		return err
+	}
+	return nil
+}
+
+func causesErr(off int, reason string) error {
+	return &DecodeError{Header: HeaderCauses, Offset: off, Reason: reason}
+}
+
+func decodeCauses(c *Clock, b []byte) error {
+	if len(b) == 0 {
+		return causesErr(0, "empty value")
+	}
+	if b[0] != CausesVersion {
+		return causesErr(0, "unknown version "+itoa(int64(b[0])))
+	}
+	p := 1
+	topics, n, err := readUvarint(b, p)
+	if err != nil {
+		return err
+	}
+	p += n
+	if int64(topics)*minGroupSize > int64(len(b)-p) {
+		return causesErr(p-n, "topic count "+itoa(int64(topics))+" exceeds the value's length")
+	}
+	var prevTopic TopicID
+	for g := 0; g < int(topics); g++ {
+		if len(b)-p < 16 {
+			return causesErr(p, "truncated topic ID")
+		}
+		topic := TopicID(b[p : p+16])
+		if topic.IsZero() {
+			return causesErr(p, "zero topic ID")
+		}
+		if g > 0 && prevTopic.Compare(topic) >= 0 {
+			return causesErr(p, "topic IDs not strictly ascending")
+		}
+		prevTopic = topic
+		p += 16
+		parts, n, err := readUvarint(b, p)
+		if err != nil {
+			return err
+		}
+		if parts == 0 {
+			return causesErr(p, "partition count zero")
+		}
+		p += n
+		if int64(parts)*(1+8) > int64(len(b)-p) {
+			return causesErr(p-n, "partition count "+itoa(int64(parts))+" exceeds the value's length")
+		}
+		prevPart := int32(-1)
+		for k := 0; k < int(parts); k++ {
+			part, n, err := readUvarint(b, p)
+			if err != nil {
+				return err
+			}
+			if int32(part) <= prevPart {
+				return causesErr(p, "partitions not strictly ascending")
+			}
+			prevPart = int32(part)
+			p += n
+			if len(b)-p < 8 {
+				return causesErr(p, "truncated position")
+			}
+			pos := int64(binary.BigEndian.Uint64(b[p:]))
+			if pos < 0 {
+				return causesErr(p, "negative position")
+			}
+			if pos == maxPosition {
+				return causesErr(p, "position 2^63-1 is reserved")
+			}
+			p += 8
+			c.offsets = append(c.offsets, OffsetEntry{Channel: Channel{Topic: topic, Partition: int32(part)}, Offset: pos})
+		}
+	}
+	if p != len(b) {
+		return causesErr(p, itoa(int64(len(b)-p))+" trailing bytes")
+	}
+	return nil
+}
+
+// readUvarint reads a minimal base-128 varint of at most five bytes spelling
+// a value in [0, 2³¹−1], starting at b[p]. It returns the value and its
+// length.
+func readUvarint(b []byte, p int) (uint32, int, error) {
+	var v uint32
+	for i := 0; i < 5; i++ {
+		if p+i >= len(b) {
+			return 0, 0, causesErr(p+i, "truncated varint")
+		}
+		x := b[p+i]
+		if i == 4 {
+			// The fifth byte may carry only the top three bits of a 31-bit
+			// value, and no continuation.
+			if x&^0x07 != 0 {
+				return 0, 0, causesErr(p+i, "varint fifth byte out of range")
+			}
+		}
+		v |= uint32(x&0x7f) << (7 * i)
+		if x&0x80 == 0 {
+			if i > 0 && x == 0 {
+				return 0, 0, causesErr(p+i, "non-minimal varint")
+			}
+			return v, i + 1, nil
+		}
+	}
+	// Unreachable: the fifth byte either terminates or is rejected above.
+	return 0, 0, causesErr(p+4, "varint longer than five bytes")
+}
+
+func uvarintLen(v uint32) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+func appendUvarint(dst []byte, v uint32) []byte {
+	for v >= 0x80 {
+		dst = append(dst, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(dst, byte(v))
+}
