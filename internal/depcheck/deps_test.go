@@ -19,7 +19,7 @@ var layers = []struct {
 }{
 	{"headers", []string{module + "/headers"}},
 	{"protocol", []string{module + "/headers", module + "/protocol"}},
-	{"clock", []string{module + "/headers", module + "/clock", module + "/internal/", "github.com/twmb/franz-go/"}},
+	{"clock", []string{module + "/headers", module + "/clock", "github.com/twmb/franz-go/"}},
 }
 
 func TestLightLayersImportOnlyWhatTheyMay(t *testing.T) {
