@@ -87,21 +87,56 @@ func checkCauses(c *Clock) error {
 func appendCauses(dst []byte, c *Clock) []byte {
 	dst = append(dst, CausesVersion)
 	dst = appendUvarint(dst, uint32(countTopics(c.offsets)))
-	for i := 0; i < len(c.offsets); {
-		topic := c.offsets[i].Channel.Topic
-		j := i + 1
-		for j < len(c.offsets) && c.offsets[j].Channel.Topic == topic {
-			j++
-		}
-		dst = append(dst, topic[:]...)
-		dst = appendUvarint(dst, uint32(j-i))
-		for _, e := range c.offsets[i:j] {
+	forGroupsInOrder(c.offsets, TopicID.CompareBytes, func(g []OffsetEntry) {
+		dst = append(dst, g[0].Channel.Topic[:]...)
+		dst = appendUvarint(dst, uint32(len(g)))
+		for _, e := range g {
 			dst = appendUvarint(dst, uint32(e.Channel.Partition))
 			dst = binary.BigEndian.AppendUint64(dst, uint64(e.Offset))
 		}
-		i = j
-	}
+	})
 	return dst
+}
+
+// topicClass sorts a topic ID into one of four classes by the top bits of
+// its two halves. Within a class, the clock's signed order and the causes
+// dialect's unsigned byte order agree, so converting between the two orders
+// is a four-way merge of already sorted runs: linear, and allocation-free.
+func topicClass(t TopicID) int { return int(t[0]>>7)<<1 | int(t[8]>>7) }
+
+// forGroupsInOrder calls f for each topic group of es (entries sorted by
+// either order, so each topic's entries are contiguous and the groups of one
+// class are in both orders at once) in the order cmp gives.
+func forGroupsInOrder(es []OffsetEntry, cmp func(a, b TopicID) int, f func([]OffsetEntry)) {
+	n := len(es)
+	nextOfClass := func(from, k int) int {
+		for from < n && topicClass(es[from].Channel.Topic) != k {
+			from++
+		}
+		return from
+	}
+	var cur [4]int
+	for k := range cur {
+		cur[k] = nextOfClass(0, k)
+	}
+	for {
+		best := -1
+		for k := range cur {
+			if cur[k] < n && (best < 0 || cmp(es[cur[k]].Channel.Topic, es[cur[best]].Channel.Topic) < 0) {
+				best = k
+			}
+		}
+		if best < 0 {
+			return
+		}
+		i := cur[best]
+		j := i + 1
+		for j < n && es[j].Channel.Topic == es[i].Channel.Topic {
+			j++
+		}
+		f(es[i:j])
+		cur[best] = nextOfClass(j, best)
+	}
 }
 
 // DecodeCauses decodes a parsley.causes value.
@@ -159,7 +194,7 @@ func decodeCauses(c *Clock, b []byte) error {
 		if topic.IsZero() {
 			return causesErr(p, "zero topic ID")
 		}
-		if g > 0 && prevTopic.Compare(topic) >= 0 {
+		if g > 0 && prevTopic.CompareBytes(topic) >= 0 {
 			return causesErr(p, "topic IDs not strictly ascending")
 		}
 		prevTopic = topic
@@ -203,7 +238,23 @@ func decodeCauses(c *Clock, b []byte) error {
 	if p != len(b) {
 		return causesErr(p, itoa(int64(len(b)-p))+" trailing bytes")
 	}
+	if topics > 1 && !groupsSorted(c.offsets) {
+		// The wire lists topics in unsigned byte order; the clock keeps
+		// Java's signed order.
+		spare := c.spare[:0]
+		forGroupsInOrder(c.offsets, TopicID.Compare, func(g []OffsetEntry) { spare = append(spare, g...) })
+		c.offsets, c.spare = spare, c.offsets
+	}
 	return nil
+}
+
+func groupsSorted(es []OffsetEntry) bool {
+	for i := 1; i < len(es); i++ {
+		if es[i].Channel.Topic != es[i-1].Channel.Topic && es[i-1].Channel.Topic.Compare(es[i].Channel.Topic) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // readUvarint reads a minimal base-128 varint of at most five bytes spelling

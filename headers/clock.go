@@ -30,6 +30,10 @@ type SeqEntry struct {
 type Clock struct {
 	offsets []OffsetEntry
 	seqs    []SeqEntry
+
+	// spare is storage DecodeCausesInto reorders into; kept so a reused
+	// clock decodes without allocating.
+	spare []OffsetEntry
 }
 
 func compareSeqKey(a SeqEntry, ch Channel, s SenderID) int {
