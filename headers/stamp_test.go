@@ -65,7 +65,7 @@ func TestReadStamp(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !s.Clock.Equal(tc.wantClock) {
-				t.Errorf("clock = %v %v, want %v %v", s.Clock.offsets, s.Clock.seqs, tc.wantClock.offsets, tc.wantClock.seqs)
+				t.Errorf("clock = %v %v, want %v %v", s.Clock.AppendOffsetEntries(nil), s.Clock.AppendSeqEntries(nil), tc.wantClock.AppendOffsetEntries(nil), tc.wantClock.AppendSeqEntries(nil))
 			}
 			if s.Tagged != tc.wantTagged {
 				t.Errorf("Tagged = %v, want %v", s.Tagged, tc.wantTagged)
@@ -143,7 +143,7 @@ func TestAppendStamp(t *testing.T) {
 	}
 	var back Stamp
 	if err := ReadStamp(&back, hs); err != nil || !back.Clock.Equal(&s.Clock) || back.Tagged {
-		t.Fatalf("causes stamp read back as %v, %v", back.Clock.offsets, err)
+		t.Fatalf("causes stamp read back as %v, %v", back.Clock.AppendOffsetEntries(nil), err)
 	}
 
 	s.Tagged, s.Sender, s.Seq = true, senderOne, 41
