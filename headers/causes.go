@@ -336,6 +336,7 @@ func groupsSorted(es []offsetEntry) bool {
 	}
 	return true
 }
+
 // readUvarint reads a minimal base-128 varint of at most five bytes spelling
 // a value in [0, 2³¹−1], starting at b[p]. It returns the value and its
 // length.

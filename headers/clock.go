@@ -112,7 +112,9 @@ type seqEntry struct {
 	seq    int64
 }
 
-func (e *offsetEntry) public() OffsetEntry { return OffsetEntry{Channel: e.key.channel(), Offset: e.off} }
+func (e *offsetEntry) public() OffsetEntry {
+	return OffsetEntry{Channel: e.key.channel(), Offset: e.off}
+}
 
 func (e *seqEntry) public() SeqEntry {
 	return SeqEntry{Channel: e.key.channel(), Sender: e.sender.id(), Seq: e.seq}
