@@ -165,7 +165,6 @@ func (a *App) sessionOpts() []kgo.Opt {
 		kgo.ConsumeTopics(sources...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
-		kgo.RequireStableFetchOffsets(),
 		kgo.Balancers(coPartitioner{}),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.OnPartitionsAssigned(a.onAssigned),

@@ -227,4 +227,6 @@ func (c *collector) len() int {
 	return len(c.got)
 }
 
-func coordString(topic string, p int32, off int64) string { return fmt.Sprintf("%s[%d]@%d", topic, p, off) }
+func coordString(topic string, p int32, off int64) string {
+	return fmt.Sprintf("%s[%d]@%d", topic, p, off)
+}

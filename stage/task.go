@@ -36,7 +36,10 @@ type task struct {
 	batch  *protocol.Batch
 	clNext int64 // one past the last changelog offset produced in the step; -1 none
 	stamp  headers.Stamp
-	hdrs   []headers.Header
+
+	// heldOnArrival counts records that were not deliverable when fetched
+	// and waited at the gate (committed or not).
+	heldOnArrival uint64
 }
 
 // reset drops the node and the step's writes; the next step rebuilds the
@@ -123,6 +126,9 @@ func (t *task) feed(ctx context.Context, sess *kgo.GroupTransactSession, topic s
 		if err != nil {
 			return t.stepErr(topic, r.Offset, err)
 		}
+		if !delivered(ds, rec.Coordinate) {
+			t.heldOnArrival++
+		}
 		if err := t.deliver(ctx, sess, ds); err != nil {
 			return err
 		}
@@ -135,6 +141,15 @@ func (t *task) feed(ctx context.Context, sess *kgo.GroupTransactSession, topic s
 		return t.deliver(ctx, sess, ds)
 	}
 	return nil
+}
+
+func delivered(ds []protocol.Delivery, c headers.Coordinate) bool {
+	for i := range ds {
+		if ds[i].Coordinate == c {
+			return true
+		}
+	}
+	return false
 }
 
 // deliver runs user logic on each delivery, in order, and sends its
