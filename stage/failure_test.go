@@ -25,8 +25,10 @@ func TestFailedStepsStopRun(t *testing.T) {
 		want    error
 	}{
 		{
-			name:    "corrupt stamp",
-			handle:  func(out *Topic[string, string], m Message[string, string]) ([]Emission, error) { return []Emission{out.Send(m.Key, m.Value)}, nil },
+			name: "corrupt stamp",
+			handle: func(out *Topic[string, string], m Message[string, string]) ([]Emission, error) {
+				return []Emission{out.Send(m.Key, m.Value)}, nil
+			},
 			corrupt: true,
 			want:    ErrUndecodable,
 		},
