@@ -405,7 +405,7 @@ func TestDeterministicRunsGiveIdenticalOutputsAndStore(t *testing.T) {
 			if i%3 == 0 {
 				claims.seqs = []headers.SeqEntry{sq(chans[h.ch], senders[h.ch], h.seq)}
 			} else {
-				claims.offs = []headers.OffsetEntry{off(chans[h.ch], h.o), off(x0, i)}
+				claims.offs = []headers.OffsetEntry{off(chans[h.ch], h.o), off(x0, i), off(chn(8, 0), i), off(chn(8, 1), i)}
 			}
 		}
 		hist = append(hist, sent{ci, o, i})
@@ -413,9 +413,10 @@ func TestDeterministicRunsGiveIdenticalOutputsAndStore(t *testing.T) {
 	}
 	slices.SortStableFunc(plan, func(x, y planned) int { return cmp.Compare(x.key, y.key) })
 
-	run := func() ([]byte, []Mutation) {
+	run := func(walk bool) ([]byte, []Mutation) {
 		S, T := chn(31, 0), chn(32, 1)
 		e := newEnv(t, []headers.Channel{c0, a0, b0}, []headers.TopicID{T.Topic, S.Topic})
+		e.walk = walk
 		n := e.node()
 		var out bytes.Buffer
 		maxHeld, delivered := 0, 0
@@ -460,9 +461,14 @@ func TestDeterministicRunsGiveIdenticalOutputsAndStore(t *testing.T) {
 		}
 		return out.Bytes(), e.store.Entries()
 	}
-	o1, s1 := run()
-	o2, s2 := run()
+	o1, s1 := run(false)
+	o2, s2 := run(false)
 	if !bytes.Equal(o1, o2) || !reflect.DeepEqual(s1, s2) {
 		t.Fatal("two identical runs differ")
+	}
+	// The two forms of the gate's restriction agree.
+	o3, s3 := run(true)
+	if !bytes.Equal(o1, o3) || !reflect.DeepEqual(s1, s3) {
+		t.Fatal("the lookup and walk forms of the gate disagree")
 	}
 }
