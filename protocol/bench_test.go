@@ -16,8 +16,8 @@ import (
 type nullStore struct{ puts, deletes, bytes int }
 
 func (s *nullStore) Get(string) ([]byte, bool, error) { return nil, false, nil }
-func (s *nullStore) Put(_ string, v []byte) error   { s.puts++; s.bytes += len(v); return nil }
-func (s *nullStore) Delete(string) error            { s.deletes++; return nil }
+func (s *nullStore) Put(_ string, v []byte) error     { s.puts++; s.bytes += len(v); return nil }
+func (s *nullStore) Delete(string) error              { s.deletes++; return nil }
 func (s *nullStore) Scan(string, func(string, []byte) error) error {
 	return nil
 }
