@@ -472,3 +472,35 @@ func TestDeterministicRunsGiveIdenticalOutputsAndStore(t *testing.T) {
 		t.Fatal("the lookup and walk forms of the gate disagree")
 	}
 }
+
+// TestReleaseAfterShrinkDeliversRestoredHeads: a held record waiting only
+// on a channel the node no longer consumes is released by Release after New.
+func TestReleaseAfterShrinkDeliversRestoredHeads(t *testing.T) {
+	e := newEnv(t, []headers.Channel{a0, b0, c0}, nil)
+	n := e.node()
+	feed(t, n, rec(t, b0, 4, st{offs: []headers.OffsetEntry{off(c0, 5)}}))
+	flush(t, n)
+	e.cfg.Inputs = []headers.Channel{a0, b0}
+	m, err := New(context.Background(), e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := m.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCoords(t, "Release", coords(ds), at(b0, 4))
+	if ds[0].Timestamp != 1004 || string(ds[0].Value) != "v" {
+		t.Fatalf("released record %+v", ds[0].Record)
+	}
+}
+
+func TestDeliveryCloneOutlivesTheNextCall(t *testing.T) {
+	n := newEnv(t, []headers.Channel{a0}, nil).node()
+	ds, _ := n.OnRecord(rec(t, a0, 0, st{offs: []headers.OffsetEntry{off(x0, 1)}}))
+	kept := ds[0].Clone()
+	n.OnRecord(rec(t, a0, 1, st{offs: []headers.OffsetEntry{off(x0, 2)}}))
+	if o, _ := kept.Stamp.Clock.Offset(x0); o != 1 || kept.Offset != 0 {
+		t.Fatalf("clone changed: %v offset %d", o, kept.Offset)
+	}
+}
