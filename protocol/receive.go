@@ -61,7 +61,12 @@ func (n *Node) OnRecord(rec *Record) ([]Delivery, error) {
 		n.held++
 		return n.out, nil
 	}
-	// The record is the head of an empty queue.
+	// The record is the head of an empty queue. Any pending records were
+	// delivered (the queue is empty), so pending restarts after this head.
+	if len(q.pending) > 0 {
+		clear(q.pending)
+		q.pending = q.pending[:0]
+	}
 	q.push(n.skeleton(rec, &n.scratch))
 	q.loaded = true
 	q.head = *rec

@@ -504,3 +504,26 @@ func TestDeliveryCloneOutlivesTheNextCall(t *testing.T) {
 		t.Fatalf("clone changed: %v offset %d", o, kept.Offset)
 	}
 }
+
+// TestHoldsAfterQueueDrainedWithinAStep: a queue that held, drained and
+// held again between two flushes persists the right record at each index.
+func TestHoldsAfterQueueDrainedWithinAStep(t *testing.T) {
+	e := newEnv(t, []headers.Channel{a0, b0}, nil)
+	n := e.node()
+	val := func(r *Record, v string) *Record { r.Value = []byte(v); return r }
+	feed(t, n, val(rec(t, b0, 0, st{offs: []headers.OffsetEntry{off(a0, 0)}}), "b0"))
+	feed(t, n, val(plain(b0, 1), "b1"))
+	wantCoords(t, "a@0", feed(t, n, plain(a0, 0)), at(a0, 0), at(b0, 0), at(b0, 1))
+	feed(t, n, val(rec(t, b0, 2, st{offs: []headers.OffsetEntry{off(a0, 1)}}), "b2"))
+	feed(t, n, val(plain(b0, 3), "b3"))
+	flush(t, n)
+	m := e.node()
+	ds, err := m.OnRecord(plain(a0, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCoords(t, "a@1", coords(ds), at(a0, 1), at(b0, 2), at(b0, 3))
+	if string(ds[1].Value) != "b2" || string(ds[2].Value) != "b3" {
+		t.Fatalf("restored values %q %q", ds[1].Value, ds[2].Value)
+	}
+}
