@@ -94,8 +94,8 @@ func (n *Node) flushQueue(in *input) error {
 	if q.storedHead == q.flushedTail && q.len() == 0 {
 		// Nothing was stored and nothing is held: records came and went
 		// within the step. The stored indices still describe an empty
-		// queue, so leave them.
-		q.storedHead, q.flushedTail = q.headIdx, tail
+		// queue; rewind to them, so memory agrees with the store.
+		q.headIdx, q.flushedTail = q.storedHead, q.storedHead
 		clear(q.pending)
 		q.pending = q.pending[:0]
 		return nil
