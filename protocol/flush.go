@@ -51,6 +51,9 @@ func (n *Node) Flush() error {
 		if len(in.dsDirty) > 0 {
 			slices.SortFunc(in.dsDirty, headers.SenderID.Compare)
 			for _, s := range in.dsDirty {
+				if n.sabotage&SabotageForgetDeliveredSeqs != 0 {
+					break
+				}
 				m := in.ds[s]
 				if err := put(dsKey(in.key, s), appendInt64(appendInt64(make([]byte, 0, 16), m.seq), m.offset)); err != nil {
 					return err
