@@ -168,9 +168,12 @@ func (c *Clock) Observe(rec *kgo.Record) error {
 	if rec.Attrs.IsControl() {
 		return fmt.Errorf("clock: observe %s: %w", recordName(rec), ErrControlRecord)
 	}
-	ctx, cancel := c.lookupContext(rec.Context)
-	defer cancel()
-	return ObserveHeaders(ctx, c, rec.Topic, rec.Partition, rec.Offset, rec.Headers)
+	id, err := c.topicID(rec.Context, rec.Topic)
+	if err != nil {
+		return err
+	}
+	at := headers.Coordinate{Channel: headers.Channel{Topic: id, Partition: rec.Partition}, Offset: rec.Offset}
+	return observeHeaders(c, at, rec.Topic, rec.Headers)
 }
 
 // ObserveFetches observes every record of fs, skipping control records. It
@@ -264,9 +267,11 @@ func (c *Clock) ObserveStamp(at headers.Coordinate, s *headers.Stamp) error {
 // the next stamp claims it. Never call it for a failed produce; Promise
 // wraps a promise so that only acknowledged records are folded.
 func (c *Clock) RecordProduced(rec *kgo.Record) error {
-	ctx, cancel := c.lookupContext(rec.Context)
-	defer cancel()
-	return c.Produced(ctx, rec.Topic, rec.Partition, rec.Offset)
+	id, err := c.topicID(rec.Context, rec.Topic)
+	if err != nil {
+		return err
+	}
+	return c.producedAt(headers.Coordinate{Channel: headers.Channel{Topic: id, Partition: rec.Partition}, Offset: rec.Offset}, rec.Topic)
 }
 
 // Produced folds an acknowledged send given by topic name, partition and
@@ -311,11 +316,19 @@ func (c *Clock) Promise(next func(*kgo.Record, error)) func(*kgo.Record, error) 
 	}
 }
 
-func (c *Clock) lookupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+// topicID resolves topic for the methods that take no context: from the
+// cache when it is fresh, else within ctx (if not nil) bounded by the
+// clock's lookup timeout.
+func (c *Clock) topicID(ctx context.Context, topic string) (headers.TopicID, error) {
+	if id, ok := c.res.fresh(topic); ok {
+		return id, nil
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return context.WithTimeout(ctx, c.timeout)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	return c.res.TopicID(ctx, topic)
 }
 
 func checkCoordinate(at headers.Coordinate, topic string) error {

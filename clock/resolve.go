@@ -88,13 +88,21 @@ func NewResolver(admin *kadm.Client, maxAge time.Duration) *Resolver {
 // answer is younger than the resolver's max age. An unknown topic is an
 // *UnknownTopicError; the zero ID is never returned without an error.
 func (r *Resolver) TopicID(ctx context.Context, topic string) (headers.TopicID, error) {
+	if id, ok := r.fresh(topic); ok {
+		return id, nil
+	}
+	return r.Refresh(ctx, topic)
+}
+
+// fresh returns the cached ID of topic if it is younger than the max age.
+func (r *Resolver) fresh(topic string) (headers.TopicID, bool) {
 	r.mu.RLock()
 	e, ok := r.ids[topic]
 	r.mu.RUnlock()
 	if ok && time.Since(e.at) < r.maxAge {
-		return e.id, nil
+		return e.id, true
 	}
-	return r.Refresh(ctx, topic)
+	return headers.TopicID{}, false
 }
 
 // Cached returns the cached ID of the named topic, however old, without
