@@ -39,6 +39,11 @@ type Clock struct {
 
 	mu  sync.RWMutex
 	clk headers.Clock
+	// enc is clk encoded in the clock's dialect, valid while encOK. It is
+	// never written after it is made, so every stamp between two folds
+	// shares it; a fold drops it and the next stamp encodes anew.
+	enc   []byte
+	encOK bool
 
 	stamps sync.Pool // *headers.Stamp, decode buffers for Observe
 }
@@ -109,6 +114,8 @@ func (c *Clock) Snapshot() *headers.Clock {
 // headers.ErrReservedHeader. On error rec is unchanged.
 //
 // An empty clock is still written: the record is stamped, claiming nothing.
+// Records stamped between two folds share one header value, which must
+// not be modified.
 func (c *Clock) Stamp(ctx context.Context, rec *kgo.Record) error {
 	hs, err := AppendStamp(ctx, c, rec.Topic, rec.Headers)
 	if err != nil {
@@ -121,8 +128,9 @@ func (c *Clock) Stamp(ctx context.Context, rec *kgo.Record) error {
 // AppendStamp appends c's stamp headers for a record bound for topic to hs,
 // the record's application headers, and returns the extended slice. It is
 // Clock.Stamp for any client library whose headers have the shape of
-// headers.Header. The header values share one new allocation, so hs may be
-// handed to a producer that keeps them.
+// headers.Header. The header value is never modified by the clock, so hs
+// may be handed to a producer that keeps it; the caller must not modify it
+// either, since later stamps may share it.
 func AppendStamp[H headers.HeaderLike](ctx context.Context, c *Clock, topic string, hs []H) ([]H, error) {
 	if err := headers.CheckReserved(hs); err != nil {
 		return hs, fmt.Errorf("clock: stamp record for topic %q: %w", topic, err)
@@ -130,27 +138,45 @@ func AppendStamp[H headers.HeaderLike](ctx context.Context, c *Clock, topic stri
 	if _, err := c.res.TopicID(ctx, topic); err != nil {
 		return hs, err
 	}
-	var (
-		key string
-		buf []byte
-		err error
-	)
-	c.mu.RLock()
-	switch c.dialect {
-	case headers.DialectVC:
-		key = headers.HeaderVC
-		buf, err = headers.AppendVC(make([]byte, 0, headers.VCSize(&c.clk)), &c.clk)
-	case headers.DialectCauses:
-		key = headers.HeaderCauses
-		buf, err = headers.EncodeCauses(&c.clk)
-	default:
-		err = &headers.EncodeError{Dialect: c.dialect.String(), Reason: "unknown dialect"}
-	}
-	c.mu.RUnlock()
+	key, buf, err := c.encoded()
 	if err != nil {
 		return hs, fmt.Errorf("clock: stamp record for topic %q: %w", topic, err)
 	}
 	return append(hs, H(headers.Header{Key: key, Value: buf})), nil
+}
+
+// encoded returns the header key and value that stamp the clock as it is
+// now, encoding it only if it changed since the last stamp.
+func (c *Clock) encoded() (string, []byte, error) {
+	key := headers.HeaderVC
+	if c.dialect == headers.DialectCauses {
+		key = headers.HeaderCauses
+	}
+	c.mu.RLock()
+	buf, ok := c.enc, c.encOK
+	c.mu.RUnlock()
+	if ok {
+		return key, buf, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.encOK {
+		return key, c.enc, nil
+	}
+	var err error
+	switch c.dialect {
+	case headers.DialectVC:
+		buf, err = headers.AppendVC(make([]byte, 0, headers.VCSize(&c.clk)), &c.clk)
+	case headers.DialectCauses:
+		buf, err = headers.EncodeCauses(&c.clk)
+	default:
+		err = &headers.EncodeError{Dialect: c.dialect.String(), Reason: "unknown dialect"}
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	c.enc, c.encOK = buf[:len(buf):len(buf)], true
+	return key, c.enc, nil
 }
 
 // Observe folds a consumed record into the clock: its coordinate and the
@@ -241,6 +267,7 @@ func observeHeaders[H headers.HeaderLike](c *Clock, at headers.Coordinate, topic
 	c.mu.Lock()
 	c.clk.SetOffset(at.Channel, at.Offset)
 	c.clk.Merge(&st.Clock)
+	c.enc, c.encOK = nil, false
 	c.mu.Unlock()
 	return nil
 }
@@ -258,6 +285,7 @@ func (c *Clock) ObserveStamp(at headers.Coordinate, s *headers.Stamp) error {
 	c.mu.Lock()
 	c.clk.SetOffset(at.Channel, at.Offset)
 	c.clk.Merge(&s.Clock)
+	c.enc, c.encOK = nil, false
 	c.mu.Unlock()
 	return nil
 }
@@ -294,6 +322,7 @@ func (c *Clock) producedAt(at headers.Coordinate, topic string) error {
 	}
 	c.mu.Lock()
 	c.clk.SetOffset(at.Channel, at.Offset)
+	c.enc, c.encOK = nil, false
 	c.mu.Unlock()
 	return nil
 }

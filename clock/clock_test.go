@@ -719,3 +719,41 @@ func TestReadRecordStamp(t *testing.T) {
 		t.Errorf("empty vc: err = %v", err)
 	}
 }
+
+// Records stamped between two folds share one encoding; a fold makes the
+// next stamp encode anew and never rewrites a value already handed out.
+func TestStampValuesAreNeverRewritten(t *testing.T) {
+	c := cluster(t, broker.Topic{Name: "x"})
+	x := topicID(t, c, "x")
+	for _, d := range []headers.Dialect{headers.DialectVC, headers.DialectCauses} {
+		clk := clock.New(c.Admin(), clock.WithDialect(d))
+		stamp := func() *kgo.Record {
+			r := &kgo.Record{Topic: "x"}
+			if err := clk.Stamp(testCtx(t), r); err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		first := stamp()
+		before := bytes.Clone(first.Headers[0].Value)
+		if err := clk.ProducedAt(headers.Coordinate{Channel: ch(x, 0), Offset: 3}); err != nil {
+			t.Fatal(err)
+		}
+		second := stamp()
+		if err := clk.ProducedAt(headers.Coordinate{Channel: ch(x, 0), Offset: 4}); err != nil {
+			t.Fatal(err)
+		}
+		third, fourth := stamp(), stamp()
+		if !bytes.Equal(first.Headers[0].Value, before) {
+			t.Errorf("%v: a fold rewrote a stamp already handed out", d)
+		}
+		if n := claims(t, first); !n.IsEmpty() {
+			t.Errorf("%v: first stamp claims %v", d, n)
+		}
+		wantOffset(t, claims(t, second), ch(x, 0), 3)
+		wantOffset(t, claims(t, third), ch(x, 0), 4)
+		if !bytes.Equal(third.Headers[0].Value, fourth.Headers[0].Value) {
+			t.Errorf("%v: two stamps of an unchanged clock differ", d)
+		}
+	}
+}
