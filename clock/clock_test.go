@@ -757,3 +757,43 @@ func TestStampValuesAreNeverRewritten(t *testing.T) {
 		}
 	}
 }
+
+// A lookup that was already under way when the topic was forgotten does
+// not bring the forgotten ID back.
+func TestResolverKeepsTheNewerWord(t *testing.T) {
+	c := cluster(t, broker.Topic{Name: "x"})
+	r := clock.NewResolver(c.Admin(), 0)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.Fake().ControlKey(3, func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.Fake().KeepControl()
+		if kreq.(*kmsg.MetadataRequest).IncludeTopicAuthorizedOperations {
+			// Hold the resolver's first lookup until Forget has run.
+			once.Do(func() {
+				close(entered)
+				<-release
+			})
+		}
+		return nil, nil, false
+	})
+	done := make(chan error)
+	go func() {
+		_, err := r.Refresh(testCtx(t), "x")
+		done <- err
+	}()
+	<-entered
+	r.Forget("x")
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if id, ok := r.Cached("x"); ok {
+		t.Fatalf("a lookup begun before Forget cached %v after it", id)
+	}
+	if _, err := r.Refresh(testCtx(t), "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Cached("x"); !ok {
+		t.Fatal("a lookup begun after Forget was not cached")
+	}
+}

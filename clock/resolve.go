@@ -70,9 +70,13 @@ type Resolver struct {
 	ids map[string]cachedID
 }
 
+// cachedID is the resolver's latest word on a topic: its ID, or that it is
+// gone (unknown to the cluster, or forgotten). at is when the lookup that
+// produced it started, so a slow lookup cannot overwrite a newer answer.
 type cachedID struct {
-	id headers.TopicID
-	at time.Time
+	id   headers.TopicID
+	at   time.Time
+	gone bool
 }
 
 // NewResolver returns a resolver that asks admin and trusts an answer for
@@ -99,7 +103,7 @@ func (r *Resolver) fresh(topic string) (headers.TopicID, bool) {
 	r.mu.RLock()
 	e, ok := r.ids[topic]
 	r.mu.RUnlock()
-	if ok && time.Since(e.at) < r.maxAge {
+	if ok && !e.gone && time.Since(e.at) < r.maxAge {
 		return e.id, true
 	}
 	return headers.TopicID{}, false
@@ -111,14 +115,14 @@ func (r *Resolver) Cached(topic string) (headers.TopicID, bool) {
 	r.mu.RLock()
 	e, ok := r.ids[topic]
 	r.mu.RUnlock()
-	return e.id, ok
+	return e.id, ok && !e.gone
 }
 
 // Forget drops the cached ID of the named topic, so the next lookup asks
 // the cluster.
 func (r *Resolver) Forget(topic string) {
 	r.mu.Lock()
-	delete(r.ids, topic)
+	r.ids[topic] = cachedID{at: time.Now(), gone: true}
 	r.mu.Unlock()
 }
 
@@ -126,17 +130,18 @@ func (r *Resolver) Forget(topic string) {
 // returns it. An unknown topic is an *UnknownTopicError and drops the cached
 // ID.
 func (r *Resolver) Refresh(ctx context.Context, topic string) (headers.TopicID, error) {
+	start := time.Now()
 	id, err := r.lookup(ctx, topic)
+	if err != nil && !errors.Is(err, ErrUnknownTopic) {
+		return headers.TopicID{}, err // no news about the topic
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err != nil {
-		if errors.Is(err, ErrUnknownTopic) {
-			delete(r.ids, topic)
-		}
-		return headers.TopicID{}, err
+	// A lookup or Forget that started after this one has newer news; keep it.
+	if cur, ok := r.ids[topic]; !ok || !cur.at.After(start) {
+		r.ids[topic] = cachedID{id: id, at: start, gone: err != nil}
 	}
-	r.ids[topic] = cachedID{id: id, at: time.Now()}
-	return id, nil
+	return id, err
 }
 
 func (r *Resolver) lookup(ctx context.Context, topic string) (headers.TopicID, error) {
