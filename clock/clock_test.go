@@ -506,6 +506,18 @@ func TestObserveRefusesWhatIsNoCause(t *testing.T) {
 	if err := clk.Observe(&kgo.Record{Topic: "x", Headers: []kgo.RecordHeader{{Key: "vc", Value: vc}}}); !errors.Is(err, headers.ErrUndecodable) {
 		t.Errorf("clock naming the zero topic: err = %v, want ErrUndecodable", err)
 	}
+	if err := clk.ObserveStamp(headers.Coordinate{Channel: ch(headers.TopicID{9}, 0)}, &headers.Stamp{Clock: *zero}); !errors.Is(err, headers.ErrUndecodable) {
+		t.Errorf("ObserveStamp of a clock naming the zero topic: err = %v, want ErrUndecodable", err)
+	}
+	zero.DeleteOffset(headers.Channel{})
+	zero.SetOffset(ch(headers.TopicID{9}, 0), 1)
+	zero.SetSeq(headers.Channel{}, headers.SenderID{1}, 2)
+	if vc, err = headers.EncodeVC(zero); err != nil {
+		t.Fatal(err)
+	}
+	if err := clk.Observe(&kgo.Record{Topic: "x", Headers: []kgo.RecordHeader{{Key: "vc", Value: vc}}}); !errors.Is(err, headers.ErrUndecodable) {
+		t.Errorf("sequence entry naming the zero topic: err = %v, want ErrUndecodable", err)
+	}
 	if !clk.Snapshot().IsEmpty() {
 		t.Fatalf("refused records folded: %v", clk.Snapshot())
 	}
