@@ -531,6 +531,12 @@ func (n *Node) restoreQueue(in *input) error {
 		t--
 		q.flushedTail = t
 		next--
+		if err := n.store.Delete(entryKey(in.key, t)); err != nil {
+			return err
+		}
+		if err := n.store.Put(mk, appendInt64(appendInt64(nil, h), t)); err != nil {
+			return err
+		}
 	}
 	if next != t {
 		return &Error{Op: op, Channel: in.ch, HasChannel: true, Key: mk,
