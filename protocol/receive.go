@@ -78,12 +78,14 @@ func (n *Node) OnRecord(rec *Record) ([]Delivery, error) {
 	q.headStmp, n.scratch = n.scratch, q.headStmp
 	n.held++
 	n.nonEmpty++
-	n.raiseFrontier(in, rec.Offset-1) // seed / bridge: the run below was skipped
+	raised := n.raiseFrontier(in, rec.Offset-1) // seed / bridge: the run below was skipped
 	if n.deliverable(in, &q.headStmp) {
 		n.deliver(in)
 		if n.nonEmpty == 0 {
 			return n.out, nil
 		}
+	} else if !raised {
+		return n.out, nil // held, and nothing any other head waits on moved
 	}
 	if err := n.cascade(); err != nil {
 		return nil, err
@@ -141,11 +143,13 @@ func (n *Node) Release() ([]Delivery, error) {
 	return n.out, nil
 }
 
-func (n *Node) raiseFrontier(in *input, f int64) {
+func (n *Node) raiseFrontier(in *input, f int64) bool {
 	if f > in.frontier {
 		in.frontier = f
 		in.frontierDirty = true
+		return true
 	}
+	return false
 }
 
 // cascade evaluates heads in channel order, delivering every deliverable
