@@ -54,8 +54,11 @@ type NodeSpec struct {
 	Inputs    []Ref
 	Sinks     []string
 	Logic     Logic
-	Start     StartMode
-	Join      JoinMode
+	// LogicAfterRestart, when set, replaces Logic once the node has
+	// restarted: a sink can go quiet for good after a restart.
+	LogicAfterRestart Logic
+	Start             StartMode
+	Join              JoinMode
 	// TickTopic, when set, is a topic among Sinks and (partition
 	// Partition) among Inputs: the node emits Ticks stamped records to it.
 	TickTopic string
@@ -216,7 +219,11 @@ func (n *SimNode) handle(ds []protocol.Delivery) error {
 		n.w.trace("deliver %s %v", n.spec.Name, d.Coordinate)
 		n.w.Oracle.Deliver(n.actor, d.Coordinate)
 		n.w.stats.Deliveries++
-		for _, em := range n.spec.Logic(n.w.rng, d) {
+		logic := n.spec.Logic
+		if n.restarts > 0 && n.spec.LogicAfterRestart != nil {
+			logic = n.spec.LogicAfterRestart
+		}
+		for _, em := range logic(n.w.rng, d) {
 			if err := n.send(em); err != nil {
 				return err
 			}
@@ -366,16 +373,12 @@ func (n *SimNode) start(ctx context.Context) error {
 		n.restarts++
 		n.w.stats.Restarts++
 	}
-	if !first && n.spec.Redeploy != nil && n.restarts == n.spec.RedeployAt {
-		n.w.stats.Redeploys++
+	prevInputs, prevSinks := n.inputs, n.sinks
+	redeploy := !first && n.spec.Redeploy != nil && n.restarts == n.spec.RedeployAt
+	if redeploy {
 		ins, err := n.resolve(n.spec.Redeploy.Inputs)
 		if err != nil {
 			return err
-		}
-		for _, ch := range n.inputs {
-			if !slices.Contains(ins, ch) {
-				n.gone = append(n.gone, ch)
-			}
 		}
 		n.inputs, n.sinks = ins, n.spec.Redeploy.Sinks
 	}
@@ -394,9 +397,29 @@ func (n *SimNode) start(ctx context.Context) error {
 	n.batch = protocol.NewBatch(n.store)
 	cfg.Store = n.batch
 	p, err := n.w.opts.NewProtocol(ctx, cfg)
+	if redeploy && errors.Is(err, protocol.ErrHeldOnRemovedInput) {
+		// Fail closed, correctly: records are held on an input the new
+		// scope drops. The operator redeclares it; the redeploy waits
+		// for a later restart.
+		n.w.stats.RedeploysRefused++
+		n.w.trace("redeploy-refused %s", n.spec.Name)
+		n.spec.RedeployAt++
+		n.inputs, n.sinks = prevInputs, prevSinks
+		n.restarts--
+		n.w.stats.Restarts--
+		return n.start(ctx)
+	}
 	if err != nil {
 		n.batch = nil
 		return err
+	}
+	if redeploy {
+		n.w.stats.Redeploys++
+		for _, ch := range prevInputs {
+			if !slices.Contains(n.inputs, ch) {
+				n.gone = append(n.gone, ch)
+			}
+		}
 	}
 	n.proto = p
 	n.state = up
@@ -444,6 +467,25 @@ func (n *SimNode) start(ctx context.Context) error {
 	}
 	if err := n.handle(ds); err != nil {
 		return err
+	}
+	// H2 at start: the consumer's starting position is a position like any
+	// other. Everything below it was fetched in committed steps, deleted
+	// by retention, or lies below the baseline, and a new incarnation
+	// does not remember positions an earlier one was told. Without this, a
+	// claim on a trailing marker below a committed position, or on an
+	// offset below the log start, waits forever.
+	if n.w.opts.Fault != WithholdPositionAdvance {
+		for _, ch := range n.inputs {
+			if pos := n.spos[ch]; pos > 0 {
+				ds, err := p.PositionAdvance(ch, pos)
+				if err != nil {
+					return err
+				}
+				if err := n.handle(ds); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	return n.commit()
 }

@@ -134,6 +134,19 @@ func Scenarios() []Scenario {
 					{Name: "G", Inputs: in("b", "c")},
 				}, Crashes: 4}
 		}},
+		{Name: "trailing-marker", Build: func(r *rand.Rand) Spec {
+			// F writes to b until it restarts, then only to c: b's log ends
+			// in a commit marker that the restart's end-offset seed claims
+			// in every later c record. Only a position advance reveals it,
+			// and only the seed orders b's records before c's at G, which
+			// joins once everything else is done.
+			return Spec{Topics: topics(1, "a", "b", "c"),
+				Producers: []ProducerSpec{producer("p", 12, r.IntN(2) == 0, "a")},
+				Nodes: []NodeSpec{
+					{Name: "F", Inputs: in("a"), Sinks: []string{"b", "c"}, Logic: Forward("b"), LogicAfterRestart: Forward("c")},
+					{Name: "G", Inputs: in("b", "c"), Join: JoinWhenQuiet},
+				}, Crashes: 2}
+		}},
 		{Name: "multi-partition", Build: func(r *rand.Rand) Spec {
 			// A spreads its sends over two partitions; T consumes both, and
 			// only sequence claims order A's sends across them.
@@ -165,14 +178,15 @@ func Scenarios() []Scenario {
 				}, Crashes: 8}
 		}},
 		{Name: "own-outputs", Build: func(r *rand.Rand) Spec {
-			// A sends each record to b or c. T joins after a restart and
-			// consumes both: A's prior-incarnation sends race its later
-			// ones, and only the restart's end-offset seed relates them.
+			// A sends each record to b or c. T joins once everything else
+			// is done and consumes both: A's prior-incarnation sends race
+			// its later ones, and only the restart's end-offset seed
+			// relates them.
 			return Spec{Topics: topics(1, "a", "b", "c"),
 				Producers: []ProducerSpec{producer("p", 14, false, "a")},
 				Nodes: []NodeSpec{
 					{Name: "A", Inputs: in("a"), Sinks: []string{"b", "c"}, Logic: OneOf("b", "c")},
-					{Name: "T", Inputs: in("b", "c"), Join: JoinAfterRestart},
+					{Name: "T", Inputs: in("b", "c"), Join: JoinWhenQuiet},
 				}, Crashes: 2}
 		}},
 		{Name: "scope-shrink", Build: func(r *rand.Rand) Spec {

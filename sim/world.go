@@ -59,6 +59,7 @@ type Stats struct {
 	Steps, Deliveries, Sends, Ticks          int
 	Crashes, MidStepCrashes, CrashWhileHeld  int
 	Restarts, Redeploys, RestoredHeld        int
+	RedeploysRefused                         int
 	PositionAdvances, PositionFolds          int
 	SkippedRunFolds, Retentions, Truncations int
 	EdgeAborts                               int
@@ -168,6 +169,11 @@ func (w *World) protect(ch headers.Channel) (int64, bool) {
 	}
 	for _, n := range w.Nodes {
 		if n.state == notStarted {
+			// A task that joins with the world is a member of its group
+			// already: its history is protected from the start.
+			if n.spec.Join == JoinAtStart && slices.Contains(n.inputs, ch) {
+				take(0)
+			}
 			continue
 		}
 		if p, has := n.pos[ch]; has {
