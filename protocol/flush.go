@@ -91,6 +91,15 @@ func (n *Node) flushQueue(in *input) error {
 	if q.storedHead == q.headIdx && q.flushedTail == tail {
 		return nil
 	}
+	if q.storedHead == q.flushedTail && q.len() == 0 {
+		// Nothing was stored and nothing is held: records came and went
+		// within the step. The stored indices still describe an empty
+		// queue, so leave them.
+		q.storedHead, q.flushedTail = q.headIdx, tail
+		clear(q.pending)
+		q.pending = q.pending[:0]
+		return nil
+	}
 	// Delete persisted records delivered since the last flush.
 	for i := q.storedHead; i < min(q.headIdx, q.flushedTail); i++ {
 		k := entryKey(in.key, i)

@@ -105,6 +105,7 @@ type env struct {
 	store *MemStore
 	offs  *fakeOffsets
 	cfg   Config
+	walk  bool // force the merge-walk form of the gate
 }
 
 func newEnv(t testing.TB, inputs []headers.Channel, sinks []headers.TopicID) *env {
@@ -118,6 +119,9 @@ func (e *env) node() *Node {
 	n, err := New(context.Background(), e.cfg)
 	if err != nil {
 		e.t.Fatalf("New: %v", err)
+	}
+	if e.walk {
+		n.gateLookup = false
 	}
 	if ds, err := n.Release(); err != nil || len(ds) != 0 {
 		e.t.Fatalf("Release after New: %v %v", coords(ds), err)

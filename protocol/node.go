@@ -91,6 +91,8 @@ type Node struct {
 	senders   []headers.SenderID // interned senders of held records; index+1 in skeletons
 	senderIdx map[headers.SenderID]uint32
 
+	gateLookup bool // the gate looks inputs up in the clock rather than walking it
+
 	nonEmpty int // inputs with a non-empty queue
 	held     int
 	out      []Delivery
@@ -150,6 +152,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.inputs = append(n.inputs, in)
 		n.byChan[ch] = in
 	}
+	n.gateLookup = len(n.inputs) <= 16
 	n.sinks = slices.Clone(cfg.Sinks)
 	slices.SortFunc(n.sinks, headers.TopicID.Compare)
 	for _, t := range n.sinks {

@@ -61,7 +61,12 @@ func (n *Node) OnRecord(rec *Record) ([]Delivery, error) {
 		n.held++
 		return n.out, nil
 	}
-	// The record is the head of an empty queue.
+	// The record is the head of an empty queue. Any pending records were
+	// delivered (the queue is empty), so pending restarts after this head.
+	if len(q.pending) > 0 {
+		clear(q.pending)
+		q.pending = q.pending[:0]
+	}
 	q.push(n.skeleton(rec, &n.scratch))
 	q.loaded = true
 	q.head = *rec
@@ -163,29 +168,31 @@ func (n *Node) cascade() error {
 // deliverable is the gate: normalise (ignore the record's own channel),
 // restrict (ignore channels not consumed here), and require the frontier to
 // dominate every offset claim and the delivered-sequence marks to dominate
-// every sequence claim. Clock entries and inputs are both sorted by channel,
-// so the restriction is one merge walk.
+// every sequence claim.
+//
+// Restricting costs either a lookup of each consumed channel in the clock
+// (inputs × log width) or one merge walk over both sorted lists (inputs +
+// width); New picks the cheaper for the common case of few inputs and
+// wide clocks. Both give the same answer.
 func (n *Node) deliverable(own *input, s *headers.Stamp) bool {
-	j := 0
-	for e := range s.Clock.OffsetEntries() {
-		if e.Channel == own.ch {
-			continue
+	c := &s.Clock
+	if n.gateLookup && c.NumOffsets() > len(n.inputs) {
+		for _, in := range n.inputs {
+			if in == own {
+				continue
+			}
+			if o, ok := c.Offset(in.ch); ok && in.frontier < o {
+				return false
+			}
 		}
-		for j < len(n.inputs) && n.inputs[j].ch.Compare(e.Channel) < 0 {
-			j++
-		}
-		if j == len(n.inputs) {
-			break
-		}
-		if n.inputs[j].ch == e.Channel && n.inputs[j].frontier < e.Offset {
-			return false
-		}
+	} else if !n.offsetsWalk(own, c) {
+		return false
 	}
-	if s.Clock.NumSeqs() == 0 {
+	if c.NumSeqs() == 0 {
 		return true
 	}
-	j = 0
-	for e := range s.Clock.SeqEntries() {
+	j := 0
+	for e := range c.SeqEntries() {
 		if e.Channel == own.ch {
 			continue
 		}
@@ -199,6 +206,26 @@ func (n *Node) deliverable(own *input, s *headers.Stamp) bool {
 			if m, ok := n.inputs[j].ds[e.Sender]; !ok || m.seq < e.Seq {
 				return false
 			}
+		}
+	}
+	return true
+}
+
+// offsetsWalk is the merge-walk form of the offset half of the gate.
+func (n *Node) offsetsWalk(own *input, c *headers.Clock) bool {
+	j := 0
+	for e := range c.OffsetEntries() {
+		if e.Channel == own.ch {
+			continue
+		}
+		for j < len(n.inputs) && n.inputs[j].ch.Compare(e.Channel) < 0 {
+			j++
+		}
+		if j == len(n.inputs) {
+			break
+		}
+		if n.inputs[j].ch == e.Channel && n.inputs[j].frontier < e.Offset {
+			return false
 		}
 	}
 	return true
