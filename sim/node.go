@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -216,6 +217,13 @@ func (n *SimNode) handle(ds []protocol.Delivery) error {
 			n.w.Oracle.violate(Unknown, n.spec.Name, "delivered "+d.Coordinate.String()+", which holds no committed record")
 			continue
 		}
+		if !bytes.Equal(d.Key, e.Key) || !bytes.Equal(d.Value, e.Value) || d.Timestamp != e.Timestamp || !sameHeaders(d.Headers, e.Headers) ||
+			(d.Key == nil) != (e.Key == nil) || (d.Value == nil) != (e.Value == nil) {
+			// V10 in the simulator: what reaches user logic at a
+			// coordinate is the record fetched there, byte for byte.
+			n.w.Oracle.violate(Payload, n.spec.Name, fmt.Sprintf("%v delivered with key %q value %q timestamp %d, fetched as key %q value %q timestamp %d",
+				d.Coordinate, d.Key, d.Value, d.Timestamp, e.Key, e.Value, e.Timestamp))
+		}
 		n.w.trace("deliver %s %v", n.spec.Name, d.Coordinate)
 		n.w.Oracle.Deliver(n.actor, d.Coordinate)
 		n.w.stats.Deliveries++
@@ -300,11 +308,11 @@ func (n *SimNode) advanceable(ch headers.Channel) bool {
 	return !ok && n.w.Broker.StableEnd(ch) > p
 }
 
-// fetch is one fetch step body on ch: a poll of one to three records, then
+// fetch is one fetch step body on ch: a poll of one to five records, then
 // sometimes the position past any markers that follow.
 func (n *SimNode) fetch(ch headers.Channel) error {
 	b := n.w.Broker
-	k := 1 + n.w.rng.IntN(3)
+	k := 1 + n.w.rng.IntN(5)
 	if n.w.opts.Fault == FeedOutOfOrder {
 		e1, o1, ok1 := b.Next(ch, n.spos[ch])
 		if ok1 {
@@ -321,21 +329,40 @@ func (n *SimNode) fetch(ch headers.Channel) error {
 			}
 		}
 	}
-	for range k {
-		e, off, ok := b.Next(ch, n.spos[ch])
+	// A poll returns records of several partitions: after the first, each
+	// record comes from any input with one to fetch (a third of the time),
+	// so holds, cascades and new holds mix within one step.
+	cur := ch
+	for i := range k {
+		if i > 0 && n.w.rng.IntN(3) == 0 {
+			var more []headers.Channel
+			for _, c := range n.inputs {
+				if _, _, ok := b.Next(c, n.spos[c]); ok {
+					more = append(more, c)
+				}
+			}
+			if len(more) > 0 {
+				cur = more[n.w.rng.IntN(len(more))]
+			}
+		}
+		e, off, ok := b.Next(cur, n.spos[cur])
 		if !ok {
 			break
 		}
-		n.w.trace("fetch %s %v@%d", n.spec.Name, ch, off)
-		n.spos[ch] = off + 1
-		if err := n.feed(ch, off, e); err != nil {
+		n.w.trace("fetch %s %v@%d", n.spec.Name, cur, off)
+		n.spos[cur] = off + 1
+		if err := n.feed(cur, off, e); err != nil {
 			return err
 		}
 	}
 	if n.w.rng.IntN(2) == 0 {
-		p := n.spos[ch]
-		if _, _, ok := b.Next(ch, p); !ok && b.StableEnd(ch) > p {
-			return n.advance(ch)
+		for _, c := range n.inputs {
+			p := n.spos[c]
+			if _, _, ok := b.Next(c, p); !ok && b.StableEnd(c) > p {
+				if err := n.advance(c); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil
@@ -497,4 +524,16 @@ func (e emptyEnds) EndOffsets(ctx context.Context, t headers.TopicID) ([]int64, 
 	ends, ok, err := e.Broker.EndOffsets(ctx, t)
 	clear(ends)
 	return ends, ok, err
+}
+
+func sameHeaders(a, b []headers.Header) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Key != b[i].Key || !bytes.Equal(a[i].Value, b[i].Value) {
+			return false
+		}
+	}
+	return true
 }

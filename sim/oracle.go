@@ -70,6 +70,9 @@ const (
 	HostError
 	// Unknown: a delivery names a coordinate that holds no business record.
 	Unknown
+	// Payload: a delivery's key, value, timestamp or headers differ from
+	// the record fetched at its coordinate.
+	Payload
 )
 
 func (k ViolationKind) String() string {
@@ -88,6 +91,8 @@ func (k ViolationKind) String() string {
 		return "host-error"
 	case Unknown:
 		return "unknown-record"
+	case Payload:
+		return "payload"
 	}
 	return fmt.Sprintf("ViolationKind(%d)", uint8(k))
 }

@@ -377,7 +377,7 @@ func (w *World) Run(ctx context.Context) Result {
 			x -= a.weight
 		}
 		w.trace("%s", a.name)
-		if err := a.run(ctx); err != nil {
+		if err := w.runAction(ctx, &a); err != nil {
 			w.Oracle.violate(HostError, nodeName(a.node), a.name+": "+err.Error())
 			break
 		}
@@ -461,4 +461,16 @@ func explain(p Protocol) string {
 		s += fmt.Sprintf(", %s on %v offset %d seq %d frontier %d position %d", c.Diagnosis, c.Channel, c.Offset, c.Seq, c.Frontier, c.Position)
 	}
 	return s + ")"
+}
+
+// runAction runs one action, turning a panic in the protocol or the host
+// into an error: a conformance kit reports a crashing subject, it does not
+// crash with it.
+func (w *World) runAction(ctx context.Context, a *action) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return a.run(ctx)
 }
