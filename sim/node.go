@@ -46,6 +46,8 @@ const (
 	JoinWhenQuiet
 	// JoinAfterRestart: the node starts once some node has restarted.
 	JoinAfterRestart
+	// JoinWhen: the node starts once NodeSpec.JoinWhen reports true.
+	JoinWhen
 )
 
 // NodeSpec describes one stage task hosted by a SimNode.
@@ -60,6 +62,8 @@ type NodeSpec struct {
 	LogicAfterRestart Logic
 	Start             StartMode
 	Join              JoinMode
+	// JoinWhen is the start condition of a JoinWhen node.
+	JoinWhen func(*World) bool
 	// TickTopic, when set, is a topic among Sinks and (partition
 	// Partition) among Inputs: the node emits Ticks stamped records to it.
 	TickTopic string

@@ -231,3 +231,34 @@ func Scenarios() []Scenario {
 		}},
 	}
 }
+
+// LateJoiner is the late-joiner sequence-claim probe (reference 03): A
+// sends its first record to b and every later one to c, so every c record
+// carries A's sequence claim on b, which no consuming hop rewrites. T joins
+// once b has its record, starting every input with from. An at-latest
+// joiner can never deliver the claimed b record — it sits below its
+// baseline — so the world wedges; a from-start joiner delivers it and
+// drains.
+func LateJoiner(from StartMode) Scenario {
+	name := "late-joiner-earliest"
+	if from == Latest {
+		name = "late-joiner-latest"
+	}
+	return Scenario{Name: name, Build: func(r *rand.Rand) Spec {
+		first := true
+		logic := func(_ *rand.Rand, d *protocol.Delivery) []Emission {
+			sink := "c"
+			if first {
+				sink, first = "b", false
+			}
+			return []Emission{{Topic: sink, Partition: 0, Key: d.Key, Value: d.Value}}
+		}
+		return Spec{Topics: topics(1, "a", "b", "c"),
+			Producers: []ProducerSpec{producer("p", 8, false, "a")},
+			Nodes: []NodeSpec{
+				{Name: "A", Inputs: in("a"), Sinks: []string{"b", "c"}, Logic: logic},
+				{Name: "T", Inputs: in("b", "c"), Start: from, Join: JoinWhen,
+					JoinWhen: func(w *World) bool { return w.Broker.End(w.Broker.Topic("b").Channel(0)) > 0 }},
+			}, Steps: 2000}
+	}}
+}

@@ -152,3 +152,28 @@ func TestReplay(t *testing.T) {
 	}
 	t.Logf("stats %+v trace %x", r.Stats, r.TraceHash)
 }
+
+// TestLateJoinerProbe: the sequence-claim wedge appears for an at-latest
+// joiner against a claim no hop rewrote, and not for a from-start joiner.
+func TestLateJoinerProbe(t *testing.T) {
+	n := seeds(t, 50)
+	wedged := func(sc Scenario) (w int) {
+		for seed := uint64(1); seed <= uint64(n); seed++ {
+			r := RunScenario(context.Background(), sc, seed, Options{})
+			if r.Has(Wedged) {
+				w++
+			} else if r.Failed() {
+				t.Errorf("%s seed %d: %v\n%s", sc.Name, seed, r.Violations[0], replay(sc.Name, seed))
+			}
+		}
+		return w
+	}
+	late, early := wedged(LateJoiner(Latest)), wedged(LateJoiner(Earliest))
+	t.Logf("wedged: at-latest %d/%d, from-start %d/%d", late, n, early, n)
+	if early != 0 {
+		t.Errorf("a from-start joiner wedged on %d of %d seeds", early, n)
+	}
+	if late*100 < 50*n {
+		t.Errorf("the at-latest wedge appeared on only %d of %d seeds (floor 50%%): the probe no longer reaches it", late, n)
+	}
+}

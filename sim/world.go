@@ -221,7 +221,8 @@ func (w *World) actions() []action {
 			acts = append(acts, action{name: "restart " + n.spec.Name, weight: 3, progress: true, node: n, run: n.start})
 		case notStarted:
 			if n.spec.Join == JoinAtStart || (n.spec.Join == JoinAfterProducers && producersDone) ||
-				(n.spec.Join == JoinAfterRestart && w.stats.Restarts > 0) {
+				(n.spec.Join == JoinAfterRestart && w.stats.Restarts > 0) ||
+				(n.spec.Join == JoinWhen && n.spec.JoinWhen != nil && n.spec.JoinWhen(w)) {
 				acts = append(acts, action{name: "join " + n.spec.Name, weight: 3, progress: true, node: n, run: n.start})
 			}
 		case up:
