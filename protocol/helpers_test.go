@@ -72,7 +72,9 @@ func sq(ch headers.Channel, s headers.SenderID, n int64) headers.SeqEntry {
 }
 
 func (s st) headers(t testing.TB) []headers.Header {
-	t.Helper()
+	if t != nil {
+		t.Helper()
+	}
 	var stamp headers.Stamp
 	for _, e := range s.offs {
 		stamp.Clock.SetOffset(e.Channel, e.Offset)
@@ -85,7 +87,7 @@ func (s st) headers(t testing.TB) []headers.Header {
 	}
 	hs, err := headers.AppendStamp([]headers.Header(nil), &stamp, headers.DialectVC)
 	if err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
 	return hs
 }

@@ -60,6 +60,10 @@ type Config struct {
 
 	Store   Store
 	Offsets BrokerOffsets
+
+	// Sabotage breaks rules on purpose, for verification harnesses only.
+	// The zero value is the correct protocol.
+	Sabotage Sabotage
 }
 
 // Node is the causal node: the delivery gate with its hold queues, density
@@ -92,6 +96,7 @@ type Node struct {
 	senderIdx map[headers.SenderID]uint32
 
 	gateLookup bool // the gate looks inputs up in the clock rather than walking it
+	sabotage   Sabotage
 
 	nonEmpty int // inputs with a non-empty queue
 	held     int
@@ -153,6 +158,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.byChan[ch] = in
 	}
 	n.gateLookup = len(n.inputs) <= 16
+	n.sabotage = cfg.Sabotage
 	n.sinks = slices.Clone(cfg.Sinks)
 	slices.SortFunc(n.sinks, headers.TopicID.Compare)
 	for _, t := range n.sinks {
@@ -519,6 +525,12 @@ func (n *Node) restoreQueue(in *input) error {
 	})
 	if err != nil {
 		return wrapStore(op, pfx, err)
+	}
+	if n.sabotage&SabotageDropHeldRecord != 0 && q.len() > 0 {
+		q.skels = q.skels[:len(q.skels)-1]
+		t--
+		q.flushedTail = t
+		next--
 	}
 	if next != t {
 		return &Error{Op: op, Channel: in.ch, HasChannel: true, Key: mk,

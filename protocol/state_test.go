@@ -527,3 +527,22 @@ func TestHoldsAfterQueueDrainedWithinAStep(t *testing.T) {
 		t.Fatalf("restored values %q %q", ds[1].Value, ds[2].Value)
 	}
 }
+
+// TestRefedHeldRecordAfterRestartIsAReplay: a host that resumes below a
+// restored held record (it should resume at ResumePositions) gets the
+// re-fetched copy dropped as a replay, never delivered twice.
+func TestRefedHeldRecordAfterRestartIsAReplay(t *testing.T) {
+	e := newEnv(t, []headers.Channel{a0, b0}, nil)
+	n := e.node()
+	feed(t, n, rec(t, b0, 3, st{offs: []headers.OffsetEntry{off(a0, 0)}}))
+	flush(t, n)
+	m := e.node()
+	if got := m.ResumePositions(); len(got) != 1 || got[0] != (Position{b0, 4}) {
+		t.Fatalf("ResumePositions %v", got)
+	}
+	wantCoords(t, "re-fed b@3", feed(t, m, rec(t, b0, 3, st{offs: []headers.OffsetEntry{off(a0, 0)}})))
+	wantCoords(t, "a@0", feed(t, m, plain(a0, 0)), at(a0, 0), at(b0, 3))
+	if c := m.Counters(); c.ReplaysSkipped != 1 {
+		t.Fatalf("counters %+v", c)
+	}
+}
