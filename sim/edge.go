@@ -20,6 +20,9 @@ type ProducerSpec struct {
 	// and abort about one transaction in six: their logs fill with markers
 	// and aborted records.
 	Transactional bool
+	// CorruptAt, when positive, makes the producer's CorruptAt-th send
+	// carry a vc header that does not decode.
+	CorruptAt int
 	// MaxHops is the largest hop budget written into a value's first byte
 	// (see Damped); 0 writes 0.
 	MaxHops int
@@ -107,6 +110,9 @@ func (p *EdgeProducer) op() error {
 			v = byte(p.w.rng.IntN(p.spec.MaxHops + 1))
 		}
 		p.seq++
+		if p.seq == p.spec.CorruptAt {
+			hs = []headers.Header{{Key: headers.HeaderVC, Value: []byte{9, 9}}}
+		}
 		id := p.w.Oracle.NewID(p.actor)
 		off, err := p.w.Broker.Append(ch, txn, []byte(fmt.Sprintf("%s-%d", p.spec.Name, p.seq)), []byte{v, byte(p.seq)}, hs, id)
 		if err != nil {

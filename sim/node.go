@@ -32,6 +32,10 @@ const (
 	Latest
 	// LastStable starts at the last stable offset.
 	LastStable
+	// AtFirstRedeploy starts at the log end as it was when some node first
+	// restarted into a new scope (the log end, if none has): a joiner
+	// whose baseline retires exactly the pre-redeploy history.
+	AtFirstRedeploy
 )
 
 // JoinMode is when a node first starts.
@@ -228,6 +232,10 @@ func (n *SimNode) handle(ds []protocol.Delivery) error {
 			n.w.Oracle.violate(Payload, n.spec.Name, fmt.Sprintf("%v delivered with key %q value %q timestamp %d, fetched as key %q value %q timestamp %d",
 				d.Coordinate, d.Key, d.Value, d.Timestamp, e.Key, e.Value, e.Timestamp))
 		}
+		var st headers.Stamp
+		if err := headers.ReadStamp(&st, e.Headers); err != nil {
+			n.w.Oracle.violate(FailOpen, n.spec.Name, fmt.Sprintf("%v delivered although its stamp does not decode: %v", d.Coordinate, err))
+		}
 		n.w.trace("deliver %s %v", n.spec.Name, d.Coordinate)
 		n.w.Oracle.Deliver(n.actor, d.Coordinate)
 		n.w.stats.Deliveries++
@@ -414,7 +422,7 @@ func (n *SimNode) start(ctx context.Context) error {
 		n.inputs, n.sinks = ins, n.spec.Redeploy.Sinks
 	}
 	cfg := protocol.Config{ApplicationID: "sim", Stage: n.spec.Name, Partition: n.spec.Partition,
-		Inputs: n.inputs, Store: nil, Offsets: n.w.Broker}
+		Inputs: n.inputs, Store: nil, Offsets: n.w.Broker, Sabotage: n.w.opts.ProtocolSabotage}
 	for _, s := range n.sinks {
 		t := n.w.Broker.Topic(s)
 		if t == nil {
@@ -445,6 +453,9 @@ func (n *SimNode) start(ctx context.Context) error {
 		return err
 	}
 	if redeploy {
+		if n.w.stats.Redeploys == 0 {
+			n.w.snapshotEnds()
+		}
 		n.w.stats.Redeploys++
 		for _, ch := range prevInputs {
 			if !slices.Contains(n.inputs, ch) {
@@ -479,6 +490,11 @@ func (n *SimNode) start(ctx context.Context) error {
 				pos = n.w.Broker.End(ch)
 			case LastStable:
 				pos = n.w.Broker.StableEnd(ch)
+			case AtFirstRedeploy:
+				pos = n.w.Broker.End(ch)
+				if e, ok := n.w.redeployEnds[ch]; ok {
+					pos = e
+				}
 			}
 		}
 		for _, r := range resume {

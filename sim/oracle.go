@@ -73,6 +73,9 @@ const (
 	// Payload: a delivery's key, value, timestamp or headers differ from
 	// the record fetched at its coordinate.
 	Payload
+	// FailOpen: a record whose stamp does not decode was delivered; the
+	// protocol must refuse it rather than read it as absent.
+	FailOpen
 )
 
 func (k ViolationKind) String() string {
@@ -93,6 +96,8 @@ func (k ViolationKind) String() string {
 		return "unknown-record"
 	case Payload:
 		return "payload"
+	case FailOpen:
+		return "fail-open"
 	}
 	return fmt.Sprintf("ViolationKind(%d)", uint8(k))
 }

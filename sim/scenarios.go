@@ -190,16 +190,19 @@ func Scenarios() []Scenario {
 				}, Crashes: 2}
 		}},
 		{Name: "scope-shrink", Build: func(r *rand.Rand) Spec {
-			// A consumes a and b, then restarts without b. T joins after the
-			// restart, consuming b from the start and c from the end: what A
-			// delivered from b before the restart is claimed on c only by
-			// carried ancestry.
+			// A consumes a and b, then restarts without b. T joins once all
+			// else is done, consuming b from the start and c from where it
+			// ended at the redeploy: what A delivered from b before the
+			// restart is claimed in its later c records only by carried
+			// ancestry, and T's b and c fetches race.
 			return Spec{Topics: topics(1, "a", "b", "c"),
-				Producers: []ProducerSpec{producer("p", 8, false, "a", "b")},
+				// Separate producers: nothing on a claims b, so after the
+				// shrink only carried ancestry remembers A's b past.
+				Producers: []ProducerSpec{producer("pa", 8, false, "a"), producer("pb", 6, false, "b")},
 				Nodes: []NodeSpec{
 					{Name: "A", Inputs: in("a", "b"), Sinks: []string{"c"}, Logic: Forward("c"),
 						Redeploy: &Redeploy{Inputs: in("a"), Sinks: []string{"c"}}, RedeployAt: 1},
-					{Name: "T", Inputs: []Ref{{Topic: "b", From: Earliest}, {Topic: "c", From: Latest}}, Join: JoinAfterRestart},
+					{Name: "T", Inputs: []Ref{{Topic: "b", From: Earliest}, {Topic: "c", From: AtFirstRedeploy}}, Join: JoinWhenQuiet},
 				}, Crashes: 2}
 		}},
 		{Name: "truncation", Build: func(r *rand.Rand) Spec {
@@ -260,5 +263,20 @@ func LateJoiner(from StartMode) Scenario {
 				{Name: "T", Inputs: in("b", "c"), Start: from, Join: JoinWhen,
 					JoinWhen: func(w *World) bool { return w.Broker.End(w.Broker.Topic("b").Channel(0)) > 0 }},
 			}, Steps: 2000}
+	}}
+}
+
+// CorruptStamp is the fail-closed probe: the producer's third record on a
+// carries a vc header that does not decode. A's node must refuse it (the
+// world stops with an error wrapping headers.ErrUndecodable) and must
+// never deliver it.
+func CorruptStamp() Scenario {
+	return Scenario{Name: "corrupt-stamp", Build: func(r *rand.Rand) Spec {
+		return Spec{Topics: topics(1, "a", "b"),
+			Producers: []ProducerSpec{{Name: "p", Targets: in("a"), Ops: 6, CorruptAt: 3}},
+			Nodes: []NodeSpec{
+				{Name: "A", Inputs: in("a"), Sinks: []string{"b"}, Logic: Forward("b")},
+				{Name: "B", Inputs: in("a", "b")},
+			}}
 	}}
 }

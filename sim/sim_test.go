@@ -26,7 +26,8 @@ func replay(sc string, seed uint64) string {
 }
 
 func scenario(t testing.TB, name string) Scenario {
-	for _, sc := range Scenarios() {
+	all := append(Scenarios(), LateJoiner(Latest), LateJoiner(Earliest), CorruptStamp())
+	for _, sc := range all {
 		if sc.Name == name {
 			return sc
 		}

@@ -50,6 +50,9 @@ type Options struct {
 	NewProtocol NewProtocol
 	// Fault makes every node shirk one host duty.
 	Fault HostFault
+	// ProtocolSabotage is set in every node's protocol.Config: the
+	// protocol's own test-only switches, for the self-tests.
+	ProtocolSabotage protocol.Sabotage
 	// Trace, when set, receives every trace line.
 	Trace func(string)
 }
@@ -75,6 +78,9 @@ type Result struct {
 	Violations []Violation
 	Stats      Stats
 	TraceHash  uint64
+	// Err is the error that stopped the world, if one did: a protocol
+	// refusal (errors.Is works) or a host failure.
+	Err error
 }
 
 // Failed reports whether the run broke an obligation.
@@ -101,6 +107,20 @@ type World struct {
 	step  int
 
 	crashes, retention, truncations int
+	redeployEnds                    map[headers.Channel]int64
+	err                             error
+}
+
+// snapshotEnds records every channel's log end (for AtFirstRedeploy).
+func (w *World) snapshotEnds() {
+	w.redeployEnds = map[headers.Channel]int64{}
+	for _, ts := range w.spec.Topics {
+		if t := w.Broker.Topic(ts.Name); t != nil {
+			for p := range t.Partitions() {
+				w.redeployEnds[t.Channel(int32(p))] = w.Broker.End(t.Channel(int32(p)))
+			}
+		}
+	}
 }
 
 // NewWorld builds a world from spec, seeded by seed.
@@ -379,6 +399,7 @@ func (w *World) Run(ctx context.Context) Result {
 		}
 		w.trace("%s", a.name)
 		if err := w.runAction(ctx, &a); err != nil {
+			w.err = err
 			w.Oracle.violate(HostError, nodeName(a.node), a.name+": "+err.Error())
 			break
 		}
@@ -407,7 +428,7 @@ func (w *World) Run(ctx context.Context) Result {
 		w.stats.PositionFolds += int(n.folds[0])
 		w.stats.SkippedRunFolds += int(n.folds[1])
 	}
-	return Result{Drained: drained, Violations: w.Oracle.violations, Stats: w.stats, TraceHash: w.hash.Sum64()}
+	return Result{Drained: drained, Violations: w.Oracle.violations, Stats: w.stats, TraceHash: w.hash.Sum64(), Err: w.err}
 }
 
 func nodeName(n *SimNode) string {
