@@ -147,6 +147,21 @@ func Scenarios() []Scenario {
 					{Name: "G", Inputs: in("b", "c"), Join: JoinWhenQuiet},
 				}, Crashes: 2}
 		}},
+		{Name: "head-fold", Build: func(r *rand.Rand) Spec {
+			// X writes b until it restarts, then c; its restart seed makes
+			// every c record claim the commit marker ending X's b history.
+			// Y relays c into b, behind that marker. T, joining once all is
+			// done, holds X's last b record (waiting on a) while Y's record
+			// arrives behind it: only the skipped-run fold behind the held
+			// head lets the c record, and so Y's record, deliver.
+			return Spec{Topics: topics(1, "a", "b", "c"),
+				Producers: []ProducerSpec{producer("p", 10, true, "a")},
+				Nodes: []NodeSpec{
+					{Name: "X", Inputs: in("a"), Sinks: []string{"b", "c"}, Logic: Forward("b"), LogicAfterRestart: Forward("c")},
+					{Name: "Y", Inputs: in("c"), Sinks: []string{"b"}, Logic: Forward("b")},
+					{Name: "T", Inputs: in("a", "b", "c"), Join: JoinWhenQuiet},
+				}, Crashes: 2}
+		}},
 		{Name: "multi-partition", Build: func(r *rand.Rand) Spec {
 			// A spreads its sends over two partitions; T consumes both, and
 			// only sequence claims order A's sends across them.

@@ -113,7 +113,7 @@ func TestProtocolSabotage(t *testing.T) {
 		{"DropHeldRecord", sw(protocol.SabotageDropHeldRecord), []string{"fanout", "multi-partition", "truncation", "soak"}, 50},
 		{"SkipReceiveFold", sw(protocol.SabotageSkipReceiveFold), []string{"linear", "diamond", "truncation"}, 30},
 		{"ForgetDeliveredSeqs", sw(protocol.SabotageForgetDeliveredSeqs), []string{"fanout", "request-reply", "multi-partition"}, 40},
-		{"SkipHeadFold", sw(protocol.SabotageSkipHeadFold), []string{"request-reply", "multi-partition", "own-outputs", "soak"}, 3},
+		{"SkipHeadFold", sw(protocol.SabotageSkipHeadFold), []string{"head-fold", "request-reply", "multi-partition", "own-outputs", "soak"}, 3},
 		{"SkipCarried", sw(protocol.SabotageSkipCarried), []string{"scope-shrink"}, 20},
 	})
 }

@@ -67,6 +67,7 @@ var (
 		"feedback":        {held, crashed, posFold},
 		"filter":          {held, crashed, posFold},
 		"trailing-marker": {held, crashed, posFold},
+		"head-fold":       {held, crashed, skippedRun},
 		"multi-partition": {held, crashHeld, restoredHeld, midStep, skippedRun},
 		"ticks":           {held, ticked, crashHeld, posFold},
 		"crash-chain":     {held, crashed, midStep, posFold},
