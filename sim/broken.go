@@ -77,7 +77,9 @@ const (
 )
 
 // Sabotages lists every sabotage, for the self-tests.
-var Sabotages = []Sabotage{IgnoreClaims, DropHeldRecord, StampReadAsAbsent, NoSequenceClaims, FrontierOnlyStamp}
+func Sabotages() []Sabotage {
+	return []Sabotage{IgnoreClaims, DropHeldRecord, StampReadAsAbsent, NoSequenceClaims, FrontierOnlyStamp}
+}
 
 func (s Sabotage) String() string {
 	switch s {

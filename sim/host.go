@@ -61,7 +61,9 @@ const (
 )
 
 // HostFaults lists every fault, for the self-tests.
-var HostFaults = []HostFault{BreakAtomicity, WithholdPositionAdvance, FeedOutOfOrder, SkipOwnOutputSeed}
+func HostFaults() []HostFault {
+	return []HostFault{BreakAtomicity, WithholdPositionAdvance, FeedOutOfOrder, SkipOwnOutputSeed, IgnoreLogStart}
+}
 
 func (f HostFault) String() string {
 	switch f {

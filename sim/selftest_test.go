@@ -66,7 +66,12 @@ func TestHostContractSelfTest(t *testing.T) {
 		{WithholdPositionAdvance.String(), Options{Fault: WithholdPositionAdvance}, []string{"trailing-marker", "filter"}, 25},
 		{FeedOutOfOrder.String(), Options{Fault: FeedOutOfOrder}, []string{"linear", "fanout", "soak"}, 90},
 		{SkipOwnOutputSeed.String(), Options{Fault: SkipOwnOutputSeed}, []string{"trailing-marker", "own-outputs"}, 25},
+		{IgnoreLogStart.String(), Options{Fault: IgnoreLogStart}, []string{"truncation", "soak"}, 25},
 	})
+	// Every fault has a row above.
+	if got := len(HostFaults()); got != 5 {
+		t.Errorf("%d host faults, 5 self-tested", got)
+	}
 }
 
 // TestSabotage: each deliberate protocol defect must be caught on a
