@@ -72,14 +72,14 @@ type NodeSpec struct {
 	// Partition) among Inputs: the node emits Ticks stamped records to it.
 	TickTopic string
 	Ticks     int
-	// Redeploy, when set, replaces Inputs and Sinks at the node's
-	// RedeployAt-th restart (1 = the first restart after a crash).
-	Redeploy   *Redeploy
-	RedeployAt int
+	// Redeploys replace Inputs and Sinks at the given restarts.
+	Redeploys []Redeploy
 }
 
-// Redeploy is a changed scope a node restarts into.
+// Redeploy is a changed scope a node restarts into at its At-th restart
+// (1 = the first restart after a crash).
 type Redeploy struct {
+	At     int
 	Inputs []Ref
 	Sinks  []string
 }
@@ -413,13 +413,19 @@ func (n *SimNode) start(ctx context.Context) error {
 		n.w.stats.Restarts++
 	}
 	prevInputs, prevSinks := n.inputs, n.sinks
-	redeploy := !first && n.spec.Redeploy != nil && n.restarts == n.spec.RedeployAt
+	var rd *Redeploy
+	for i := range n.spec.Redeploys {
+		if !first && n.spec.Redeploys[i].At == n.restarts {
+			rd = &n.spec.Redeploys[i]
+		}
+	}
+	redeploy := rd != nil
 	if redeploy {
-		ins, err := n.resolve(n.spec.Redeploy.Inputs)
+		ins, err := n.resolve(rd.Inputs)
 		if err != nil {
 			return err
 		}
-		n.inputs, n.sinks = ins, n.spec.Redeploy.Sinks
+		n.inputs, n.sinks = ins, rd.Sinks
 	}
 	cfg := protocol.Config{ApplicationID: "sim", Stage: n.spec.Name, Partition: n.spec.Partition,
 		Inputs: n.inputs, Store: nil, Offsets: n.w.Broker, Sabotage: n.w.opts.ProtocolSabotage}
@@ -442,7 +448,11 @@ func (n *SimNode) start(ctx context.Context) error {
 		// for a later restart.
 		n.w.stats.RedeploysRefused++
 		n.w.trace("redeploy-refused %s", n.spec.Name)
-		n.spec.RedeployAt++
+		for i := range n.spec.Redeploys {
+			if n.spec.Redeploys[i].At >= rd.At {
+				n.spec.Redeploys[i].At++ // this one and every later one wait a restart
+			}
+		}
 		n.inputs, n.sinks = prevInputs, prevSinks
 		n.restarts--
 		n.w.stats.Restarts--

@@ -55,6 +55,7 @@ var (
 	edgeAbort     = floor{"an aborted edge transaction", 20, func(s *Stats) bool { return s.EdgeAborts > 0 }}
 	ticked        = floor{"ticks emitted", 20, func(s *Stats) bool { return s.Ticks > 0 }}
 	redeployed    = floor{"a scope-shrinking redeploy", 20, func(s *Stats) bool { return s.Redeploys > 0 }}
+	regrown       = floor{"a shrink and a regrowth of the scope", 20, func(s *Stats) bool { return s.Redeploys >= 2 }}
 	retained      = floor{"retention advanced a log start", 20, func(s *Stats) bool { return s.Retentions > 0 }}
 	truncated     = floor{"a truncation sweep", 20, func(s *Stats) bool { return s.Truncations > 0 }}
 	scenarioFloor = map[string][]floor{
@@ -73,6 +74,7 @@ var (
 		"crash-chain":     {held, crashed, midStep, posFold},
 		"own-outputs":     {held, crashed, posFold},
 		"scope-shrink":    {redeployed, crashed},
+		"scope-regrow":    {regrown, held, crashed},
 		"truncation":      {held, retained, truncated, posFold},
 		"soak":            {held, crashHeld, restoredHeld, midStep, posFold, skippedRun, ticked, retained, truncated},
 	}

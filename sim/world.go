@@ -138,6 +138,7 @@ func NewWorld(spec Spec, seed uint64, opts Options) (*World, error) {
 		w.Broker.CreateTopic(t.Name, t.Partitions)
 	}
 	for _, ns := range spec.Nodes {
+		ns.Redeploys = slices.Clone(ns.Redeploys) // the node adjusts them
 		n := &SimNode{spec: ns, w: w, actor: w.Oracle.Actor(ns.Name, true), store: protocol.NewMemStore(),
 			pos: map[headers.Channel]int64{}, ticks: ns.Ticks, sinks: ns.Sinks}
 		ins, err := n.resolve(ns.Inputs)
