@@ -74,11 +74,14 @@ const (
 	// dropping advertised clocks of unconsumed channels, carried ancestry
 	// and own outputs (the ignore branch's hole).
 	FrontierOnlyStamp
+	// SkipTruncation: truncation sweeps do nothing, so stamps keep
+	// claiming topics that no longer exist.
+	SkipTruncation
 )
 
 // Sabotages lists every sabotage, for the self-tests.
 func Sabotages() []Sabotage {
-	return []Sabotage{IgnoreClaims, DropHeldRecord, StampReadAsAbsent, NoSequenceClaims, FrontierOnlyStamp}
+	return []Sabotage{IgnoreClaims, DropHeldRecord, StampReadAsAbsent, NoSequenceClaims, FrontierOnlyStamp, SkipTruncation}
 }
 
 func (s Sabotage) String() string {
@@ -95,6 +98,8 @@ func (s Sabotage) String() string {
 		return "no-sequence-claims"
 	case FrontierOnlyStamp:
 		return "frontier-only-stamp"
+	case SkipTruncation:
+		return "skip-truncation"
 	}
 	return "Sabotage(?)"
 }
@@ -152,4 +157,11 @@ func (b *sabotaged) PrepareSend(dest headers.Channel) (*headers.Stamp, error) {
 		st.Clock.RetainSeqs(func(e headers.SeqEntry) bool { return slices.Contains(b.inputs, e.Channel) })
 	}
 	return st, nil
+}
+
+func (b *sabotaged) TruncateToLogStarts(ctx context.Context) error {
+	if b.s == SkipTruncation {
+		return nil
+	}
+	return b.Protocol.TruncateToLogStarts(ctx)
 }

@@ -123,6 +123,7 @@ type SimNode struct {
 	folds [2]uint64                 // position folds and skipped-run folds of dead incarnations
 
 	restarts int
+	swept    int // step of the incarnation's last truncation sweep; -1 = none
 }
 
 // Name returns the node's name.
@@ -271,6 +272,11 @@ func (n *SimNode) send(em Emission) error {
 	for e := range st.Clock.OffsetEntries() {
 		if n.w.Broker.TopicByID(e.Channel.Topic) == nil {
 			return fmt.Errorf("sim: %s stamps a claim on unknown channel %v", n.spec.Name, e.Channel)
+		}
+		if at, gone := n.w.deletedAt[e.Channel.Topic]; gone && n.swept > at {
+			// Truncation: a topic that no longer exists is unclaimable,
+			// and a sweep after its deletion drops it from the stamp.
+			n.w.Oracle.violate(StaleClaim, n.spec.Name, fmt.Sprintf("stamp for %v still claims %v@%d, deleted at step %d, after a sweep at step %d", ch, e.Channel, e.Offset, at, n.swept))
 		}
 		if end := n.w.Broker.End(e.Channel); e.Offset < 0 || (end > 0 && e.Offset >= end) {
 			return fmt.Errorf("sim: %s stamps a claim on %v@%d, never appended (end %d)", n.spec.Name, e.Channel, e.Offset, end)
@@ -475,6 +481,7 @@ func (n *SimNode) start(ctx context.Context) error {
 	}
 	n.proto = p
 	n.state = up
+	n.swept = -1
 	if h := p.Counters().Held; h > 0 {
 		n.w.stats.RestoredHeld++
 	}

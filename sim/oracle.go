@@ -76,6 +76,9 @@ const (
 	// FailOpen: a record whose stamp does not decode was delivered; the
 	// protocol must refuse it rather than read it as absent.
 	FailOpen
+	// StaleClaim: a stamp still claims a deleted topic after a truncation
+	// sweep that should have dropped it.
+	StaleClaim
 )
 
 func (k ViolationKind) String() string {
@@ -98,6 +101,8 @@ func (k ViolationKind) String() string {
 		return "payload"
 	case FailOpen:
 		return "fail-open"
+	case StaleClaim:
+		return "stale-claim"
 	}
 	return fmt.Sprintf("ViolationKind(%d)", uint8(k))
 }

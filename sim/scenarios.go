@@ -233,6 +233,19 @@ func Scenarios() []Scenario {
 					{Name: "T", Inputs: in("b", "c")},
 				}, Crashes: 4}
 		}},
+		{Name: "former-sink", Build: func(r *rand.Rand) Spec {
+			// A writes b and c, then restarts without b: its end offsets
+			// fold into carried ancestry. b is then deleted and recreated
+			// under a new ID; truncation sweeps must drop the old b from
+			// A's stamps, and T keeps judging A's c output and a.
+			return Spec{Topics: topics(1, "a", "b", "c"),
+				Producers: []ProducerSpec{producer("p", 20, true, "a")},
+				Nodes: []NodeSpec{
+					{Name: "A", Inputs: in("a"), Sinks: []string{"b", "c"}, Logic: Forward("b", "c"), LogicAfterRestart: Forward("c"),
+						Redeploys: []Redeploy{{At: 1, Inputs: in("a"), Sinks: []string{"c"}}}},
+					{Name: "T", Inputs: in("a", "c")},
+				}, Crashes: 3, Truncations: 20, Recreate: []string{"b"}}
+		}},
 		{Name: "truncation", Build: func(r *rand.Rand) Spec {
 			// Retention and truncation sweeps mid-history, and a from-earliest
 			// joiner arriving after both.

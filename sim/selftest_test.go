@@ -81,6 +81,7 @@ func TestSabotage(t *testing.T) {
 		{DropHeldRecord.String(), Options{NewProtocol: Sabotaged(DropHeldRecord)}, []string{"fanout", "multi-partition", "soak"}, 80},
 		{StampReadAsAbsent.String(), Options{NewProtocol: Sabotaged(StampReadAsAbsent)}, []string{"fanout", "request-reply", "soak"}, 80},
 		{NoSequenceClaims.String(), Options{NewProtocol: Sabotaged(NoSequenceClaims)}, []string{"fanout", "request-reply", "multi-partition", "own-outputs"}, 80},
+		{SkipTruncation.String(), Options{NewProtocol: Sabotaged(SkipTruncation)}, []string{"former-sink"}, 20},
 		{FrontierOnlyStamp.String(), Options{NewProtocol: Sabotaged(FrontierOnlyStamp)}, []string{"linear", "diamond", "trailing-marker", "own-outputs", "scope-shrink"}, 30},
 	})
 }

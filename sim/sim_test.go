@@ -56,6 +56,8 @@ var (
 	ticked        = floor{"ticks emitted", 20, func(s *Stats) bool { return s.Ticks > 0 }}
 	redeployed    = floor{"a scope-shrinking redeploy", 20, func(s *Stats) bool { return s.Redeploys > 0 }}
 	regrown       = floor{"a shrink and a regrowth of the scope", 20, func(s *Stats) bool { return s.Redeploys >= 2 }}
+	recreated     = floor{"a former sink deleted and recreated", 20, func(s *Stats) bool { return s.Recreated > 0 }}
+	sweptAfter    = floor{"a truncation sweep after a topic was recreated", 20, func(s *Stats) bool { return s.SweptAfterRecreate > 0 }}
 	retained      = floor{"retention advanced a log start", 20, func(s *Stats) bool { return s.Retentions > 0 }}
 	truncated     = floor{"a truncation sweep", 20, func(s *Stats) bool { return s.Truncations > 0 }}
 	scenarioFloor = map[string][]floor{
@@ -75,6 +77,7 @@ var (
 		"own-outputs":     {held, crashed, posFold},
 		"scope-shrink":    {redeployed, crashed},
 		"scope-regrow":    {regrown, held, crashed},
+		"former-sink":     {recreated, sweptAfter, crashed},
 		"truncation":      {held, retained, truncated, posFold},
 		"soak":            {held, crashHeld, restoredHeld, midStep, posFold, skippedRun, ticked, retained, truncated},
 	}

@@ -35,6 +35,10 @@ type Spec struct {
 	// Steps is the step budget: a world that has not drained by then fails
 	// as wedged. Zero means 20000.
 	Steps int
+	// Recreate names topics the scheduler deletes and recreates under a
+	// new topic ID once some node has redeployed away from them. No
+	// producer may target them, and no node may consume them then.
+	Recreate []string
 }
 
 // Scenario builds a Spec; it may draw the topology's shape from r.
@@ -59,15 +63,15 @@ type Options struct {
 
 // Stats are what a run exercised: the anti-vacuity evidence.
 type Stats struct {
-	Steps, Deliveries, Sends, Ticks          int
-	Crashes, MidStepCrashes, CrashWhileHeld  int
-	Restarts, Redeploys, RestoredHeld        int
-	RedeploysRefused                         int
-	PositionAdvances, PositionFolds          int
-	SkippedRunFolds, Retentions, Truncations int
-	EdgeAborts                               int
-	Held                                     bool // some node held a record at the gate
-	held                                     bool
+	Steps, Deliveries, Sends, Ticks           int
+	Crashes, MidStepCrashes, CrashWhileHeld   int
+	Restarts, Redeploys, RestoredHeld         int
+	RedeploysRefused                          int
+	PositionAdvances, PositionFolds           int
+	SkippedRunFolds, Retentions, Truncations  int
+	EdgeAborts, Recreated, SweptAfterRecreate int
+	Held                                      bool // some node held a record at the gate
+	held                                      bool
 }
 
 // Result is the outcome of one run.
@@ -109,6 +113,8 @@ type World struct {
 	crashes, retention, truncations int
 	redeployEnds                    map[headers.Channel]int64
 	err                             error
+	recreated                       int
+	deletedAt                       map[headers.TopicID]int // topic → step of its deletion
 }
 
 // snapshotEnds records every channel's log end (for AtFirstRedeploy).
@@ -133,7 +139,8 @@ func NewWorld(spec Spec, seed uint64, opts Options) (*World, error) {
 	}
 	w := &World{Broker: NewBroker(), Oracle: NewOracle(), spec: spec, opts: opts,
 		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), hash: fnv.New64a(),
-		crashes: spec.Crashes, retention: spec.Retention, truncations: spec.Truncations}
+		crashes: spec.Crashes, retention: spec.Retention, truncations: spec.Truncations,
+		deletedAt: map[headers.TopicID]int{}}
 	for _, t := range spec.Topics {
 		w.Broker.CreateTopic(t.Name, t.Partitions)
 	}
@@ -298,6 +305,10 @@ func (w *World) actions() []action {
 				acts = append(acts, action{name: "truncate " + n.spec.Name, weight: 1, node: n, run: func(ctx context.Context) error {
 					w.truncations--
 					w.stats.Truncations++
+					n.swept = w.step
+					if w.recreated > 0 {
+						w.stats.SweptAfterRecreate++
+					}
 					return n.inStep(func() error { return n.proto.TruncateToLogStarts(ctx) })
 				}})
 			}
@@ -305,6 +316,19 @@ func (w *World) actions() []action {
 	}
 	if w.retention > 0 {
 		acts = append(acts, action{name: "retention", weight: 1, run: w.retain})
+	}
+	if w.recreated < len(w.spec.Recreate) && w.stats.Redeploys > 0 {
+		name := w.spec.Recreate[w.recreated]
+		acts = append(acts, action{name: "recreate " + name, weight: 4, run: func(context.Context) error {
+			w.recreated++
+			if old := w.Broker.Topic(name); old != nil {
+				w.deletedAt[old.ID] = w.step
+				w.Broker.DeleteTopic(name)
+				w.Broker.CreateTopic(name, old.Partitions())
+				w.stats.Recreated++
+			}
+			return nil
+		}})
 	}
 	return acts
 }
