@@ -23,7 +23,7 @@ func (n *Node) OnRecord(rec *Record) ([]Delivery, error) {
 	if err := n.check(op); err != nil {
 		return nil, err
 	}
-	n.out = n.out[:0]
+	n.resetOut()
 	in, ok := n.byChan[rec.Channel]
 	if !ok {
 		return nil, coordErr(op, rec.Channel, rec.Offset, ErrUndeclaredChannel)
@@ -99,7 +99,7 @@ func (n *Node) PositionAdvance(ch headers.Channel, pos int64) ([]Delivery, error
 	if err := n.check(op); err != nil {
 		return nil, err
 	}
-	n.out = n.out[:0]
+	n.resetOut()
 	in, ok := n.byChan[ch]
 	if !ok {
 		return nil, coordErr(op, ch, pos, ErrUndeclaredChannel)
@@ -132,7 +132,7 @@ func (n *Node) Release() ([]Delivery, error) {
 	if err := n.check("Release"); err != nil {
 		return nil, err
 	}
-	n.out = n.out[:0]
+	n.resetOut()
 	if err := n.cascade(); err != nil {
 		return nil, err
 	}
@@ -323,4 +323,14 @@ func (n *Node) loadHead(in *input) error {
 	}
 	q.loaded = true
 	return nil
+}
+
+// resetOut empties the delivery slice for a new call, dropping it after a
+// large cascade so its records and stamps are not kept alive.
+func (n *Node) resetOut() {
+	if cap(n.out) > 1024 {
+		n.out = nil
+		return
+	}
+	n.out = n.out[:0]
 }

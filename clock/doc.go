@@ -1,0 +1,40 @@
+// Package clock gives a plain franz-go producer the causal stamps a Parsley
+// stage writes, with nothing but franz-go beside it.
+//
+// Topologies begin and end at plain producers and consumers. A Clock is a
+// running view of one producer's causal past: fold what you consumed
+// (Observe), fold your own acknowledged sends (RecordProduced, or a
+// Promise), and stamp each outgoing record (Stamp). A receiving stage then
+// delivers the record only after everything it claims.
+//
+//	clk := clock.New(admin)
+//	for _, in := range consumed {
+//		handle(in)
+//		if err := clk.Observe(in); err != nil { ... } // its coordinate and its carried clock
+//	}
+//	out := &kgo.Record{Topic: "orders", Value: v}
+//	if err := clk.Stamp(ctx, out); err != nil { ... }
+//	res := client.ProduceSync(ctx, out)            // sequential: wait for the ack
+//	if err := res.FirstErr(); err == nil {
+//		err = clk.RecordProduced(res[0].Record) // the next send claims this one
+//	}
+//
+// The sequential pattern — send, await the acknowledgement, fold it — is
+// what orders a producer's own sends across topics and partitions. A
+// producer that pipelines sends without folding acknowledgements still
+// writes valid stamps; it does not claim its own in-flight records, so their
+// mutual order is not asserted. A producer that stamps nothing claims
+// nothing, and its records deliver immediately everywhere: stamp the
+// producers whose order matters, one at a time.
+//
+// Plain consumers need nothing. ReadSender and ReadRecordStamp read a
+// record's metadata for observability.
+//
+// Channels are named by topic ID, not name, so a topic deleted and
+// recreated under the same name is a different channel. A Resolver maps
+// names to IDs through the admin API and caches the answers; claims folded
+// on one incarnation keep naming it.
+//
+// AppendStamp, ObserveHeaders and Clock.Produced serve other Kafka client
+// libraries through any header type shaped like headers.Header.
+package clock
