@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -101,9 +100,18 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 	return c, nil
 }
 
+// TB is the part of testing.TB that New uses. It is spelled out so that
+// programs (the observer's demo, examples) can import this package without
+// importing testing.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Cleanup(func())
+}
+
 // New starts a cluster for t and closes it when t ends. It stops the test
 // if the cluster cannot start.
-func New(t testing.TB, opts ...Option) *Cluster {
+func New(t TB, opts ...Option) *Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
