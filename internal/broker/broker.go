@@ -138,9 +138,9 @@ func (c *Cluster) Fake() *kfake.Cluster { return c.fake }
 
 // NewClient returns a new client for the cluster. The defaults suit tests:
 // the seed brokers, a metadata minimum age of 100ms (franz-go's default of
-// 5s would make a test that deletes and recreates a topic wait), and a
-// 10s request timeout overhead cap. opts come after the defaults and may
-// override them. The caller closes the client.
+// 5s would make a test that deletes and recreates a topic wait), and
+// retries that give up after 10s rather than hang a test. opts come after
+// the defaults and may override them. The caller closes the client.
 func (c *Cluster) NewClient(opts ...kgo.Opt) (*kgo.Client, error) {
 	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(c.addrs...),
