@@ -22,7 +22,7 @@ func wideClock(n int) *headers.Clock {
 	return c
 }
 
-func benchClock(b *testing.B, opts ...clock.Option) (*clock.Clock, *broker.Cluster) {
+func benchClock(b testing.TB, opts ...clock.Option) (*clock.Clock, *broker.Cluster) {
 	c := broker.New(b, broker.Topics(broker.Topic{Name: "bench"}))
 	clk := clock.New(c.Admin(), opts...)
 	for e := range wideClock(benchWidth).OffsetEntries() {
