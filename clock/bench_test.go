@@ -2,6 +2,7 @@ package clock_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/parsley-go/parsley/clock"
 	"github.com/parsley-go/parsley/headers"
@@ -21,7 +22,7 @@ func wideClock(n int) *headers.Clock {
 	return c
 }
 
-func benchClock(b *testing.B, opts ...clock.Option) (*clock.Clock, *broker.Cluster) {
+func benchClock(b testing.TB, opts ...clock.Option) (*clock.Clock, *broker.Cluster) {
 	c := broker.New(b, broker.Topics(broker.Topic{Name: "bench"}))
 	clk := clock.New(c.Admin(), opts...)
 	for e := range wideClock(benchWidth).OffsetEntries() {
@@ -126,4 +127,50 @@ func BenchmarkObserve(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkStampRatio interleaves a fold-then-stamp with the bare encoder
+// over a clock of the same width, timing each, and reports their ratio:
+// on a shared machine the load moves both alike, so the ratio holds where
+// the absolute figures do not.
+func BenchmarkStampRatio(b *testing.B) {
+	clk, _ := benchClock(b)
+	ctx := testCtx(b)
+	control := wideClock(benchWidth)
+	rec := &kgo.Record{Topic: "bench"}
+	at := headers.Coordinate{Channel: ch(headers.TopicID{1, 3}, 7), Offset: 5000}
+	var stamp, encode time.Duration
+	doStamp := func() {
+		t0 := time.Now()
+		at.Offset++
+		if err := clk.ProducedAt(at); err != nil {
+			b.Fatal(err)
+		}
+		rec.Headers = nil
+		if err := clk.Stamp(ctx, rec); err != nil {
+			b.Fatal(err)
+		}
+		stamp += time.Since(t0)
+	}
+	doEncode := func() {
+		t0 := time.Now()
+		if _, err := headers.EncodeVC(control); err != nil {
+			b.Fatal(err)
+		}
+		encode += time.Since(t0)
+	}
+	// Alternate which goes first, so neither always pays for the other's
+	// garbage or cache misses.
+	for i := 0; b.Loop(); i++ {
+		if i%2 == 0 {
+			doStamp()
+			doEncode()
+		} else {
+			doEncode()
+			doStamp()
+		}
+	}
+	b.ReportMetric(float64(stamp)/float64(encode), "stamp/encode")
+	b.ReportMetric(float64(stamp.Nanoseconds())/float64(b.N), "stamp-ns/op")
+	b.ReportMetric(float64(encode.Nanoseconds())/float64(b.N), "encode-ns/op")
 }

@@ -809,3 +809,12 @@ func TestResolverKeepsTheNewerWord(t *testing.T) {
 		t.Fatal("a lookup begun after Forget was not cached")
 	}
 }
+
+func TestUnknownDialectIsRefused(t *testing.T) {
+	c := cluster(t, broker.Topic{Name: "x"})
+	clk := clock.New(c.Admin(), clock.WithDialect(headers.Dialect(9)))
+	rec := &kgo.Record{Topic: "x"}
+	if err := clk.Stamp(testCtx(t), rec); !errors.Is(err, headers.ErrUnencodable) || len(rec.Headers) != 0 {
+		t.Errorf("unknown dialect: err = %v, %d headers; want ErrUnencodable and none", err, len(rec.Headers))
+	}
+}

@@ -127,3 +127,21 @@ func describe(ctx context.Context, admin *kadm.Client, rec *kgo.Record) string {
 	slices.Sort(cs)
 	return fmt.Sprintf("%s@%d claims %s", rec.Topic, rec.Offset, strings.Join(cs, " "))
 }
+
+// Reading the sender tag of a record a stage sent, for observability.
+func ExampleReadSender() {
+	var s headers.Stamp
+	s.Tagged, s.Sender, s.Seq = true, headers.SenderID{0x0f, 0x1e}, 41
+	hs, err := headers.AppendStamp[kgo.RecordHeader](nil, &s, headers.DialectVC)
+	if err != nil {
+		log.Fatal(err)
+	}
+	sender, seq, ok, err := clock.ReadSender(hs)
+	fmt.Println(sender, seq, ok, err)
+
+	_, _, ok, err = clock.ReadSender([]kgo.RecordHeader{{Key: "trace-id"}})
+	fmt.Println(ok, err)
+	// Output:
+	// 0f1e0000-0000-0000-0000-000000000000 41 true <nil>
+	// false <nil>
+}

@@ -61,7 +61,15 @@ const DefaultTopicIDMaxAge = 30 * time.Second
 //
 // Lookups bypass franz-go's metadata cache, which would otherwise answer
 // with the old ID for up to the client's MetadataMinAge (5s by default)
-// after a recreation.
+// after a recreation. (franz-go's producer itself does not follow a
+// recreation: it keeps failing sends with UNKNOWN_TOPIC_ID until the topic
+// is purged from the client with PurgeTopicsFromClient.)
+//
+// One window remains: a send acknowledged on a new incarnation while the
+// resolver still holds a fresh answer naming the old one is folded under
+// the old ID. It needs the topic deleted, recreated and written again
+// within the max age, with no produce error reported in between; lower the
+// max age where topics are recreated under live producers.
 type Resolver struct {
 	admin  *kadm.Client
 	maxAge time.Duration
