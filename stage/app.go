@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -637,7 +638,43 @@ func (a *App) checkTopology(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("%w: stage %q: changelog %q has %d partitions, sources (%s) have %d", ErrTopology, s.name, cl, m.partitions, first, parts))
 		}
 	}
+	errs = append(errs, a.checkCompacted(ctx)...)
 	return errors.Join(errs...)
+}
+
+// checkCompacted refuses changelogs that are not compacted: under the
+// delete policy retention would silently drop state a restore needs.
+func (a *App) checkCompacted(ctx context.Context) []error {
+	var names []string
+	for _, s := range a.stages {
+		if n := ChangelogTopic(a.cfg.ApplicationID, s.name); a.topics[n].partitions > 0 {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	rcs, err := a.admin.DescribeTopicConfigs(ctx, names...)
+	if err != nil {
+		return []error{fmt.Errorf("stage: describe changelog configs: %w", err)}
+	}
+	var errs []error
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			errs = append(errs, fmt.Errorf("stage: describe configs of %q: %w", rc.Name, rc.Err))
+			continue
+		}
+		policy := "delete"
+		for _, c := range rc.Configs {
+			if c.Key == "cleanup.policy" && c.Value != nil {
+				policy = *c.Value
+			}
+		}
+		if !strings.Contains(policy, "compact") {
+			errs = append(errs, fmt.Errorf("%w: changelog %q has cleanup.policy=%s; it must be compact", ErrTopology, rc.Name, policy))
+		}
+	}
+	return errs
 }
 
 type brokerOffsets struct{ a *App }
