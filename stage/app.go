@@ -72,6 +72,8 @@ type hooks struct {
 	onSession func(*kgo.GroupTransactSession)
 	// afterCommit runs after a committed step's stores are written.
 	afterCommit func()
+	// afterAbort runs after a step that did not commit.
+	afterAbort func()
 }
 
 type topicMeta struct {
@@ -425,6 +427,9 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	}
 	for _, t := range a.tasks {
 		t.reset()
+	}
+	if a.hooks.afterAbort != nil {
+		a.hooks.afterAbort()
 	}
 	if endErr != nil {
 		return fmt.Errorf("stage: end transaction: %w", endErr)
