@@ -490,6 +490,9 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 	for _, id := range ids {
 		t := a.tasks[id]
 		if t.node != nil {
+			if time.Since(t.swept) >= a.cfg.TruncateInterval {
+				t.sweep(ctx)
+			}
 			continue
 		}
 		if starts == nil {

@@ -37,6 +37,7 @@ type task struct {
 	batch  *protocol.Batch
 	clNext int64 // one past the last changelog offset produced in the step; -1 none
 	stamp  headers.Stamp
+	swept  time.Time  // last truncation sweep
 	msg    rawMessage // the delivery being processed, reused
 	fold   foldState  // its state view, reused
 
@@ -92,6 +93,7 @@ func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts
 		return t.initErr(err)
 	}
 	t.node = n
+	t.sweep(ctx)
 	ds, err := n.Release()
 	if err != nil {
 		return t.stepErr("", -1, err)
@@ -115,6 +117,15 @@ func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts
 		}
 	}
 	return nil
+}
+
+// sweep drops stamp claims below the log starts of the topics they name.
+// A failed sweep changes nothing and is retried at the next interval.
+func (t *task) sweep(ctx context.Context) {
+	t.swept = time.Now()
+	if err := t.node.TruncateToLogStarts(ctx); err != nil {
+		t.app.log.Warn("stage: truncation sweep failed", "stage", t.st.name, "partition", t.partition, "err", err)
+	}
 }
 
 func (t *task) stepErr(topic string, offset int64, err error) error {
