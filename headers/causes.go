@@ -24,11 +24,12 @@ const minGroupSize = 16 + 1 + 1 + 8
 // CausesSize returns the encoded length of c in the causes dialect. It
 // assumes c is encodable (see AppendCauses).
 func CausesSize(c *Clock) int {
-	n := 1 + uvarintLen(uint32(countTopics(c.offsets)))
-	for i := 0; i < len(c.offsets); {
+	es := c.offsets
+	n := 1 + uvarintLen(uint32(countTopics(es)))
+	for i := 0; i < len(es); {
 		j := i
-		for j < len(c.offsets) && c.offsets[j].Channel.Topic == c.offsets[i].Channel.Topic {
-			n += uvarintLen(uint32(c.offsets[j].Channel.Partition)) + 8
+		for j < len(es) && es[j].key.sameTopic(es[i].key) {
+			n += uvarintLen(uint32(es[j].key.part)) + 8
 			j++
 		}
 		n += 16 + uvarintLen(uint32(j-i))
@@ -37,10 +38,10 @@ func CausesSize(c *Clock) int {
 	return n
 }
 
-func countTopics(es []OffsetEntry) int {
+func countTopics(es []offsetEntry) int {
 	n := 0
 	for i := range es {
-		if i == 0 || es[i].Channel.Topic != es[i-1].Channel.Topic {
+		if i == 0 || !es[i].key.sameTopic(es[i-1].key) {
 			n++
 		}
 	}
@@ -67,41 +68,148 @@ func AppendCauses(dst []byte, c *Clock) ([]byte, error) {
 	return appendCauses(dst, c), nil
 }
 
+// zeroTopicKey is the in-memory form of the reserved zero topic ID.
+var zeroTopicKey = keyOf(Channel{})
+
 func checkCauses(c *Clock) error {
 	if len(c.seqs) > 0 {
-		return &EncodeError{Dialect: HeaderCauses, Reason: "sequence entries cannot be expressed (first on channel " + c.seqs[0].Channel.String() + ")"}
+		return &EncodeError{Dialect: HeaderCauses, Reason: "sequence entries cannot be expressed (first on channel " + c.seqs[0].key.channel().String() + ")"}
 	}
-	for _, e := range c.offsets {
+	for i := range c.offsets {
+		e := &c.offsets[i]
 		switch {
-		case e.Channel.Topic.IsZero():
+		case e.key.sameTopic(zeroTopicKey):
 			return &EncodeError{Dialect: HeaderCauses, Reason: "zero topic ID"}
-		case e.Channel.Partition < 0:
-			return &EncodeError{Dialect: HeaderCauses, Reason: "negative partition on channel " + e.Channel.String()}
-		case e.Offset < 0 || e.Offset >= maxPosition:
-			return &EncodeError{Dialect: HeaderCauses, Reason: "position " + itoa(e.Offset) + " out of range on channel " + e.Channel.String()}
+		case e.key.part < 0:
+			return &EncodeError{Dialect: HeaderCauses, Reason: "negative partition on channel " + e.key.channel().String()}
+		case e.off < 0 || e.off >= maxPosition:
+			return &EncodeError{Dialect: HeaderCauses, Reason: "position " + itoa(e.off) + " out of range on channel " + e.key.channel().String()}
 		}
 	}
 	return nil
 }
 
 func appendCauses(dst []byte, c *Clock) []byte {
+	es := c.offsets
 	dst = append(dst, CausesVersion)
-	dst = appendUvarint(dst, uint32(countTopics(c.offsets)))
-	for i := 0; i < len(c.offsets); {
-		topic := c.offsets[i].Channel.Topic
+	dst = appendUvarint(dst, uint32(countTopics(es)))
+	if mixedLowHalves(es) {
+		forGroupsInOrder(es, compareTopicBytes, func(g []offsetEntry) { dst = appendGroups(dst, g) })
+		return dst
+	}
+	// Signed order puts IDs with the top bit set first; unsigned byte
+	// order puts them last. Nothing else differs, so swap the two runs.
+	s := splitTopBit(es)
+	dst = appendGroups(dst, es[s:])
+	return appendGroups(dst, es[:s])
+}
+
+// appendGroups encodes the topic groups of es, in the order given.
+func appendGroups(dst []byte, es []offsetEntry) []byte {
+	for i := 0; i < len(es); {
 		j := i + 1
-		for j < len(c.offsets) && c.offsets[j].Channel.Topic == topic {
+		for j < len(es) && es[j].key.sameTopic(es[i].key) {
 			j++
 		}
-		dst = append(dst, topic[:]...)
+		dst = binary.BigEndian.AppendUint64(dst, es[i].key.hi^signBit)
+		dst = binary.BigEndian.AppendUint64(dst, es[i].key.lo^signBit)
 		dst = appendUvarint(dst, uint32(j-i))
-		for _, e := range c.offsets[i:j] {
-			dst = appendUvarint(dst, uint32(e.Channel.Partition))
-			dst = binary.BigEndian.AppendUint64(dst, uint64(e.Offset))
+		for k := i; k < j; k++ {
+			dst = appendUvarint(dst, uint32(es[k].key.part))
+			dst = binary.BigEndian.AppendUint64(dst, uint64(es[k].off))
 		}
 		i = j
 	}
 	return dst
+}
+
+// splitTopBit returns the index where the top bit of the topics' most
+// significant halves changes; entries sorted in either order change it at
+// most once.
+func splitTopBit(es []offsetEntry) int {
+	for i := 1; i < len(es); i++ {
+		if es[i].key.hi>>63 != es[0].key.hi>>63 {
+			return i
+		}
+	}
+	return len(es)
+}
+
+// mixedLowHalves reports whether two different topics share their most
+// significant half but differ in the top bit of the least significant one:
+// the only case where swapping runs does not convert between the orders.
+func mixedLowHalves(es []offsetEntry) bool {
+	for i := 1; i < len(es); i++ {
+		a, b := es[i-1].key, es[i].key
+		if a.hi == b.hi && a.lo != b.lo && a.lo>>63 != b.lo>>63 {
+			return true
+		}
+	}
+	return false
+}
+
+// compareTopicSigned and compareTopicBytes order the topics of two keys:
+// the clock's (Java's signed) order, and the causes dialect's unsigned byte
+// order.
+func compareTopicSigned(a, b chanKey) int {
+	switch {
+	case a.hi != b.hi:
+		return cmpU64(a.hi, b.hi)
+	case a.lo != b.lo:
+		return cmpU64(a.lo, b.lo)
+	}
+	return 0
+}
+
+func compareTopicBytes(a, b chanKey) int {
+	switch {
+	case a.hi != b.hi:
+		return cmpU64(a.hi^signBit, b.hi^signBit)
+	case a.lo != b.lo:
+		return cmpU64(a.lo^signBit, b.lo^signBit)
+	}
+	return 0
+}
+
+// topicClass sorts a topic into one of four classes by the top bits of its
+// two halves. Within a class, the clock's signed order and the causes
+// dialect's unsigned byte order agree, so converting between the two orders
+// is a four-way merge of already sorted runs: linear, and allocation-free.
+func topicClass(k chanKey) int { return int(k.hi>>63)<<1 | int(k.lo>>63) }
+
+// forGroupsInOrder calls f for each topic group of es (entries sorted by
+// either order, so each topic's entries are contiguous and the groups of one
+// class are in both orders at once) in the order cmp gives.
+func forGroupsInOrder(es []offsetEntry, cmp func(a, b chanKey) int, f func([]offsetEntry)) {
+	n := len(es)
+	nextOfClass := func(from, k int) int {
+		for from < n && topicClass(es[from].key) != k {
+			from++
+		}
+		return from
+	}
+	var cur [4]int
+	for k := range cur {
+		cur[k] = nextOfClass(0, k)
+	}
+	for {
+		best := -1
+		for k := range cur {
+			if cur[k] < n && (best < 0 || cmp(es[cur[k]].key, es[cur[best]].key) < 0) {
+				best = k
+			}
+		}
+		if best < 0 {
+			return
+		}
+		i := cur[best]
+		j := i + 1
+		for j < n && es[j].key.sameTopic(es[i].key) {
+			j++
+		}
+		f(es[i:j])
+		cur[best] = nextOfClass(j, best)
+	}
 }
 
 // DecodeCauses decodes a parsley.causes value.
@@ -150,19 +258,19 @@ func decodeCauses(c *Clock, b []byte) error {
 	if int64(topics)*minGroupSize > int64(len(b)-p) {
 		return causesErr(p-n, "topic count "+itoa(int64(topics))+" exceeds the value's length")
 	}
-	var prevTopic TopicID
+	var prev chanKey
 	for g := 0; g < int(topics); g++ {
 		if len(b)-p < 16 {
 			return causesErr(p, "truncated topic ID")
 		}
-		topic := TopicID(b[p : p+16])
-		if topic.IsZero() {
+		key := chanKey{hi: binary.BigEndian.Uint64(b[p:]) ^ signBit, lo: binary.BigEndian.Uint64(b[p+8:]) ^ signBit}
+		if key.sameTopic(zeroTopicKey) {
 			return causesErr(p, "zero topic ID")
 		}
-		if g > 0 && prevTopic.Compare(topic) >= 0 {
+		if g > 0 && compareTopicBytes(prev, key) >= 0 {
 			return causesErr(p, "topic IDs not strictly ascending")
 		}
-		prevTopic = topic
+		prev = key
 		p += 16
 		parts, n, err := readUvarint(b, p)
 		if err != nil {
@@ -197,19 +305,45 @@ func decodeCauses(c *Clock, b []byte) error {
 				return causesErr(p, "position 2^63-1 is reserved")
 			}
 			p += 8
-			c.offsets = append(c.offsets, OffsetEntry{Channel: Channel{Topic: topic, Partition: int32(part)}, Offset: pos})
+			key.part = int32(part)
+			c.offsets = append(c.offsets, offsetEntry{key: key, off: pos})
 		}
 	}
 	if p != len(b) {
 		return causesErr(p, itoa(int64(len(b)-p))+" trailing bytes")
 	}
+	if topics > 1 && !groupsSorted(c.offsets) {
+		// The wire lists topics in unsigned byte order; the clock keeps
+		// Java's signed order.
+		es := c.offsets
+		spare := c.spare[:0]
+		if mixedLowHalves(es) {
+			forGroupsInOrder(es, compareTopicSigned, func(g []offsetEntry) { spare = append(spare, g...) })
+		} else {
+			s := splitTopBit(es)
+			spare = append(append(spare, es[s:]...), es[:s]...)
+		}
+		c.offsets, c.spare = spare, es
+	}
 	return nil
+}
+
+func groupsSorted(es []offsetEntry) bool {
+	for i := 1; i < len(es); i++ {
+		if compareTopicSigned(es[i-1].key, es[i].key) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // readUvarint reads a minimal base-128 varint of at most five bytes spelling
 // a value in [0, 2³¹−1], starting at b[p]. It returns the value and its
 // length.
 func readUvarint(b []byte, p int) (uint32, int, error) {
+	if p < len(b) && b[p] < 0x80 { // one byte: the common case
+		return uint32(b[p]), 1, nil
+	}
 	var v uint32
 	for i := 0; i < 5; i++ {
 		if p+i >= len(b) {

@@ -1,6 +1,7 @@
 package headers
 
 import (
+	"encoding/binary"
 	"iter"
 	"slices"
 )
@@ -24,58 +25,148 @@ type SeqEntry struct {
 // empty clock, ready to use.
 //
 // Entries are kept sorted (offset entries by channel, sequence entries by
-// channel then sender), so iteration is deterministic, equal clocks encode to
-// identical bytes, and merge and dominance are linear walks. A Clock is not
-// safe for concurrent mutation.
+// channel then sender, in Channel.Compare order), so iteration is
+// deterministic, equal clocks encode to identical bytes, and merge and
+// dominance are linear walks. A Clock is not safe for concurrent mutation,
+// and must not be copied by value once used: copies share storage. Use Clone
+// or CopyFrom.
 type Clock struct {
-	offsets []OffsetEntry
-	seqs    []SeqEntry
+	offsets []offsetEntry
+	seqs    []seqEntry
+
+	// spare is storage DecodeCausesInto reorders into; kept so a reused
+	// clock decodes without allocating.
+	spare []offsetEntry
 }
 
-func compareSeqKey(a SeqEntry, ch Channel, s SenderID) int {
-	if r := a.Channel.Compare(ch); r != 0 {
+// The in-memory form of a channel keeps the topic ID as two integers with
+// the sign bit flipped, so plain unsigned comparisons give Java's signed
+// UUID order and equality is three machine compares.
+type chanKey struct {
+	hi, lo uint64
+	part   int32
+}
+
+const signBit = 1 << 63
+
+func keyOf(ch Channel) chanKey {
+	return chanKey{
+		hi:   binary.BigEndian.Uint64(ch.Topic[:8]) ^ signBit,
+		lo:   binary.BigEndian.Uint64(ch.Topic[8:]) ^ signBit,
+		part: ch.Partition,
+	}
+}
+
+func (k chanKey) channel() Channel {
+	var ch Channel
+	binary.BigEndian.PutUint64(ch.Topic[:8], k.hi^signBit)
+	binary.BigEndian.PutUint64(ch.Topic[8:], k.lo^signBit)
+	ch.Partition = k.part
+	return ch
+}
+
+func (k chanKey) sameTopic(o chanKey) bool { return k.hi == o.hi && k.lo == o.lo }
+
+func (k chanKey) compare(o chanKey) int {
+	switch {
+	case k.hi != o.hi:
+		return cmpU64(k.hi, o.hi)
+	case k.lo != o.lo:
+		return cmpU64(k.lo, o.lo)
+	case k.part < o.part:
+		return -1
+	case k.part > o.part:
+		return 1
+	}
+	return 0
+}
+
+func cmpU64(a, b uint64) int {
+	if a < b {
+		return -1
+	}
+	return 1
+}
+
+type senderKey struct{ hi, lo uint64 }
+
+func senderKeyOf(s SenderID) senderKey {
+	return senderKey{binary.BigEndian.Uint64(s[:8]) ^ signBit, binary.BigEndian.Uint64(s[8:]) ^ signBit}
+}
+
+func (k senderKey) id() SenderID {
+	var s SenderID
+	binary.BigEndian.PutUint64(s[:8], k.hi^signBit)
+	binary.BigEndian.PutUint64(s[8:], k.lo^signBit)
+	return s
+}
+
+type offsetEntry struct {
+	key chanKey
+	off int64
+}
+
+type seqEntry struct {
+	key    chanKey
+	sender senderKey
+	seq    int64
+}
+
+func (e *offsetEntry) public() OffsetEntry {
+	return OffsetEntry{Channel: e.key.channel(), Offset: e.off}
+}
+
+func (e *seqEntry) public() SeqEntry {
+	return SeqEntry{Channel: e.key.channel(), Sender: e.sender.id(), Seq: e.seq}
+}
+
+func (e *seqEntry) compare(o *seqEntry) int {
+	if r := e.key.compare(o.key); r != 0 {
 		return r
 	}
-	return a.Sender.Compare(s)
+	switch {
+	case e.sender.hi != o.sender.hi:
+		return cmpU64(e.sender.hi, o.sender.hi)
+	case e.sender.lo != o.sender.lo:
+		return cmpU64(e.sender.lo, o.sender.lo)
+	}
+	return 0
 }
 
-func (c *Clock) findOffset(ch Channel) (int, bool) {
-	return slices.BinarySearchFunc(c.offsets, ch, func(e OffsetEntry, ch Channel) int {
-		return e.Channel.Compare(ch)
-	})
+func (c *Clock) findOffset(k chanKey) (int, bool) {
+	return slices.BinarySearchFunc(c.offsets, k, func(e offsetEntry, k chanKey) int { return e.key.compare(k) })
 }
 
-func (c *Clock) findSeq(ch Channel, s SenderID) (int, bool) {
-	return slices.BinarySearchFunc(c.seqs, SeqEntry{Channel: ch, Sender: s}, func(e, t SeqEntry) int {
-		return compareSeqKey(e, t.Channel, t.Sender)
-	})
+func (c *Clock) findSeq(t *seqEntry) (int, bool) {
+	return slices.BinarySearchFunc(c.seqs, t, func(e seqEntry, t *seqEntry) int { return e.compare(t) })
 }
 
 // SetOffset raises the offset watermark for ch to offset; a lower offset than
 // the current watermark changes nothing.
 func (c *Clock) SetOffset(ch Channel, offset int64) {
-	i, ok := c.findOffset(ch)
+	k := keyOf(ch)
+	i, ok := c.findOffset(k)
 	if ok {
-		if offset > c.offsets[i].Offset {
-			c.offsets[i].Offset = offset
+		if offset > c.offsets[i].off {
+			c.offsets[i].off = offset
 		}
 		return
 	}
-	c.offsets = slices.Insert(c.offsets, i, OffsetEntry{Channel: ch, Offset: offset})
+	c.offsets = slices.Insert(c.offsets, i, offsetEntry{key: k, off: offset})
 }
 
 // Offset returns the offset watermark for ch and whether the clock has one.
 func (c *Clock) Offset(ch Channel) (int64, bool) {
-	i, ok := c.findOffset(ch)
+	i, ok := c.findOffset(keyOf(ch))
 	if !ok {
 		return 0, false
 	}
-	return c.offsets[i].Offset, true
+	return c.offsets[i].off, true
 }
 
 // DeleteOffset removes the offset entry for ch, if any.
 func (c *Clock) DeleteOffset(ch Channel) {
-	if i, ok := c.findOffset(ch); ok {
+	if i, ok := c.findOffset(keyOf(ch)); ok {
 		c.offsets = slices.Delete(c.offsets, i, i+1)
 	}
 }
@@ -83,29 +174,30 @@ func (c *Clock) DeleteOffset(ch Channel) {
 // SetSeq raises the sequence watermark for (ch, sender) to seq; a lower seq
 // than the current watermark changes nothing.
 func (c *Clock) SetSeq(ch Channel, sender SenderID, seq int64) {
-	i, ok := c.findSeq(ch, sender)
+	t := seqEntry{key: keyOf(ch), sender: senderKeyOf(sender), seq: seq}
+	i, ok := c.findSeq(&t)
 	if ok {
-		if seq > c.seqs[i].Seq {
-			c.seqs[i].Seq = seq
+		if seq > c.seqs[i].seq {
+			c.seqs[i].seq = seq
 		}
 		return
 	}
-	c.seqs = slices.Insert(c.seqs, i, SeqEntry{Channel: ch, Sender: sender, Seq: seq})
+	c.seqs = slices.Insert(c.seqs, i, t)
 }
 
 // Seq returns the sequence watermark for (ch, sender) and whether the clock
 // has one.
 func (c *Clock) Seq(ch Channel, sender SenderID) (int64, bool) {
-	i, ok := c.findSeq(ch, sender)
+	i, ok := c.findSeq(&seqEntry{key: keyOf(ch), sender: senderKeyOf(sender)})
 	if !ok {
 		return 0, false
 	}
-	return c.seqs[i].Seq, true
+	return c.seqs[i].seq, true
 }
 
 // DeleteSeq removes the sequence entry for (ch, sender), if any.
 func (c *Clock) DeleteSeq(ch Channel, sender SenderID) {
-	if i, ok := c.findSeq(ch, sender); ok {
+	if i, ok := c.findSeq(&seqEntry{key: keyOf(ch), sender: senderKeyOf(sender)}); ok {
 		c.seqs = slices.Delete(c.seqs, i, i+1)
 	}
 }
@@ -113,13 +205,13 @@ func (c *Clock) DeleteSeq(ch Channel, sender SenderID) {
 // RetainOffsets keeps only the offset entries for which keep returns true,
 // in place and in order.
 func (c *Clock) RetainOffsets(keep func(OffsetEntry) bool) {
-	c.offsets = slices.DeleteFunc(c.offsets, func(e OffsetEntry) bool { return !keep(e) })
+	c.offsets = slices.DeleteFunc(c.offsets, func(e offsetEntry) bool { return !keep(e.public()) })
 }
 
 // RetainSeqs keeps only the sequence entries for which keep returns true, in
 // place and in order.
 func (c *Clock) RetainSeqs(keep func(SeqEntry) bool) {
-	c.seqs = slices.DeleteFunc(c.seqs, func(e SeqEntry) bool { return !keep(e) })
+	c.seqs = slices.DeleteFunc(c.seqs, func(e seqEntry) bool { return !keep(e.public()) })
 }
 
 // NumOffsets returns the number of offset entries.
@@ -135,8 +227,8 @@ func (c *Clock) IsEmpty() bool { return len(c.offsets) == 0 && len(c.seqs) == 0 
 // must not be modified during iteration.
 func (c *Clock) OffsetEntries() iter.Seq[OffsetEntry] {
 	return func(yield func(OffsetEntry) bool) {
-		for _, e := range c.offsets {
-			if !yield(e) {
+		for i := range c.offsets {
+			if !yield(c.offsets[i].public()) {
 				return
 			}
 		}
@@ -147,8 +239,8 @@ func (c *Clock) OffsetEntries() iter.Seq[OffsetEntry] {
 // The clock must not be modified during iteration.
 func (c *Clock) SeqEntries() iter.Seq[SeqEntry] {
 	return func(yield func(SeqEntry) bool) {
-		for _, e := range c.seqs {
-			if !yield(e) {
+		for i := range c.seqs {
+			if !yield(c.seqs[i].public()) {
 				return
 			}
 		}
@@ -157,13 +249,19 @@ func (c *Clock) SeqEntries() iter.Seq[SeqEntry] {
 
 // AppendOffsetEntries appends the offset entries, in channel order, to dst.
 func (c *Clock) AppendOffsetEntries(dst []OffsetEntry) []OffsetEntry {
-	return append(dst, c.offsets...)
+	for i := range c.offsets {
+		dst = append(dst, c.offsets[i].public())
+	}
+	return dst
 }
 
 // AppendSeqEntries appends the sequence entries, in (channel, sender) order,
 // to dst.
 func (c *Clock) AppendSeqEntries(dst []SeqEntry) []SeqEntry {
-	return append(dst, c.seqs...)
+	for i := range c.seqs {
+		dst = append(dst, c.seqs[i].public())
+	}
+	return dst
 }
 
 // Reset empties the clock, keeping its storage for reuse.
@@ -192,75 +290,58 @@ func (c *Clock) Equal(o *Clock) bool {
 // entry.
 func (c *Clock) Merge(o *Clock) {
 	c.offsets = mergeOffsets(c.offsets, o.offsets)
-	c.seqs = mergeSeqs(c.seqs, o.seqs)
+	c.seqs = mergeSorted(c.seqs, o.seqs, compareSeqEntries, raiseSeq)
 }
 
-// mergeOffsets merges src into dst. When every channel of src is already in
-// dst it raises in place; otherwise it merges from the back so no scratch
-// buffer is needed.
-func mergeOffsets(dst, src []OffsetEntry) []OffsetEntry {
-	if len(src) == 0 {
-		return dst
+func compareSeqEntries(a, b *seqEntry) int { return a.compare(b) }
+
+func raiseSeq(dst, src *seqEntry) {
+	if src.seq > dst.seq {
+		dst.seq = src.seq
 	}
-	// Count the entries of src missing from dst, raising the shared ones.
-	missing := 0
-	i := 0
-	for _, e := range src {
-		for i < len(dst) && dst[i].Channel.Compare(e.Channel) < 0 {
-			i++
-		}
-		if i < len(dst) && dst[i].Channel == e.Channel {
-			if e.Offset > dst[i].Offset {
-				dst[i].Offset = e.Offset
-			}
-			continue
-		}
-		missing++
-	}
-	if missing == 0 {
-		return dst
-	}
-	n := len(dst)
-	dst = slices.Grow(dst, missing)[:n+missing]
-	// Merge from the back: w writes, i reads dst, j reads src.
-	w, i, j := n+missing-1, n-1, len(src)-1
-	for j >= 0 {
-		if i >= 0 {
-			switch r := dst[i].Channel.Compare(src[j].Channel); {
-			case r > 0:
-				dst[w] = dst[i]
-				i--
-				w--
-				continue
-			case r == 0: // already raised above
-				dst[w] = dst[i]
-				i--
-				j--
-				w--
-				continue
-			}
-		}
-		dst[w] = src[j]
-		j--
-		w--
-	}
-	return dst
 }
 
-func mergeSeqs(dst, src []SeqEntry) []SeqEntry {
+// mergeOffsets is mergeSorted for offset entries, with direct calls and a
+// fast path for clocks of the same shape: it sits on the receive path.
+func mergeOffsets(dst, src []offsetEntry) []offsetEntry {
+	if len(dst) == len(src) {
+		k := 0
+		for k < len(src) && dst[k].key == src[k].key {
+			if src[k].off > dst[k].off {
+				dst[k].off = src[k].off
+			}
+			k++
+		}
+		if k == len(src) {
+			return dst
+		}
+	}
+	if len(dst) == 0 {
+		return append(dst, src...)
+	}
+	return mergeSorted(dst, src, func(a, b *offsetEntry) int { return a.key.compare(b.key) }, func(d, s *offsetEntry) {
+		if s.off > d.off {
+			d.off = s.off
+		}
+	})
+}
+
+// mergeSorted merges the sorted src into the sorted dst, raising shared
+// entries. When every key of src is already in dst (the common case on a
+// stream whose clocks share their channels) it works in place; otherwise it
+// grows dst once and merges from the back, so it needs no scratch buffer.
+func mergeSorted[E any](dst, src []E, cmp func(a, b *E) int, raise func(dst, src *E)) []E {
 	if len(src) == 0 {
 		return dst
 	}
 	missing := 0
 	i := 0
-	for _, e := range src {
-		for i < len(dst) && compareSeqKey(dst[i], e.Channel, e.Sender) < 0 {
+	for j := range src {
+		for i < len(dst) && cmp(&dst[i], &src[j]) < 0 {
 			i++
 		}
-		if i < len(dst) && dst[i].Channel == e.Channel && dst[i].Sender == e.Sender {
-			if e.Seq > dst[i].Seq {
-				dst[i].Seq = e.Seq
-			}
+		if i < len(dst) && cmp(&dst[i], &src[j]) == 0 {
+			raise(&dst[i], &src[j])
 			continue
 		}
 		missing++
@@ -273,13 +354,13 @@ func mergeSeqs(dst, src []SeqEntry) []SeqEntry {
 	w, i, j := n+missing-1, n-1, len(src)-1
 	for j >= 0 {
 		if i >= 0 {
-			switch r := compareSeqKey(dst[i], src[j].Channel, src[j].Sender); {
+			switch r := cmp(&dst[i], &src[j]); {
 			case r > 0:
 				dst[w] = dst[i]
 				i--
 				w--
 				continue
-			case r == 0:
+			case r == 0: // raised in the first pass
 				dst[w] = dst[i]
 				i--
 				j--
@@ -298,21 +379,49 @@ func mergeSeqs(dst, src []SeqEntry) []SeqEntry {
 // offset entry of o has an entry in c at or above it, and likewise every
 // sequence entry. Every clock dominates the empty clock.
 func (c *Clock) Dominates(o *Clock) bool {
+	return dominatesOffsets(c.offsets, o.offsets) && dominatesSeqs(c.seqs, o.seqs)
+}
+
+func dominatesOffsets(c, o []offsetEntry) bool {
+	if len(o) > len(c) {
+		return false
+	}
+	// Fast path: the same channels in the same order, as on a stream whose
+	// records carry clocks of a stable shape.
+	if len(c) == len(o) {
+		k := 0
+		for k < len(o) && c[k].key == o[k].key {
+			if c[k].off < o[k].off {
+				return false
+			}
+			k++
+		}
+		if k == len(o) {
+			return true
+		}
+	}
 	i := 0
-	for _, e := range o.offsets {
-		for i < len(c.offsets) && c.offsets[i].Channel.Compare(e.Channel) < 0 {
+	for j := range o {
+		for i < len(c) && c[i].key.compare(o[j].key) < 0 {
 			i++
 		}
-		if i == len(c.offsets) || c.offsets[i].Channel != e.Channel || c.offsets[i].Offset < e.Offset {
+		if i == len(c) || c[i].key != o[j].key || c[i].off < o[j].off {
 			return false
 		}
 	}
-	i = 0
-	for _, e := range o.seqs {
-		for i < len(c.seqs) && compareSeqKey(c.seqs[i], e.Channel, e.Sender) < 0 {
+	return true
+}
+
+func dominatesSeqs(c, o []seqEntry) bool {
+	if len(o) > len(c) {
+		return false
+	}
+	i := 0
+	for j := range o {
+		for i < len(c) && c[i].compare(&o[j]) < 0 {
 			i++
 		}
-		if i == len(c.seqs) || c.seqs[i].Channel != e.Channel || c.seqs[i].Sender != e.Sender || c.seqs[i].Seq < e.Seq {
+		if i == len(c) || c[i].key != o[j].key || c[i].sender != o[j].sender || c[i].seq < o[j].seq {
 			return false
 		}
 	}

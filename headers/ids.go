@@ -3,6 +3,7 @@ package headers
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -26,9 +27,23 @@ func (t TopicID) String() string { return uuidString(t) }
 // IsZero reports whether t is the reserved all-zero ID.
 func (t TopicID) IsZero() bool { return t == TopicID{} }
 
-// Compare orders topic IDs by the unsigned lexicographic order of their bytes,
-// the order both wire dialects sort by.
-func (t TopicID) Compare(o TopicID) int { return bytes.Compare(t[:], o[:]) }
+// Compare orders topic IDs as the Java library does (java.util.UUID's
+// compareTo): the most significant 8 bytes as a signed 64-bit integer, then
+// the least significant 8 bytes likewise. This is the order of a Clock's
+// entries and of the vc dialect. The causes dialect sorts by unsigned byte
+// order instead (see CompareBytes).
+func (t TopicID) Compare(o TopicID) int { return compareSigned128(t, o) }
+
+// CompareBytes orders topic IDs by the unsigned lexicographic order of their
+// 16 bytes: the order of groups in the causes dialect.
+func (t TopicID) CompareBytes(o TopicID) int { return bytes.Compare(t[:], o[:]) }
+
+func compareSigned128(a, b [16]byte) int {
+	if r := cmp.Compare(int64(binary.BigEndian.Uint64(a[:8])), int64(binary.BigEndian.Uint64(b[:8]))); r != 0 {
+		return r
+	}
+	return cmp.Compare(int64(binary.BigEndian.Uint64(a[8:])), int64(binary.BigEndian.Uint64(b[8:])))
+}
 
 // String returns the canonical UUID text form.
 func (s SenderID) String() string { return uuidString(s) }
@@ -36,8 +51,10 @@ func (s SenderID) String() string { return uuidString(s) }
 // IsZero reports whether s is the all-zero ID.
 func (s SenderID) IsZero() bool { return s == SenderID{} }
 
-// Compare orders sender IDs by the unsigned lexicographic order of their bytes.
-func (s SenderID) Compare(o SenderID) int { return bytes.Compare(s[:], o[:]) }
+// Compare orders sender IDs as java.util.UUID's compareTo does: most, then
+// least significant halves as signed 64-bit integers. The vc dialect sorts
+// sequence entries by channel, then sender, in this order.
+func (s SenderID) Compare(o SenderID) int { return compareSigned128(s, o) }
 
 // ParseTopicID parses the canonical UUID text form (36 characters, hyphens
 // after the 8th, 12th, 16th and 20th hex digits, either case).
@@ -116,9 +133,9 @@ type Channel struct {
 	Partition int32
 }
 
-// Compare orders channels by topic ID, then partition: the unsigned
-// lexicographic order of their 20-byte wire encoding for non-negative
-// partitions.
+// Compare orders channels by topic ID (TopicID.Compare), then partition: the
+// order of a Clock's entries and of the vc dialect, matching the Java
+// library byte for byte.
 func (c Channel) Compare(o Channel) int {
 	if r := c.Topic.Compare(o.Topic); r != 0 {
 		return r

@@ -3,6 +3,7 @@ package headers
 import (
 	"encoding/binary"
 	"math"
+	"slices"
 )
 
 // Header names of the vc dialect.
@@ -37,29 +38,41 @@ func EncodeVC(c *Clock) ([]byte, error) {
 // buffer. It fails with ErrUnencodable, leaving dst's contents up to len(dst)
 // unchanged, if an entry has a negative partition, offset or sequence.
 func AppendVC(dst []byte, c *Clock) ([]byte, error) {
-	for _, e := range c.offsets {
-		if e.Channel.Partition < 0 || e.Offset < 0 {
-			return dst, &EncodeError{Dialect: HeaderVC, Reason: "negative partition or offset on channel " + e.Channel.String()}
+	for i := range c.offsets {
+		if e := &c.offsets[i]; e.key.part < 0 || e.off < 0 {
+			return dst, &EncodeError{Dialect: HeaderVC, Reason: "negative partition or offset on channel " + e.key.channel().String()}
 		}
 	}
-	for _, e := range c.seqs {
-		if e.Channel.Partition < 0 || e.Seq < 0 {
-			return dst, &EncodeError{Dialect: HeaderVC, Reason: "negative partition or sequence on channel " + e.Channel.String()}
+	for i := range c.seqs {
+		if e := &c.seqs[i]; e.key.part < 0 || e.seq < 0 {
+			return dst, &EncodeError{Dialect: HeaderVC, Reason: "negative partition or sequence on channel " + e.key.channel().String()}
 		}
 	}
-	dst = append(dst, VCVersion)
-	dst = binary.BigEndian.AppendUint32(dst, uint32(len(c.offsets)))
-	for _, e := range c.offsets {
-		dst = append(dst, e.Channel.Topic[:]...)
-		dst = binary.BigEndian.AppendUint32(dst, uint32(e.Channel.Partition))
-		dst = binary.BigEndian.AppendUint64(dst, uint64(e.Offset))
+	n := len(dst)
+	dst = slices.Grow(dst, VCSize(c))[:n+VCSize(c)]
+	b := dst[n:]
+	b[0] = VCVersion
+	binary.BigEndian.PutUint32(b[1:], uint32(len(c.offsets)))
+	p := 5
+	for i := range c.offsets {
+		e := &c.offsets[i]
+		binary.BigEndian.PutUint64(b[p:], e.key.hi^signBit)
+		binary.BigEndian.PutUint64(b[p+8:], e.key.lo^signBit)
+		binary.BigEndian.PutUint32(b[p+16:], uint32(e.key.part))
+		binary.BigEndian.PutUint64(b[p+20:], uint64(e.off))
+		p += vcOffsetEntrySize
 	}
-	dst = binary.BigEndian.AppendUint32(dst, uint32(len(c.seqs)))
-	for _, e := range c.seqs {
-		dst = append(dst, e.Channel.Topic[:]...)
-		dst = binary.BigEndian.AppendUint32(dst, uint32(e.Channel.Partition))
-		dst = append(dst, e.Sender[:]...)
-		dst = binary.BigEndian.AppendUint64(dst, uint64(e.Seq))
+	binary.BigEndian.PutUint32(b[p:], uint32(len(c.seqs)))
+	p += 4
+	for i := range c.seqs {
+		e := &c.seqs[i]
+		binary.BigEndian.PutUint64(b[p:], e.key.hi^signBit)
+		binary.BigEndian.PutUint64(b[p+8:], e.key.lo^signBit)
+		binary.BigEndian.PutUint32(b[p+16:], uint32(e.key.part))
+		binary.BigEndian.PutUint64(b[p+20:], e.sender.hi^signBit)
+		binary.BigEndian.PutUint64(b[p+28:], e.sender.lo^signBit)
+		binary.BigEndian.PutUint64(b[p+36:], uint64(e.seq))
+		p += vcSeqEntrySize
 	}
 	return dst, nil
 }
@@ -114,25 +127,28 @@ func decodeVC(c *Clock, b []byte) error {
 		return vcErr(p, "offset entry count "+itoa(int64(n))+" exceeds the value's length")
 	}
 	if cap(c.offsets) < int(n) {
-		c.offsets = make([]OffsetEntry, 0, n)
+		c.offsets = make([]offsetEntry, 0, n)
 	}
-	for i := 0; i < int(n); i++ {
-		var e OffsetEntry
-		copy(e.Channel.Topic[:], b[p:p+16])
-		e.Channel.Partition = int32(binary.BigEndian.Uint32(b[p+16:]))
-		e.Offset = int64(binary.BigEndian.Uint64(b[p+20:]))
-		if e.Channel.Partition < 0 {
+	offs := c.offsets[:n]
+	for i := range offs {
+		e := &offs[i]
+		q := b[p : p+vcOffsetEntrySize]
+		e.key.hi = binary.BigEndian.Uint64(q) ^ signBit
+		e.key.lo = binary.BigEndian.Uint64(q[8:]) ^ signBit
+		e.key.part = int32(binary.BigEndian.Uint32(q[16:]))
+		e.off = int64(binary.BigEndian.Uint64(q[20:]))
+		if e.key.part < 0 {
 			return vcErr(p+16, "negative partition")
 		}
-		if e.Offset < 0 {
+		if e.off < 0 {
 			return vcErr(p+20, "negative offset")
 		}
-		if i > 0 && c.offsets[i-1].Channel.Compare(e.Channel) >= 0 {
+		if i > 0 && offs[i-1].key.compare(e.key) >= 0 {
 			return vcErr(p, "offset entries not strictly ascending")
 		}
-		c.offsets = append(c.offsets, e)
 		p += vcOffsetEntrySize
 	}
+	c.offsets = offs
 	if len(b)-p < 4 {
 		return vcErr(p, "truncated sequence entry count")
 	}
@@ -145,26 +161,30 @@ func decodeVC(c *Clock, b []byte) error {
 		return vcErr(p, "sequence entry count "+itoa(int64(m))+" does not match the "+itoa(int64(len(b)-p))+" bytes left")
 	}
 	if cap(c.seqs) < int(m) {
-		c.seqs = make([]SeqEntry, 0, m)
+		c.seqs = make([]seqEntry, 0, m)
 	}
-	for i := 0; i < int(m); i++ {
-		var e SeqEntry
-		copy(e.Channel.Topic[:], b[p:p+16])
-		e.Channel.Partition = int32(binary.BigEndian.Uint32(b[p+16:]))
-		copy(e.Sender[:], b[p+20:p+36])
-		e.Seq = int64(binary.BigEndian.Uint64(b[p+36:]))
-		if e.Channel.Partition < 0 {
+	seqs := c.seqs[:m]
+	for i := range seqs {
+		e := &seqs[i]
+		q := b[p : p+vcSeqEntrySize]
+		e.key.hi = binary.BigEndian.Uint64(q) ^ signBit
+		e.key.lo = binary.BigEndian.Uint64(q[8:]) ^ signBit
+		e.key.part = int32(binary.BigEndian.Uint32(q[16:]))
+		e.sender.hi = binary.BigEndian.Uint64(q[20:]) ^ signBit
+		e.sender.lo = binary.BigEndian.Uint64(q[28:]) ^ signBit
+		e.seq = int64(binary.BigEndian.Uint64(q[36:]))
+		if e.key.part < 0 {
 			return vcErr(p+16, "negative partition")
 		}
-		if e.Seq < 0 {
+		if e.seq < 0 {
 			return vcErr(p+36, "negative sequence")
 		}
-		if i > 0 && compareSeqKey(c.seqs[i-1], e.Channel, e.Sender) >= 0 {
+		if i > 0 && seqs[i-1].compare(e) >= 0 {
 			return vcErr(p, "sequence entries not strictly ascending")
 		}
-		c.seqs = append(c.seqs, e)
 		p += vcSeqEntrySize
 	}
+	c.seqs = seqs
 	return nil
 }
 
