@@ -346,6 +346,9 @@ func (o *Observer) Run(ctx context.Context) error {
 			}
 		case <-prune.C:
 			o.prune(ctx)
+			if _, err := o.Findings(ctx); err != nil && ctx.Err() == nil {
+				o.log.Warn("evaluate findings", "err", err)
+			}
 		default:
 		}
 		if _, err := o.poll(ctx); err != nil {
@@ -425,4 +428,25 @@ func ListOffsets(ctx context.Context, admin *kadm.Client) (map[headers.Channel]C
 		out[ch] = co
 	})
 	return out, nil
+}
+
+// Handler returns the web UI, JSON API, /metrics and /healthz over the
+// observer's store, with findings judged against live broker offsets.
+func (o *Observer) Handler() (*Server, error) {
+	return NewServer(o.store, o.Offsets, o.metrics)
+}
+
+// Findings evaluates every finding against the brokers' current offsets
+// and publishes the counts per code as metrics.
+func (o *Observer) Findings(ctx context.Context) ([]Finding, error) {
+	offs, err := o.Offsets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	fs, err := o.store.Findings(ctx, offs)
+	if err != nil {
+		return nil, err
+	}
+	o.metrics.setFindings(fs)
+	return fs, nil
 }
