@@ -76,13 +76,6 @@ func (s *Store) storedFindings(ctx context.Context, _ map[headers.Channel]Channe
 	return out, rows.Err()
 }
 
-func chanOf(topic []byte, part int32) headers.Channel {
-	var ch headers.Channel
-	copy(ch.Topic[:], topic)
-	ch.Partition = part
-	return ch
-}
-
 func (s *Store) coordOfRec(ctx context.Context, rec int64) (headers.Coordinate, string, error) {
 	var topic []byte
 	var c headers.Coordinate

@@ -3,7 +3,6 @@ package observer
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -444,5 +443,3 @@ func (w *writer) close() {
 		s.Close()
 	}
 }
-
-var errStopped = errors.New("observer: stopped")
