@@ -72,6 +72,16 @@ func (s Severity) String() string {
 // MarshalText writes the severity's name.
 func (s Severity) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
+// UnmarshalText reads a severity's name.
+func (s *Severity) UnmarshalText(b []byte) error {
+	v, err := ParseSeverity(string(b))
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
+
 // ParseSeverity parses "info", "warning" or "error".
 func ParseSeverity(s string) (Severity, error) {
 	switch strings.ToLower(s) {
