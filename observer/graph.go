@@ -117,7 +117,7 @@ func (s *Store) walk(ctx context.Context, root headers.Coordinate, lim Limits, u
 		if up {
 			next, edges, err = s.causes(ctx, conn, it.rec, g, seen, names, it.depth+1)
 		} else {
-			next, edges, err = s.effects(ctx, conn, it.rec)
+			next, edges, err = s.effects(ctx, conn, it.rec, lim.Nodes)
 		}
 		if err != nil {
 			return nil, err
@@ -227,29 +227,49 @@ func (s *Store) causes(ctx context.Context, q querier, r *Record, g *Graph, seen
 
 // effects returns the records whose stamps claim r exactly: an offset
 // claim on its coordinate, or a sequence claim on its sender and sequence.
-func (s *Store) effects(ctx context.Context, q querier, r *Record) ([]*Record, []Edge, error) {
+// The claim index holds the first record of each run of records on a
+// channel that carry the same claim; the rest of each run is read forward
+// from it, up to budget records.
+func (s *Store) effects(ctx context.Context, q querier, r *Record, budget int) ([]*Record, []Edge, error) {
 	self := r.Coordinate.String()
+	var out []*Record
+	var edges []Edge
+	collect := func(rows *sql.Rows, kind string, claims func(*headers.Clock) bool) error {
+		var firsts []*Record
+		for rows.Next() {
+			er, err := scanRecord(rows)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("observer: effects of %s: %w", r.Coordinate, err)
+			}
+			firsts = append(firsts, er)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("observer: effects of %s: %w", r.Coordinate, err)
+		}
+		for _, first := range firsts {
+			run, err := s.run(ctx, q, first, claims, budget-len(out))
+			if err != nil {
+				return err
+			}
+			for _, er := range run {
+				out = append(out, er)
+				edges = append(edges, Edge{Cause: self, Effect: er.Coordinate.String(), Kind: kind})
+			}
+		}
+		return nil
+	}
 	rows, err := q.QueryContext(ctx, `SELECT `+recordCols+recordFrom+`WHERE r.id IN (
 		SELECT cl.rec FROM claims cl WHERE cl.ch = (SELECT id FROM channels WHERE topic = ? AND part = ?) AND cl.value = ?)
 		ORDER BY r.id`, r.Coordinate.Topic[:], r.Coordinate.Partition, r.Coordinate.Offset)
 	if err != nil {
 		return nil, nil, fmt.Errorf("observer: effects of %s: %w", r.Coordinate, err)
 	}
-	var out []*Record
-	var edges []Edge
-	collect := func(rows *sql.Rows, kind string) error {
-		defer rows.Close()
-		for rows.Next() {
-			er, err := scanRecord(rows)
-			if err != nil {
-				return fmt.Errorf("observer: effects of %s: %w", r.Coordinate, err)
-			}
-			out = append(out, er)
-			edges = append(edges, Edge{Cause: self, Effect: er.Coordinate.String(), Kind: kind})
-		}
-		return rows.Err()
-	}
-	if err := collect(rows, "offset"); err != nil {
+	if err := collect(rows, "offset", func(c *headers.Clock) bool {
+		v, ok := c.Offset(r.Coordinate.Channel)
+		return ok && v == r.Coordinate.Offset
+	}); err != nil {
 		return nil, nil, err
 	}
 	if r.Tagged {
@@ -260,11 +280,56 @@ func (s *Store) effects(ctx context.Context, q querier, r *Record) ([]*Record, [
 		if err != nil {
 			return nil, nil, fmt.Errorf("observer: effects of %s: %w", r.Coordinate, err)
 		}
-		if err := collect(rows, "seq"); err != nil {
+		if err := collect(rows, "seq", func(c *headers.Clock) bool {
+			v, ok := c.Seq(r.Coordinate.Channel, r.Sender)
+			return ok && v == r.Seq
+		}); err != nil {
 			return nil, nil, err
 		}
 	}
 	return out, edges, nil
+}
+
+// run returns first and the records after it on its channel that carry
+// the same claim, skipping markers, up to budget records.
+func (s *Store) run(ctx context.Context, q querier, first *Record, claims func(*headers.Clock) bool, budget int) ([]*Record, error) {
+	if budget <= 0 {
+		return nil, nil
+	}
+	out := []*Record{first}
+	from := first.Coordinate.Offset
+	const page = 256
+	for len(out) < budget {
+		rows, err := q.QueryContext(ctx, `SELECT `+recordCols+recordFrom+`WHERE r.ch = (SELECT ch FROM records WHERE id = ?) AND r.off > ? ORDER BY r.off LIMIT ?`,
+			first.id, from, page)
+		if err != nil {
+			return nil, fmt.Errorf("observer: records after %s: %w", first.Coordinate, err)
+		}
+		n, stop := 0, false
+		for rows.Next() && !stop {
+			rec, err := scanRecord(rows)
+			if err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("observer: records after %s: %w", first.Coordinate, err)
+			}
+			n++
+			from = rec.Coordinate.Offset
+			if rec.Control {
+				continue
+			}
+			st, err := rec.Stamp()
+			if err != nil || !claims(&st.Clock) || len(out) >= budget {
+				stop = true
+				break
+			}
+			out = append(out, rec)
+		}
+		rows.Close()
+		if stop || n < page {
+			break
+		}
+	}
+	return out, nil
 }
 
 // WriteDOT writes g in Graphviz DOT, causes pointing at their effects.

@@ -36,6 +36,13 @@ type chanState struct {
 	name        string
 	start, next int64
 	dirty       bool
+	// prev is the clock of the channel's last data record (empty when it
+	// was unstamped or undecodable). A claim the previous record already
+	// made is not indexed again: a run of records carrying the same claim
+	// is indexed by its first record, and Descendants extends the run by
+	// reading forward. It keeps the claim index near the number of claims
+	// that change, not the stamp width.
+	prev headers.Clock
 }
 
 // writer turns fetched records into store rows and per-record findings. It
@@ -124,6 +131,29 @@ func (w *writer) load(ctx context.Context) error {
 			}
 		}
 		w.state[k] = s
+	}
+	rows.Close()
+	rows, err = db.QueryContext(ctx, `SELECT c.topic, c.part, r.stamp FROM records r JOIN channels c ON c.id = r.ch
+		WHERE r.off = (SELECT max(off) FROM records WHERE ch = r.ch AND kind = 0) AND r.err IS NULL`)
+	if err != nil {
+		return fmt.Errorf("observer: load last stamps: %w", err)
+	}
+	for rows.Next() {
+		var topic, stamp []byte
+		var ch headers.Channel
+		if err := rows.Scan(&topic, &ch.Partition, &stamp); err != nil {
+			rows.Close()
+			return fmt.Errorf("observer: load last stamps: %w", err)
+		}
+		copy(ch.Topic[:], topic)
+		if cs, ok := w.chans[ch]; ok {
+			if hs, err := decodeStampHeaders(stamp); err == nil {
+				var st headers.Stamp
+				if headers.ReadStamp(&st, hs) == nil {
+					cs.prev.CopyFrom(&st.Clock)
+				}
+			}
+		}
 	}
 	rows.Close()
 	var max sql.NullInt64
@@ -258,6 +288,7 @@ func (w *writer) add(ctx context.Context, tx *sql.Tx, in *Incoming) error {
 	st := &w.stamp
 	if derr := headers.ReadStamp(st, in.Headers); derr != nil {
 		w.recArgs = append(w.recArgs, id, cs.id, in.Offset, in.Timestamp, kindData, true, false, 0, 0, 0, 0, hdrBytes, stampBlob, derr.Error())
+		cs.prev.Reset()
 		w.finding(CodeUndecodableStamp, "undecodable-stamp|"+at.String(), in.Topic,
 			fmt.Sprintf("record %s of topic %q: %v", at, in.Topic, derr), at.String())
 		return w.flush(ctx, tx, false)
@@ -271,6 +302,9 @@ func (w *writer) add(ctx context.Context, tx *sql.Tx, in *Incoming) error {
 	w.recArgs = append(w.recArgs, id, cs.id, in.Offset, in.Timestamp, kindData, stamped, st.Tagged, senderID, st.Seq,
 		st.Clock.NumOffsets(), st.Clock.NumSeqs(), hdrBytes, stampBlob, nil)
 	for e := range st.Clock.OffsetEntries() {
+		if v, ok := cs.prev.Offset(e.Channel); ok && v == e.Offset {
+			continue
+		}
 		tcs, err := w.channel(ctx, tx, e.Channel, "")
 		if err != nil {
 			return err
@@ -278,6 +312,9 @@ func (w *writer) add(ctx context.Context, tx *sql.Tx, in *Incoming) error {
 		w.clmArgs = append(w.clmArgs, tcs.id, e.Offset, id)
 	}
 	for e := range st.Clock.SeqEntries() {
+		if v, ok := cs.prev.Seq(e.Channel, e.Sender); ok && v == e.Seq {
+			continue
+		}
 		tcs, err := w.channel(ctx, tx, e.Channel, "")
 		if err != nil {
 			return err
@@ -288,6 +325,7 @@ func (w *writer) add(ctx context.Context, tx *sql.Tx, in *Incoming) error {
 		}
 		w.seqArgs = append(w.seqArgs, tcs.id, sid, e.Seq, id)
 	}
+	cs.prev.CopyFrom(&st.Clock)
 	if st.Tagged {
 		w.checkSender(senderKey{cs.id, senderID}, at, in.Topic, id, st)
 	}
