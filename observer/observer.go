@@ -1,6 +1,7 @@
 package observer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,6 +52,10 @@ type Config struct {
 	// Findings detected at ingest outlive the records they name.
 	MaxAge     time.Duration
 	MaxRecords int64
+	// Refresh is how often Run looks for new matching topics and
+	// partitions (default 30s); PruneEvery how often it prunes the store
+	// and re-evaluates findings for the metrics (default 1m).
+	Refresh, PruneEvery time.Duration
 	// ClientOpts are extra franz-go options (TLS, SASL, …).
 	ClientOpts []kgo.Opt
 	// Logger receives progress and errors; nil discards them.
@@ -217,7 +222,11 @@ func (o *Observer) assign(ctx context.Context, sel kadm.TopicDetails) error {
 // Poll fetches once and ingests what came back. It returns the number of
 // records (markers included) stored.
 func (o *Observer) poll(ctx context.Context) (int, error) {
-	fs := o.client.PollRecords(ctx, 10000)
+	// Wait at most a second for data, so the caller's loop keeps turning
+	// (new topics, pruning) on a quiet cluster.
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	fs := o.client.PollRecords(pctx, 10000)
+	cancel()
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -330,9 +339,9 @@ func (o *Observer) Run(ctx context.Context) error {
 	if err := o.assign(ctx, sel); err != nil {
 		return err
 	}
-	refresh := time.NewTicker(30 * time.Second)
+	refresh := time.NewTicker(cmp.Or(o.cfg.Refresh, 30*time.Second))
 	defer refresh.Stop()
-	prune := time.NewTicker(time.Minute)
+	prune := time.NewTicker(cmp.Or(o.cfg.PruneEvery, time.Minute))
 	defer prune.Stop()
 	for {
 		select {
