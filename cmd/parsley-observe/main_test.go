@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -167,5 +170,55 @@ func TestDecodeValue(t *testing.T) {
 	}
 	if out, _, code := run(t, nil, "decode", "zz-not-a-stamp"); code != 1 || !strings.Contains(out, "neither hex nor base64") {
 		t.Errorf("decode of garbage: exit %d: %s", code, out)
+	}
+}
+
+// TestDemoServesTheUI starts `demo` on a free port, reads the address it
+// prints, checks the findings it serves, and stops it with SIGINT.
+func TestDemoServesTheUI(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "demo", "--listen", "127.0.0.1:0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill() // by PID; a no-op once it exited
+	sc := bufio.NewScanner(stdout)
+	var url string
+	for sc.Scan() {
+		if u, ok := strings.CutPrefix(sc.Text(), "parsley-observe: serving "); ok {
+			url = u
+			break
+		}
+	}
+	go io.Copy(io.Discard, stdout)
+	if url == "" {
+		t.Fatalf("demo printed no address; stderr: %s", stderr.String())
+	}
+	resp, err := http.Get(url + "api/findings")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fs []struct{ Code string }
+	err = json.NewDecoder(resp.Body).Decode(&fs)
+	resp.Body.Close()
+	codes := map[string]bool{}
+	for _, f := range fs {
+		codes[f.Code] = true
+	}
+	if err != nil || !codes["sequence-gap"] || !codes["late-joiner-window"] || len(codes) != 7 {
+		t.Errorf("demo findings (%v): %v; want all seven codes, including a gap and a late-joiner window", err, fs)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("demo exited with %v after SIGINT; stderr: %s", err, stderr.String())
 	}
 }
