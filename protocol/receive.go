@@ -1,0 +1,326 @@
+package protocol
+
+import (
+	"github.com/parsley-go/parsley/headers"
+)
+
+// OnRecord feeds one fetched record and returns the records it releases,
+// in delivery order (host duty H1: per channel, strictly increasing
+// offsets).
+//
+// A record at or below its channel's frontier is a replay: it is dropped
+// and counted. Otherwise its clock is folded into its channel's advertised
+// clock, it joins the channel's hold queue, and the cascade runs to
+// fixpoint. The returned slice is reused by the next call (see Delivery).
+//
+// Refused without any change to the node: a record on an undeclared channel
+// (ErrUndeclaredChannel), an offset at or below one already fed on its
+// channel (ErrOutOfOrderFeed), a negative offset (ErrInvalidRecord), and a
+// stamp that does not decode (headers.ErrUndecodable) — the caller fails
+// the step rather than treat present metadata as absent.
+func (n *Node) OnRecord(rec *Record) ([]Delivery, error) {
+	const op = "OnRecord"
+	if err := n.check(op); err != nil {
+		return nil, err
+	}
+	n.out = n.out[:0]
+	in, ok := n.byChan[rec.Channel]
+	if !ok {
+		return nil, coordErr(op, rec.Channel, rec.Offset, ErrUndeclaredChannel)
+	}
+	if rec.Offset < 0 {
+		return nil, coordErr(op, rec.Channel, rec.Offset, ErrInvalidRecord)
+	}
+	if rec.Offset <= in.fed {
+		return nil, coordErr(op, rec.Channel, rec.Offset, because(ErrOutOfOrderFeed, "already fed offset "+itoa(in.fed)))
+	}
+	if err := headers.ReadStamp(&n.scratch, rec.Headers); err != nil {
+		if n.sabotage&SabotageUndecodableAsAbsent == 0 {
+			return nil, coordErr(op, rec.Channel, rec.Offset, err)
+		}
+		n.scratch.Reset()
+	}
+	in.fed = rec.Offset
+	if rec.Offset <= in.frontier || rec.Offset <= in.accounted {
+		n.counters.ReplaysSkipped++
+		return n.out, nil
+	}
+	// Fold at receive, not at delivery: an over-claim only delays, and every
+	// later stamp must dominate the whole clock of every record delivered.
+	if !n.scratch.Clock.IsEmpty() && n.sabotage&SabotageSkipReceiveFold == 0 {
+		in.cc.Merge(&n.scratch.Clock)
+		n.agg.Merge(&n.scratch.Clock)
+		in.ccDirty = true
+	}
+	q := &in.q
+	idx := q.tail()
+	if q.len() > 0 {
+		// Behind a held head: nothing the gate reads changes.
+		if len(q.pending) == 0 {
+			q.pendingBase = idx
+		}
+		q.pending = append(q.pending, *rec)
+		q.push(n.skeleton(rec, &n.scratch))
+		n.held++
+		return n.out, nil
+	}
+	// The record is the head of an empty queue. Any pending records were
+	// delivered (the queue is empty), so pending restarts after this head.
+	if len(q.pending) > 0 {
+		clear(q.pending)
+		q.pending = q.pending[:0]
+	}
+	q.push(n.skeleton(rec, &n.scratch))
+	q.loaded = true
+	q.head = *rec
+	q.headStmp, n.scratch = n.scratch, q.headStmp
+	n.held++
+	n.nonEmpty++
+	n.raiseFrontier(in, rec.Offset-1) // seed / bridge: the run below was skipped
+	if n.deliverable(in, &q.headStmp) {
+		n.deliver(in)
+		if n.nonEmpty == 0 {
+			return n.out, nil
+		}
+	}
+	if err := n.cascade(); err != nil {
+		return nil, err
+	}
+	return n.out, nil
+}
+
+// PositionAdvance reports that the consumer's position on ch is pos:
+// everything below pos was fetched or skipped, and every record fetched
+// below pos has been fed (host duty H2). When ch's queue is empty (now, or
+// once it drains) the frontier folds to pos-1; then the cascade runs. This
+// is what releases claims naming trailing transaction markers.
+func (n *Node) PositionAdvance(ch headers.Channel, pos int64) ([]Delivery, error) {
+	const op = "PositionAdvance"
+	if err := n.check(op); err != nil {
+		return nil, err
+	}
+	n.out = n.out[:0]
+	in, ok := n.byChan[ch]
+	if !ok {
+		return nil, coordErr(op, ch, pos, ErrUndeclaredChannel)
+	}
+	if pos < 0 {
+		return nil, coordErr(op, ch, pos, ErrInvalidRecord)
+	}
+	if pos <= in.position {
+		return n.out, nil
+	}
+	in.position = pos
+	if in.q.len() > 0 || pos-1 <= in.frontier {
+		return n.out, nil
+	}
+	n.raiseFrontier(in, pos-1)
+	n.counters.PositionFolds++
+	if n.nonEmpty > 0 {
+		if err := n.cascade(); err != nil {
+			return nil, err
+		}
+	}
+	return n.out, nil
+}
+
+// Release runs the cascade to fixpoint and returns what it releases. The
+// host calls it once after New: restored held records can be deliverable
+// when a rescope removed an input their claims named. At any other time it
+// returns nothing, because every other call already cascades to fixpoint.
+func (n *Node) Release() ([]Delivery, error) {
+	if err := n.check("Release"); err != nil {
+		return nil, err
+	}
+	n.out = n.out[:0]
+	if err := n.cascade(); err != nil {
+		return nil, err
+	}
+	return n.out, nil
+}
+
+func (n *Node) raiseFrontier(in *input, f int64) {
+	if f > in.frontier {
+		in.frontier = f
+		in.frontierDirty = true
+	}
+}
+
+// cascade evaluates heads in channel order, delivering every deliverable
+// head, until a full pass delivers nothing. The order is fixed by the
+// sorted inputs, so a run is determined by its inputs.
+func (n *Node) cascade() error {
+	for progress := true; progress && n.nonEmpty > 0; {
+		progress = false
+		for _, in := range n.inputs {
+			for in.q.len() > 0 {
+				if err := n.loadHead(in); err != nil {
+					return err
+				}
+				if !n.deliverable(in, &in.q.headStmp) {
+					break
+				}
+				n.deliver(in)
+				progress = true
+			}
+		}
+	}
+	return nil
+}
+
+// deliverable is the gate: normalise (ignore the record's own channel),
+// restrict (ignore channels not consumed here), and require the frontier to
+// dominate every offset claim and the delivered-sequence marks to dominate
+// every sequence claim.
+//
+// Restricting costs either a lookup of each consumed channel in the clock
+// (inputs × log width) or one merge walk over both sorted lists (inputs +
+// width); New picks the cheaper for the common case of few inputs and
+// wide clocks. Both give the same answer.
+func (n *Node) deliverable(own *input, s *headers.Stamp) bool {
+	if n.sabotage&SabotageIgnoreClaims != 0 {
+		return true
+	}
+	c := &s.Clock
+	if n.gateLookup && c.NumOffsets() > len(n.inputs) {
+		for _, in := range n.inputs {
+			if in == own {
+				continue
+			}
+			if o, ok := c.Offset(in.ch); ok && in.frontier < o {
+				return false
+			}
+		}
+	} else if !n.offsetsWalk(own, c) {
+		return false
+	}
+	if c.NumSeqs() == 0 {
+		return true
+	}
+	j := 0
+	for e := range c.SeqEntries() {
+		if e.Channel == own.ch {
+			continue
+		}
+		for j < len(n.inputs) && n.inputs[j].ch.Compare(e.Channel) < 0 {
+			j++
+		}
+		if j == len(n.inputs) {
+			break
+		}
+		if n.inputs[j].ch == e.Channel {
+			if m, ok := n.inputs[j].ds[e.Sender]; !ok || m.seq < e.Seq {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// offsetsWalk is the merge-walk form of the offset half of the gate.
+func (n *Node) offsetsWalk(own *input, c *headers.Clock) bool {
+	j := 0
+	for e := range c.OffsetEntries() {
+		if e.Channel == own.ch {
+			continue
+		}
+		for j < len(n.inputs) && n.inputs[j].ch.Compare(e.Channel) < 0 {
+			j++
+		}
+		if j == len(n.inputs) {
+			break
+		}
+		if n.inputs[j].ch == e.Channel && n.inputs[j].frontier < e.Offset {
+			return false
+		}
+	}
+	return true
+}
+
+// deliver releases the loaded head of in's queue.
+func (n *Node) deliver(in *input) {
+	q := &in.q
+	i := len(n.out)
+	if i < cap(n.out) {
+		n.out = n.out[:i+1]
+	} else {
+		n.out = append(n.out, Delivery{})
+	}
+	d := &n.out[i]
+	d.Record = q.head
+	d.Stamp, q.headStmp = q.headStmp, d.Stamp
+	in.frontier = d.Offset
+	in.frontierDirty = true
+	if d.Stamp.Tagged {
+		m, ok := in.ds[d.Stamp.Sender]
+		if !ok || d.Stamp.Seq >= m.seq {
+			if !containsSender(in.dsDirty, d.Stamp.Sender) {
+				in.dsDirty = append(in.dsDirty, d.Stamp.Sender)
+			}
+			in.ds[d.Stamp.Sender] = dsMark{seq: d.Stamp.Seq, offset: d.Offset}
+		}
+	}
+	q.pop()
+	n.held--
+	n.counters.Delivered++
+	if q.len() == 0 {
+		n.nonEmpty--
+		// A drained queue folds the clean prefix the position revealed.
+		if in.position-1 > in.frontier {
+			in.frontier = in.position - 1
+			n.counters.PositionFolds++
+		}
+		return
+	}
+	// The skipped run behind a held head: head-of-line order means every
+	// record below the new head was delivered, so the rest was skipped.
+	if o := q.at(0).offset - 1; o > in.frontier && n.sabotage&SabotageSkipHeadFold == 0 {
+		in.frontier = o
+		n.counters.SkippedRunFolds++
+	}
+}
+
+func containsSender(s []headers.SenderID, x headers.SenderID) bool {
+	for _, v := range s {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// loadHead makes sure the head's record and decoded stamp are in memory:
+// from pending when it arrived since the last flush, else from the store.
+func (n *Node) loadHead(in *input) error {
+	q := &in.q
+	if q.loaded {
+		return nil
+	}
+	const op = "load held record"
+	idx := q.headIdx
+	if len(q.pending) > 0 && idx >= q.pendingBase {
+		q.head = q.pending[idx-q.pendingBase]
+	} else {
+		k := entryKey(in.key, idx)
+		b, ok, err := n.store.Get(k)
+		if err != nil {
+			return keyErr(op, k, n.fail(err))
+		}
+		if !ok {
+			return n.fail(&Error{Op: op, Channel: in.ch, HasChannel: true, Key: k, Err: because(ErrCorruptState, "held entry missing")})
+		}
+		q.head = Record{}
+		if err := decodeHeld(&q.head, b); err != nil {
+			return n.fail(corrupt(op, k, err.Error()))
+		}
+		q.head.Channel = in.ch
+		if q.head.Offset != q.at(0).offset {
+			return n.fail(corrupt(op, k, "offset "+itoa(q.head.Offset)+" where the queue holds "+itoa(q.at(0).offset)))
+		}
+	}
+	if err := headers.ReadStamp(&q.headStmp, q.head.Headers); err != nil && n.sabotage&SabotageUndecodableAsAbsent == 0 {
+		return n.fail(coordErr(op, in.ch, q.head.Offset, because(ErrCorruptState, err.Error())))
+	}
+	q.loaded = true
+	return nil
+}
