@@ -98,11 +98,12 @@ func (s *Store) walk(ctx context.Context, root headers.Coordinate, lim Limits, u
 	queue := []item{{rec, 0}}
 	seen[g.Root] = true
 	g.Nodes = append(g.Nodes, recordNode(rec, 0))
-	conn, err := s.db.Conn(ctx)
+	c, err := s.db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("observer: walk from %s: %w", root, err)
 	}
-	defer conn.Close()
+	conn := &stmtCache{conn: c, stmts: map[string]*sql.Stmt{}}
+	defer conn.close()
 	for len(queue) > 0 {
 		it := queue[0]
 		queue = queue[1:]
@@ -162,6 +163,46 @@ func recordNode(r *Record, depth int) Node {
 type querier interface {
 	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
 	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+}
+
+// stmtCache prepares each query of a walk once on one connection: a walk
+// asks the same few questions a thousand times.
+type stmtCache struct {
+	conn  *sql.Conn
+	stmts map[string]*sql.Stmt
+}
+
+func (c *stmtCache) stmt(ctx context.Context, q string) *sql.Stmt {
+	st, ok := c.stmts[q]
+	if !ok {
+		var err error
+		if st, err = c.conn.PrepareContext(ctx, q); err != nil {
+			return nil
+		}
+		c.stmts[q] = st
+	}
+	return st
+}
+
+func (c *stmtCache) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	if st := c.stmt(ctx, q); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return c.conn.QueryRowContext(ctx, q, args...) // reports the prepare error
+}
+
+func (c *stmtCache) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if st := c.stmt(ctx, q); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return c.conn.QueryContext(ctx, q, args...)
+}
+
+func (c *stmtCache) close() {
+	for _, st := range c.stmts {
+		st.Close()
+	}
+	c.conn.Close()
 }
 
 // causes returns the records r claims, adding nodes for claimed positions
