@@ -235,7 +235,7 @@ func (r *Record) Stamp() (*headers.Stamp, error) {
 }
 
 // ErrNotFound is wrapped when a record or topic is not in the store.
-var ErrNotFound = errors.New("not in the observer's store")
+var ErrNotFound = errors.New("not found")
 
 const recordCols = `r.id, c.topic, c.part, c.name, r.off, r.ts, r.kind, r.stamped, r.tagged, coalesce(s.sender, x''), r.seq, r.n_off, r.n_seq, r.hdr_bytes, r.stamp, coalesce(r.err, '')`
 const recordFrom = ` FROM records r JOIN channels c ON c.id = r.ch LEFT JOIN senders s ON s.id = r.sender AND r.tagged `

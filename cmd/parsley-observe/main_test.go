@@ -135,7 +135,16 @@ func TestScanExitsOneOnASequenceGap(t *testing.T) {
 	if len(fs) != 1 || fs[0].Code != "sequence-gap" || strings.Join(fs[0].Coordinates, " ") != at[2].String()+" "+at[1].String() {
 		t.Errorf("findings %+v, want one sequence-gap at %s %s", fs, at[2], at[1])
 	}
-	// At a higher threshold than the finding the scan passes.
+	// decode --coord reads the record's stamp from the broker.
+	out, errOut, code = run(t, nil, "decode", "--brokers", c.Addrs()[0], "--coord", "gap/0@2")
+	if code != 0 || !strings.Contains(out, "sender "+obsdemo.GapSender.String()+" seq 4") {
+		t.Errorf("decode --coord gap/0@2: exit %d\n%s%s", code, out, errOut)
+	}
+	_, errOut, code = run(t, nil, "decode", "--brokers", c.Addrs()[0], "--coord", "gap/0@3")
+	if code != 2 || !strings.Contains(errOut, "not found") {
+		t.Errorf("decode --coord past the end: exit %d: %s", code, errOut)
+	}
+	// A gap is an error, so even --fail-on error fails.
 	if _, _, code := run(t, nil, "scan", "--brokers", c.Addrs()[0], "--topics", "gap", "--fail-on", "error"); code != 1 {
 		t.Errorf("--fail-on error: exit %d, want 1 (a gap is an error)", code)
 	}
