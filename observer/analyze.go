@@ -97,7 +97,7 @@ func (s *Store) unsettleable(ctx context.Context, offs map[headers.Channel]Chann
 		SELECT ch.topic, ch.part, ch.name, ch.start_off, ch.next_off, ch.pruned_below, c.value, min(c.rec), count(*), r.kind
 		FROM claims c JOIN channels ch ON ch.id = c.ch LEFT JOIN records r ON r.ch = c.ch AND r.off = c.value
 		GROUP BY c.ch, c.value
-		HAVING r.kind IS NULL OR r.kind = 1`)
+		HAVING r.kind IS NULL OR r.kind IN (1, 2)`)
 	if err != nil {
 		return nil, fmt.Errorf("observer: find unsettleable claims: %w", err)
 	}
@@ -124,6 +124,8 @@ func (s *Store) unsettleable(ctx context.Context, offs map[headers.Channel]Chann
 		switch {
 		case kind.Valid && kind.Int64 == kindControl:
 			h.why = "a transaction marker"
+		case kind.Valid && kind.Int64 == kindAborted:
+			h.why = "a record of an aborted transaction"
 		case start >= 0 && v >= max(start, pruned) && v < next:
 			h.why = "an offset no committed record occupies (an aborted or skipped record)"
 		case known && v >= co.End:

@@ -16,6 +16,7 @@ import (
 const (
 	StateRecord     = "record"     // a stored record
 	StateMarker     = "marker"     // a transaction marker: a claim on it never settles by delivery
+	StateAborted    = "aborted"    // a record of an aborted transaction (read uncommitted only)
 	StateMissing    = "missing"    // claimed, but not in the store (not observed, pruned, aborted or not yet written)
 	StateUnresolved = "unresolved" // a sequence claim whose sender's record has not been seen
 )
@@ -151,8 +152,11 @@ func (s *Store) walk(ctx context.Context, root headers.Coordinate, lim Limits, u
 
 func recordNode(r *Record, depth int) Node {
 	n := Node{ID: r.Coordinate.String(), Topic: r.Topic, State: StateRecord, Depth: depth, Stamped: r.Stamped, Entries: r.Offsets + r.Seqs, Err: r.Err}
-	if r.Control {
+	switch {
+	case r.Control:
 		n.State = StateMarker
+	case r.Aborted:
+		n.State = StateAborted
 	}
 	if r.Tagged {
 		n.Sender, n.Seq = r.Sender.String(), r.Seq
@@ -355,7 +359,7 @@ func (s *Store) run(ctx context.Context, q querier, first *Record, claims func(*
 			}
 			n++
 			from = rec.Coordinate.Offset
-			if rec.Control {
+			if rec.Control || rec.Aborted {
 				continue
 			}
 			st, err := rec.Stamp()
@@ -384,7 +388,7 @@ func (g *Graph) WriteDOT(w io.Writer) error {
 		}
 		style := ""
 		switch n.State {
-		case StateMarker, StateMissing, StateUnresolved:
+		case StateMarker, StateAborted, StateMissing, StateUnresolved:
 			style = ", style=dashed"
 		}
 		if n.ID == g.Root {

@@ -20,6 +20,12 @@ type Incoming struct {
 	Timestamp int64 // milliseconds since the epoch
 	Control   bool
 	Headers   []headers.Header
+	// Transactional records stay pending until their producer's marker:
+	// a commit marker makes them data, an abort marker aborted.
+	Transactional bool
+	ProducerID    int64
+	// Commit, on a control record, says it is a commit (not an abort) marker.
+	Commit bool
 }
 
 type senderKey struct{ ch, sender int64 }
@@ -60,6 +66,8 @@ type writer struct {
 	stmts    map[string]*sql.Stmt
 	findings []storedFinding
 	hdrBuf   []byte
+	// uncommitted: records of open and aborted transactions are fetched.
+	uncommitted bool
 }
 
 type storedFinding struct {
@@ -134,7 +142,7 @@ func (w *writer) load(ctx context.Context) error {
 	}
 	rows.Close()
 	rows, err = db.QueryContext(ctx, `SELECT c.topic, c.part, r.stamp FROM records r JOIN channels c ON c.id = r.ch
-		WHERE r.off = (SELECT max(off) FROM records WHERE ch = r.ch AND kind = 0) AND r.err IS NULL`)
+		WHERE r.off = (SELECT max(off) FROM records WHERE ch = r.ch AND kind IN (0, 2, 3)) AND r.err IS NULL`)
 	if err != nil {
 		return fmt.Errorf("observer: load last stamps: %w", err)
 	}
@@ -270,8 +278,25 @@ func (w *writer) add(ctx context.Context, tx *sql.Tx, in *Incoming) error {
 	id := w.nextRec
 	w.nextRec++
 	if in.Control {
-		w.recArgs = append(w.recArgs, id, cs.id, in.Offset, in.Timestamp, kindControl, false, false, 0, 0, 0, 0, 0, nil, nil)
-		return w.flush(ctx, tx, false)
+		w.recArgs = append(w.recArgs, id, cs.id, in.Offset, in.Timestamp, kindControl, false, false, 0, 0, 0, 0, 0, nil, nil, in.ProducerID)
+		// Settle the producer's open records on this channel; they must be
+		// written first.
+		var err error
+		if w.recArgs, err = w.flushRows(ctx, tx, recInsert, w.recArgs, recCols, recChunk, true); err != nil {
+			return err
+		}
+		kind := kindAborted
+		if in.Commit {
+			kind = kindData
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE records SET kind = ? WHERE ch = ? AND pid = ? AND kind = ?`, kind, cs.id, in.ProducerID, kindPending); err != nil {
+			return fmt.Errorf("observer: ingest: settle transaction of producer %d on %s: %w", in.ProducerID, in.Channel, err)
+		}
+		return nil
+	}
+	kind, pid := kindData, int64(-1)
+	if in.Transactional {
+		kind, pid = kindPending, in.ProducerID
 	}
 	w.hdrBuf = encodeStampHeaders(w.hdrBuf[:0], in.Headers)
 	stamped := len(w.hdrBuf) > 0
@@ -287,7 +312,7 @@ func (w *writer) add(ctx context.Context, tx *sql.Tx, in *Incoming) error {
 	}
 	st := &w.stamp
 	if derr := headers.ReadStamp(st, in.Headers); derr != nil {
-		w.recArgs = append(w.recArgs, id, cs.id, in.Offset, in.Timestamp, kindData, true, false, 0, 0, 0, 0, hdrBytes, stampBlob, derr.Error())
+		w.recArgs = append(w.recArgs, id, cs.id, in.Offset, in.Timestamp, kind, true, false, 0, 0, 0, 0, hdrBytes, stampBlob, derr.Error(), pid)
 		cs.prev.Reset()
 		w.finding(CodeUndecodableStamp, "undecodable-stamp|"+at.String(), in.Topic,
 			fmt.Sprintf("record %s of topic %q: %v", at, in.Topic, derr), at.String())
@@ -299,8 +324,8 @@ func (w *writer) add(ctx context.Context, tx *sql.Tx, in *Incoming) error {
 			return err
 		}
 	}
-	w.recArgs = append(w.recArgs, id, cs.id, in.Offset, in.Timestamp, kindData, stamped, st.Tagged, senderID, st.Seq,
-		st.Clock.NumOffsets(), st.Clock.NumSeqs(), hdrBytes, stampBlob, nil)
+	w.recArgs = append(w.recArgs, id, cs.id, in.Offset, in.Timestamp, kind, stamped, st.Tagged, senderID, st.Seq,
+		st.Clock.NumOffsets(), st.Clock.NumSeqs(), hdrBytes, stampBlob, nil, pid)
 	for e := range st.Clock.OffsetEntries() {
 		if v, ok := cs.prev.Offset(e.Channel); ok && v == e.Offset {
 			continue
@@ -326,7 +351,10 @@ func (w *writer) add(ctx context.Context, tx *sql.Tx, in *Incoming) error {
 		w.seqArgs = append(w.seqArgs, tcs.id, sid, e.Seq, id)
 	}
 	cs.prev.CopyFrom(&st.Clock)
-	if st.Tagged {
+	// Reading uncommitted, a stage's aborted sends show up and their
+	// sequence numbers are reused by the redo: judge senders only on
+	// records known to be committed.
+	if st.Tagged && !(in.Transactional && w.uncommitted) {
 		w.checkSender(senderKey{cs.id, senderID}, at, in.Topic, id, st)
 	}
 	return w.flush(ctx, tx, false)
@@ -392,11 +420,11 @@ func (w *writer) finding(code Code, key, topic, summary string, coords ...string
 }
 
 const (
-	recCols   = 14
+	recCols   = 15
 	recChunk  = 64
 	clmChunk  = 256
 	seqChunk  = 192
-	recInsert = `INSERT INTO records(id, ch, off, ts, kind, stamped, tagged, sender, seq, n_off, n_seq, hdr_bytes, stamp, err) VALUES `
+	recInsert = `INSERT INTO records(id, ch, off, ts, kind, stamped, tagged, sender, seq, n_off, n_seq, hdr_bytes, stamp, err, pid) VALUES `
 )
 
 // flush writes buffered rows in full chunks, and everything when all is

@@ -164,6 +164,7 @@ func (o *Observer) assign(ctx context.Context, sel kadm.TopicDetails) error {
 		if err != nil {
 			return err
 		}
+		w.uncommitted = o.cfg.ReadUncommitted
 		o.w = w
 	}
 	var starts kadm.ListedOffsets
@@ -257,7 +258,13 @@ func (o *Observer) poll(ctx context.Context) (int, error) {
 				o.metrics.lag.WithLabelValues(t.Topic, itoa(int64(p.Partition))).Set(float64(max(0, p.HighWatermark-lastOffset(p.Records)-1)))
 			}
 			for _, r := range p.Records {
-				in := Incoming{Channel: ch, Topic: r.Topic, Offset: r.Offset, Timestamp: r.Timestamp.UnixMilli(), Control: r.Attrs.IsControl()}
+				in := Incoming{Channel: ch, Topic: r.Topic, Offset: r.Offset, Timestamp: r.Timestamp.UnixMilli(), Control: r.Attrs.IsControl(),
+					Transactional: r.Attrs.IsTransactional(), ProducerID: r.ProducerID}
+				if in.Control {
+					// The key of a control record is version (int16), type (int16):
+					// type 1 commits, 0 aborts.
+					in.Commit = len(r.Key) >= 4 && r.Key[2] == 0 && r.Key[3] == 1
+				}
 				in.Headers = make([]headers.Header, len(r.Headers))
 				for i, h := range r.Headers {
 					in.Headers[i] = headers.Header(h)

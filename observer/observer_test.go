@@ -2,6 +2,8 @@ package observer_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/parsley-go/parsley/internal/obsdemo"
 	"github.com/parsley-go/parsley/observer"
@@ -24,12 +27,18 @@ func ctxFor(t *testing.T) context.Context {
 // and returns the store and the observer.
 func scan(t *testing.T, ctx context.Context, c *broker.Cluster) (*observer.Store, *observer.Observer) {
 	t.Helper()
+	return scanWith(t, ctx, c, observer.Config{})
+}
+
+func scanWith(t *testing.T, ctx context.Context, c *broker.Cluster, cfg observer.Config) (*observer.Store, *observer.Observer) {
+	t.Helper()
 	st, err := observer.OpenStore(ctx, filepath.Join(t.TempDir(), "obs.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	o, err := observer.New(observer.Config{Seeds: c.Addrs(), Pattern: regexp.MustCompile(".*")}, st)
+	cfg.Seeds, cfg.Pattern = c.Addrs(), regexp.MustCompile(".*")
+	o, err := observer.New(cfg, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +96,12 @@ func TestCleanTopologyHasNoFindings(t *testing.T) {
 }
 
 func TestFaultyTopologyProducesEachFinding(t *testing.T) {
+	for _, uncommitted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("read_uncommitted=%v", uncommitted), func(t *testing.T) { testFaulty(t, uncommitted) })
+	}
+}
+
+func testFaulty(t *testing.T, uncommitted bool) {
 	ctx := ctxFor(t)
 	c := broker.New(t)
 	b := builder(t, c)
@@ -94,8 +109,32 @@ func TestFaultyTopologyProducesEachFinding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, o := scan(t, ctx, c)
+	st, o := scanWith(t, ctx, c, observer.Config{ReadUncommitted: uncommitted})
 	fs := findings(t, ctx, o)
+	// The aborted record is invisible to read_committed, and stored as
+	// aborted when reading uncommitted; either way a claim on it is
+	// unsettleable.
+	aborted := want[3].Coordinates[1]
+	ref, _ := observer.ParseRef(aborted)
+	rec, err := st.Record(ctx, headers.Coordinate{Channel: headers.Channel{Topic: ref.ID, Partition: ref.Partition}, Offset: ref.Offset})
+	switch {
+	case !uncommitted && !errors.Is(err, observer.ErrNotFound):
+		t.Errorf("read_committed stored the aborted record %s: %v", aborted, err)
+	case uncommitted && (err != nil || !rec.Aborted):
+		t.Errorf("read_uncommitted: aborted record %s: %+v, %v; want stored as aborted", aborted, rec, err)
+	}
+	reason := "an aborted or skipped record"
+	if uncommitted {
+		reason = "a record of an aborted transaction"
+	}
+	for _, f := range fs {
+		if f.Code == observer.CodeUnsettleableClaim && f.Coordinates[1] == aborted && !strings.Contains(f.Summary, reason) {
+			t.Errorf("claim on the aborted record: %q, want the reason %q", f.Summary, reason)
+		}
+		if f.Code == observer.CodeUnsettleableClaim && f.Coordinates[1] == want[2].Coordinates[1] && !strings.Contains(f.Summary, "a transaction marker") {
+			t.Errorf("claim on the commit marker: %q, want it named a transaction marker", f.Summary)
+		}
+	}
 	var got []obsdemo.Want
 	for _, f := range fs {
 		got = append(got, obsdemo.Want{Code: string(f.Code), Coordinates: f.Coordinates})

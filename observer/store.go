@@ -26,6 +26,8 @@ var ErrSchemaVersion = errors.New("unsupported store schema version")
 const (
 	kindData    = 0
 	kindControl = 1 // a transaction marker
+	kindAborted = 2 // a record of an aborted transaction (seen only when reading uncommitted)
+	kindPending = 3 // a transactional record whose marker has not been seen yet
 )
 
 const schema = `
@@ -46,6 +48,7 @@ CREATE TABLE IF NOT EXISTS records(
 	off INTEGER NOT NULL,
 	ts INTEGER NOT NULL,
 	kind INTEGER NOT NULL,
+	pid INTEGER NOT NULL DEFAULT -1,          -- producer ID of a transactional record
 	stamped INTEGER NOT NULL,
 	tagged INTEGER NOT NULL,
 	sender INTEGER NOT NULL,
@@ -213,6 +216,8 @@ type Record struct {
 	Topic      string // topic name, when known
 	Timestamp  int64  // milliseconds since the epoch
 	Control    bool   // a transaction marker
+	Aborted    bool   // a record of an aborted transaction (read uncommitted only)
+	Pending    bool   // a transactional record whose commit or abort is not yet seen
 	Stamped    bool   // carries stamp headers
 	Tagged     bool
 	Sender     headers.SenderID
@@ -252,7 +257,7 @@ func scanRecord(sc scanner) (*Record, error) {
 	}
 	copy(r.Coordinate.Topic[:], topic)
 	copy(r.Sender[:], sender)
-	r.Control = kind == kindControl
+	r.Control, r.Aborted, r.Pending = kind == kindControl, kind == kindAborted, kind == kindPending
 	hs, err := decodeStampHeaders(stamp)
 	if err != nil {
 		return nil, fmt.Errorf("observer: record %s: %w", r.Coordinate, err)
