@@ -44,6 +44,9 @@ type Config struct {
 	Pattern *regexp.Regexp
 	// Start says where to begin on a channel without a stored position.
 	Start StartAt
+	// StartTime, if set, overrides Start: begin at the first record with
+	// a timestamp at or after it (the log end if there is none).
+	StartTime time.Time
 	// ReadUncommitted fetches records of open and aborted transactions too,
 	// so aborted stamps are stored and analysed. The default is
 	// read_committed, which is what Parsley consumers see.
@@ -189,9 +192,12 @@ func (o *Observer) assign(ctx context.Context, sel kadm.TopicDetails) error {
 			}
 			if starts == nil {
 				var err error
-				if o.cfg.Start == FromEnd {
+				switch {
+				case !o.cfg.StartTime.IsZero():
+					starts, err = o.admin.ListOffsetsAfterMilli(ctx, o.cfg.StartTime.UnixMilli(), sel.Names()...)
+				case o.cfg.Start == FromEnd:
 					starts, err = o.admin.ListEndOffsets(ctx, sel.Names()...)
-				} else {
+				default:
 					starts, err = o.admin.ListStartOffsets(ctx, sel.Names()...)
 				}
 				if err == nil {

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/internal/broker"
@@ -96,5 +97,49 @@ func TestResumeAfterRestart(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("descendants of %s: %v, want every fan record %v", base, got, want)
+	}
+}
+
+// TestStartPoints: a channel without a stored position starts at the log
+// start, at the end, or at the first record at or after a time.
+func TestStartPoints(t *testing.T) {
+	ctx := ctxFor(t)
+	c := broker.New(t)
+	b := builder(t, c)
+	if err := b.Create(ctx, 1, "log"); err != nil {
+		t.Fatal(err)
+	}
+	var at []headers.Coordinate
+	var mid time.Time
+	for i := range 4 {
+		if i == 2 {
+			time.Sleep(20 * time.Millisecond)
+			mid = time.Now()
+			time.Sleep(20 * time.Millisecond)
+		}
+		c, err := b.Stamped(ctx, "log", 0, &headers.Stamp{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		at = append(at, c)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  observer.Config
+		want int // first stored index
+	}{
+		{"start", observer.Config{}, 0},
+		{"end", observer.Config{Start: observer.FromEnd}, 4},
+		{"time", observer.Config{StartTime: mid}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, _ := scanWith(t, ctx, c, tc.cfg)
+			for i, a := range at {
+				_, err := st.Record(ctx, a)
+				if stored := err == nil; stored != (i >= tc.want) {
+					t.Errorf("record %d stored %v, want stored from %d on", i, stored, tc.want)
+				}
+			}
+		})
 	}
 }

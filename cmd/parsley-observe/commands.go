@@ -27,7 +27,7 @@ var (
 		Usage: "seed brokers, host:port (comma-separated or repeated)"}
 	topicsFlag  = &cli.StringSliceFlag{Name: "topics", Aliases: []string{"t"}, Usage: "topic names to observe"}
 	patternFlag = &cli.StringFlag{Name: "pattern", Usage: "observe every topic whose name matches this regular expression (internal topics excluded)"}
-	fromFlag    = &cli.StringFlag{Name: "from", Value: "start", Usage: "where to begin on partitions without a stored position: start or end"}
+	fromFlag    = &cli.StringFlag{Name: "from", Value: "start", Usage: "where to begin on partitions without a stored position: start, end, a time (RFC 3339) or a duration ago (e.g. 2h)"}
 	uncommitted = &cli.BoolFlag{Name: "read-uncommitted", Usage: "also fetch records of open and aborted transactions"}
 	depthFlag   = &cli.IntFlag{Name: "depth", Value: 1000, Usage: "maximum distance from the record"}
 	limitFlag   = &cli.IntFlag{Name: "limit", Value: 5000, Usage: "maximum records in the graph"}
@@ -52,7 +52,7 @@ func app() *cli.App {
 			},
 			{
 				Name: "scan", Usage: "read the topics once, print findings, exit 1 if any is at or above --fail-on",
-				Flags: []cli.Flag{brokersFlag, topicsFlag, patternFlag, uncommitted, dbFlag(false),
+				Flags: []cli.Flag{brokersFlag, topicsFlag, patternFlag, fromFlag, uncommitted, dbFlag(false),
 					&cli.StringFlag{Name: "fail-on", Value: "warning", Usage: "lowest severity that fails the scan: info, warning or error"},
 					&cli.StringFlag{Name: "format", Value: "text", Usage: "text or json"},
 					&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "give up after this long"}},
@@ -116,12 +116,18 @@ func config(c *cli.Context) (observer.Config, error) {
 	if len(cfg.Topics) == 0 && cfg.Pattern == nil {
 		return cfg, cli.Exit("no topics: set --topics or --pattern", 2)
 	}
-	switch c.String("from") {
+	switch from := c.String("from"); from {
 	case "", "start":
 	case "end":
 		cfg.Start = observer.FromEnd
 	default:
-		return cfg, cli.Exit(fmt.Sprintf("--from %q: want start or end", c.String("from")), 2)
+		if t, err := time.Parse(time.RFC3339, from); err == nil {
+			cfg.StartTime = t
+		} else if d, err := time.ParseDuration(from); err == nil && d > 0 {
+			cfg.StartTime = time.Now().Add(-d)
+		} else {
+			return cfg, cli.Exit(fmt.Sprintf("--from %q: want start, end, an RFC 3339 time or a positive duration", from), 2)
+		}
 	}
 	return cfg, nil
 }
