@@ -182,12 +182,13 @@ func TestDecodeValue(t *testing.T) {
 	}
 }
 
-// TestDemoServesTheUI starts `demo` on a free port, reads the address it
-// prints, checks the findings it serves, and stops it with SIGINT.
-func TestDemoServesTheUI(t *testing.T) {
+// startServing runs the binary with args until it prints the address it
+// serves, and returns that address; the process is stopped with SIGINT
+// (by PID) and must exit 0.
+func startServing(t *testing.T, args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "demo", "--listen", "127.0.0.1:0")
+	cmd := exec.CommandContext(ctx, bin, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +198,15 @@ func TestDemoServesTheUI(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill() // by PID; a no-op once it exited
+	t.Cleanup(func() {
+		defer cancel()
+		if err := cmd.Process.Signal(os.Interrupt); err != nil {
+			t.Errorf("signal %v: %v", args, err)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("%v exited with %v after SIGINT; stderr: %s", args, err, stderr.String())
+		}
+	})
 	sc := bufio.NewScanner(stdout)
 	var url string
 	for sc.Scan() {
@@ -208,26 +217,81 @@ func TestDemoServesTheUI(t *testing.T) {
 	}
 	go io.Copy(io.Discard, stdout)
 	if url == "" {
-		t.Fatalf("demo printed no address; stderr: %s", stderr.String())
+		t.Fatalf("%v printed no address; stderr: %s", args, stderr.String())
 	}
-	resp, err := http.Get(url + "api/findings")
+	return url
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+// TestDemoServesTheUI starts `demo` on a free port and checks the findings
+// it serves.
+func TestDemoServesTheUI(t *testing.T) {
+	url := startServing(t, "demo", "--listen", "127.0.0.1:0")
 	var fs []struct{ Code string }
-	err = json.NewDecoder(resp.Body).Decode(&fs)
-	resp.Body.Close()
+	getJSON(t, url+"api/findings", &fs)
 	codes := map[string]bool{}
 	for _, f := range fs {
 		codes[f.Code] = true
 	}
-	if err != nil || !codes["sequence-gap"] || !codes["late-joiner-window"] || len(codes) != 7 {
-		t.Errorf("demo findings (%v): %v; want all seven codes, including a gap and a late-joiner window", err, fs)
+	if !codes["sequence-gap"] || !codes["late-joiner-window"] || len(codes) != 7 {
+		t.Errorf("demo findings: %v; want all seven codes, including a gap and a late-joiner window", fs)
 	}
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+}
+
+// TestServeTailsIntoItsStore runs `serve` against a cluster and sees the
+// records it stores through the API, then a record produced while it runs.
+func TestServeTailsIntoItsStore(t *testing.T) {
+	ctx := context.Background()
+	c, b := newBuilder(t)
+	if _, err := b.Clean(ctx, 4); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("demo exited with %v after SIGINT; stderr: %s", err, stderr.String())
+	url := startServing(t, "serve", "--brokers", c.Addrs()[0], "--pattern", "^(orders|shipments)$",
+		"--db", filepath.Join(t.TempDir(), "obs.db"), "--listen", "127.0.0.1:0")
+	waitRecords := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			var ts []struct {
+				Name    string
+				Records int
+			}
+			getJSON(t, url+"api/topics", &ts)
+			total := 0
+			for _, x := range ts {
+				total += x.Records
+			}
+			if total == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("serve stored %v, want %d records over orders and shipments", ts, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
+	waitRecords(8)
+	if _, err := b.Stamped(ctx, "orders", 1, &headers.Stamp{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRecords(9)
+	resp, err := http.Get(url + "healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/healthz: %v %v", resp, err)
+	}
+	resp.Body.Close()
 }
