@@ -225,7 +225,9 @@ func (s *Store) causes(ctx context.Context, q querier, r *Record, g *Graph, seen
 	name := func(id headers.TopicID) string {
 		n, ok := names[id]
 		if !ok {
-			n = s.TopicName(ctx, id)
+			// Through q: a walk holds one connection and must not wait for a
+			// second, or concurrent walks could starve each other.
+			q.QueryRowContext(ctx, `SELECT name FROM channels WHERE topic = ? AND name != '' LIMIT 1`, id[:]).Scan(&n)
 			names[id] = n
 		}
 		return n

@@ -111,6 +111,33 @@ func TestServerAndReadOnly(t *testing.T) {
 		t.Errorf("/api/graph?format=dot: %d %s", code, body)
 	}
 
+	// Many concurrent walks and finding evaluations do not starve the
+	// store's connection pool.
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for i := range 24 {
+		wg.Go(func() {
+			path := "/record/down/0@0"
+			if i%3 == 0 {
+				path = "/api/findings"
+			}
+			resp, err := http.Get(srv.URL + path)
+			if err != nil {
+				errs <- err.Error()
+				return
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				errs <- path + ": " + resp.Status
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+
 	// Malformed input is the client's fault: 400 with a message, never 500.
 	for _, tc := range []struct {
 		path string

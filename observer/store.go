@@ -97,7 +97,7 @@ func OpenStore(ctx context.Context, path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("observer: open store %s: %w", path, err)
 	}
-	db.SetMaxOpenConns(4)
+	db.SetMaxOpenConns(8)
 	s := &Store{db: db, path: path}
 	if err := s.init(ctx); err != nil {
 		db.Close()
