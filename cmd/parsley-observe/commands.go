@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
@@ -390,8 +391,14 @@ func demo(c *cli.Context) error {
 		return err
 	}
 	defer b.Close()
-	if _, err := b.Clean(ctx, 20); err != nil {
+	pipe, err := b.NewPipeline(ctx)
+	if err != nil {
 		return err
+	}
+	for range 20 {
+		if _, err := pipe.Step(ctx); err != nil {
+			return err
+		}
 	}
 	if _, err := b.Faulty(ctx); err != nil {
 		return err
@@ -414,6 +421,25 @@ func demo(c *cli.Context) error {
 	if err := o.Scan(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.App.Writer, "parsley-observe demo: embedded broker at %s; topics orders, shipments (clean) and gap, regress, claims, mixed, bad, up, down, grow (one finding each)\n", strings.Join(cl.Addrs(), ","))
+	fmt.Fprintf(c.App.Writer, "parsley-observe demo: embedded broker at %s; topics orders, shipments (clean, one order and shipment a second) and gap, regress, claims, mixed, bad, up, down, grow (one finding each)\n", strings.Join(cl.Addrs(), ","))
+	// The clean pipeline keeps running, so the UI shows a live topology.
+	ctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if _, err := pipe.Step(ctx); err != nil && ctx.Err() == nil {
+					fmt.Fprintln(c.App.ErrWriter, "parsley-observe demo:", err)
+				}
+			}
+		}
+	})
+	defer wg.Wait()
+	defer stop()
 	return runServer(ctx, c.String("listen"), o, c.App.Writer)
 }

@@ -250,6 +250,26 @@ func TestDemoServesTheUI(t *testing.T) {
 	if !codes["sequence-gap"] || !codes["late-joiner-window"] || len(codes) != 7 {
 		t.Errorf("demo findings: %v; want all seven codes, including a gap and a late-joiner window", fs)
 	}
+	// The clean pipeline keeps running.
+	shipments := func() int {
+		var ts []struct {
+			Name    string
+			Records int
+		}
+		getJSON(t, url+"api/topics", &ts)
+		for _, x := range ts {
+			if x.Name == "shipments" {
+				return x.Records
+			}
+		}
+		return 0
+	}
+	first := shipments()
+	for deadline := time.Now().Add(15 * time.Second); shipments() <= first; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("demo's shipments stayed at %d records", first)
+		}
+	}
 }
 
 // TestServeTailsIntoItsStore runs `serve` against a cluster and sees the

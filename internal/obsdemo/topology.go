@@ -114,46 +114,72 @@ func (b *Builder) Txn(ctx context.Context, topic string, commit bool) (int64, er
 	return rec.Offset, nil
 }
 
-// Clean runs a clean pipeline: a stamped plain producer writes n orders
-// over two partitions, and a second stamped plain producer observes each
-// order and writes a shipment for it. Every record is stamped, every
-// claim names a committed record. It creates topics "orders" (2
-// partitions) and "shipments" (1) and returns the shipments' coordinates.
-func (b *Builder) Clean(ctx context.Context, n int) ([]headers.Coordinate, error) {
+// Pipeline is a clean stamped pipeline: a stamped plain producer writes
+// orders over two partitions, and a second stamped plain producer observes
+// each order and writes a shipment for it. Every record is stamped and
+// every claim names a committed record.
+type Pipeline struct {
+	b           *Builder
+	front, ship *clock.Clock
+	n           int
+}
+
+// NewPipeline creates topics "orders" (2 partitions) and "shipments" (1).
+func (b *Builder) NewPipeline(ctx context.Context) (*Pipeline, error) {
 	if err := b.Create(ctx, 2, "orders"); err != nil {
 		return nil, err
 	}
 	if err := b.Create(ctx, 1, "shipments"); err != nil {
 		return nil, err
 	}
-	front := clock.New(b.c.Admin())
-	ship := clock.New(b.c.Admin())
+	return &Pipeline{b: b, front: clock.New(b.c.Admin()), ship: clock.New(b.c.Admin())}, nil
+}
+
+// Step writes one order and its shipment and returns the shipment's
+// coordinate.
+func (p *Pipeline) Step(ctx context.Context) (headers.Coordinate, error) {
+	i := p.n
+	o := &kgo.Record{Topic: "orders", Partition: int32(i % 2), Value: []byte(fmt.Sprint("order-", i))}
+	if err := p.front.Stamp(ctx, o); err != nil {
+		return headers.Coordinate{}, err
+	}
+	if err := p.b.prod.ProduceSync(ctx, o).FirstErr(); err != nil {
+		return headers.Coordinate{}, fmt.Errorf("obsdemo: produce order: %w", err)
+	}
+	if err := p.front.RecordProduced(o); err != nil {
+		return headers.Coordinate{}, err
+	}
+	if err := p.ship.Observe(o); err != nil {
+		return headers.Coordinate{}, err
+	}
+	s := &kgo.Record{Topic: "shipments", Value: []byte(fmt.Sprint("shipment-", i))}
+	if err := p.ship.Stamp(ctx, s); err != nil {
+		return headers.Coordinate{}, err
+	}
+	if err := p.b.prod.ProduceSync(ctx, s).FirstErr(); err != nil {
+		return headers.Coordinate{}, fmt.Errorf("obsdemo: produce shipment: %w", err)
+	}
+	if err := p.ship.RecordProduced(s); err != nil {
+		return headers.Coordinate{}, err
+	}
+	p.n++
+	return p.b.At("shipments", 0, s.Offset), nil
+}
+
+// Clean runs n steps of a new Pipeline and returns the shipments'
+// coordinates.
+func (b *Builder) Clean(ctx context.Context, n int) ([]headers.Coordinate, error) {
+	p, err := b.NewPipeline(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out []headers.Coordinate
-	for i := range n {
-		o := &kgo.Record{Topic: "orders", Partition: int32(i % 2), Value: []byte(fmt.Sprint("order-", i))}
-		if err := front.Stamp(ctx, o); err != nil {
+	for range n {
+		c, err := p.Step(ctx)
+		if err != nil {
 			return nil, err
 		}
-		if err := b.prod.ProduceSync(ctx, o).FirstErr(); err != nil {
-			return nil, fmt.Errorf("obsdemo: produce order: %w", err)
-		}
-		if err := front.RecordProduced(o); err != nil {
-			return nil, err
-		}
-		if err := ship.Observe(o); err != nil {
-			return nil, err
-		}
-		s := &kgo.Record{Topic: "shipments", Value: []byte(fmt.Sprint("shipment-", i))}
-		if err := ship.Stamp(ctx, s); err != nil {
-			return nil, err
-		}
-		if err := b.prod.ProduceSync(ctx, s).FirstErr(); err != nil {
-			return nil, fmt.Errorf("obsdemo: produce shipment: %w", err)
-		}
-		if err := ship.RecordProduced(s); err != nil {
-			return nil, err
-		}
-		out = append(out, b.At("shipments", 0, s.Offset))
+		out = append(out, c)
 	}
 	return out, nil
 }
