@@ -16,7 +16,10 @@
     g.setGraph({ rankdir: "LR", nodesep: 18, ranksep: 60, marginx: 10, marginy: 10 });
     g.setDefaultEdgeLabel(function () { return {}; });
     data.nodes.forEach(function (n) {
-      var label = (n.topic ? n.topic + " " : "") + n.id.replace(/^[0-9a-f-]{36}\//, "/");
+      // "orders/0@12" when the topic name is known, else the ID's head.
+      var m = /^([0-9a-f-]{36})(\/.*)$/.exec(n.id);
+      var label = m ? (n.topic || m[1].slice(0, 8) + "…") + m[2] : n.id;
+      if (n.state !== "record") label += " (" + n.state + ")";
       g.setNode(n.id, { width: Math.max(120, label.length * 7 + 16), height: 36, label: label, data: n });
     });
     data.edges.forEach(function (e) { g.setEdge(e.cause, e.effect, { kind: e.kind }); });
