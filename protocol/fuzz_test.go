@@ -2,6 +2,8 @@ package protocol
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"testing"
 
 	"github.com/parsley-go/parsley/headers"
@@ -101,4 +103,44 @@ func TestStoreLayoutGolden(t *testing.T) {
 func hexLen(hexStr string) string {
 	n := len(hexStr) / 2
 	return string("0123456789abcdef"[n>>4&0xf]) + string("0123456789abcdef"[n&0xf])
+}
+
+// FuzzRestore: whatever bytes a store holds under the node's keys, New
+// neither panics nor accepts them silently as something else: it either
+// restores, or fails with ErrCorruptState or ErrUnknownStateFormat.
+func FuzzRestore(f *testing.F) {
+	base := func(t testing.TB) *env {
+		S := chn(31, 0)
+		e := newEnv(t, []headers.Channel{a0, b0}, []headers.TopicID{S.Topic})
+		n := e.node()
+		s := headers.SenderID{3}
+		feed(t, n, rec(t, a0, 2, st{offs: []headers.OffsetEntry{off(x0, 4)}, sender: &s, seq: 1}))
+		feed(t, n, rec(t, b0, 0, st{offs: []headers.OffsetEntry{off(a0, 9)}, seqs: []headers.SeqEntry{sq(a0, s, 5)}}))
+		feed(t, n, plain(b0, 1))
+		prepare(t, n, S)
+		flush(t, n)
+		e.cfg.Inputs = []headers.Channel{a0, b0}
+		return e
+	}
+	keys := base(f).store.Entries()
+	for i, m := range keys {
+		f.Add(uint8(i), m.Value)
+	}
+	f.Fuzz(func(t *testing.T, which uint8, v []byte) {
+		e := base(t)
+		k := keys[int(which)%len(keys)].Key
+		_ = e.store.Put(k, v)
+		n, err := New(context.Background(), e.cfg)
+		if err != nil {
+			if !errors.Is(err, ErrCorruptState) && !errors.Is(err, ErrUnknownStateFormat) {
+				t.Fatalf("key %s: unexpected error %v", k, err)
+			}
+			return
+		}
+		if _, err := n.Release(); err != nil && !errors.Is(err, ErrCorruptState) {
+			t.Fatalf("Release: %v", err)
+		}
+		_, _ = n.OnRecord(plain(a0, 100))
+		_, _ = n.ExplainHolds()
+	})
 }

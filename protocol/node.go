@@ -26,9 +26,11 @@ type Record struct {
 // coordinate, not that of the record whose arrival released it) and its
 // decoded stamp.
 //
-// A []Delivery returned by the node, and the stamps in it, are reused by the
-// node's next call that returns deliveries; use Clone to keep one longer. The
-// byte slices are never modified by the node.
+// A []Delivery returned by the node, and the stamps in it, stay valid until
+// the node's next OnRecord, PositionAdvance or Release (PrepareSend, Flush,
+// ExplainHolds and Counters leave them alone, so a host can stamp the
+// outputs of every delivery first); use Clone to keep one longer. The byte
+// slices are never modified by the node.
 type Delivery struct {
 	Record
 	Stamp headers.Stamp
@@ -531,6 +533,12 @@ func (n *Node) restoreQueue(in *input) error {
 		t--
 		q.flushedTail = t
 		next--
+		if err := n.store.Delete(entryKey(in.key, t)); err != nil {
+			return err
+		}
+		if err := n.store.Put(mk, appendInt64(appendInt64(nil, h), t)); err != nil {
+			return err
+		}
 	}
 	if next != t {
 		return &Error{Op: op, Channel: in.ch, HasChannel: true, Key: mk,

@@ -1,6 +1,8 @@
 package protocol
 
 import (
+	"math/bits"
+
 	"github.com/parsley-go/parsley/headers"
 )
 
@@ -23,7 +25,7 @@ func (n *Node) OnRecord(rec *Record) ([]Delivery, error) {
 	if err := n.check(op); err != nil {
 		return nil, err
 	}
-	n.out = n.out[:0]
+	n.resetOut()
 	in, ok := n.byChan[rec.Channel]
 	if !ok {
 		return nil, coordErr(op, rec.Channel, rec.Offset, ErrUndeclaredChannel)
@@ -48,8 +50,8 @@ func (n *Node) OnRecord(rec *Record) ([]Delivery, error) {
 	// Fold at receive, not at delivery: an over-claim only delays, and every
 	// later stamp must dominate the whole clock of every record delivered.
 	if !n.scratch.Clock.IsEmpty() && n.sabotage&SabotageSkipReceiveFold == 0 {
-		in.cc.Merge(&n.scratch.Clock)
-		n.agg.Merge(&n.scratch.Clock)
+		fold(&in.cc, &n.scratch.Clock)
+		fold(&n.agg, &n.scratch.Clock)
 		in.ccDirty = true
 	}
 	q := &in.q
@@ -76,12 +78,14 @@ func (n *Node) OnRecord(rec *Record) ([]Delivery, error) {
 	q.headStmp, n.scratch = n.scratch, q.headStmp
 	n.held++
 	n.nonEmpty++
-	n.raiseFrontier(in, rec.Offset-1) // seed / bridge: the run below was skipped
+	raised := n.raiseFrontier(in, rec.Offset-1) // seed / bridge: the run below was skipped
 	if n.deliverable(in, &q.headStmp) {
 		n.deliver(in)
 		if n.nonEmpty == 0 {
 			return n.out, nil
 		}
+	} else if !raised {
+		return n.out, nil // held, and nothing any other head waits on moved
 	}
 	if err := n.cascade(); err != nil {
 		return nil, err
@@ -99,7 +103,7 @@ func (n *Node) PositionAdvance(ch headers.Channel, pos int64) ([]Delivery, error
 	if err := n.check(op); err != nil {
 		return nil, err
 	}
-	n.out = n.out[:0]
+	n.resetOut()
 	in, ok := n.byChan[ch]
 	if !ok {
 		return nil, coordErr(op, ch, pos, ErrUndeclaredChannel)
@@ -132,18 +136,20 @@ func (n *Node) Release() ([]Delivery, error) {
 	if err := n.check("Release"); err != nil {
 		return nil, err
 	}
-	n.out = n.out[:0]
+	n.resetOut()
 	if err := n.cascade(); err != nil {
 		return nil, err
 	}
 	return n.out, nil
 }
 
-func (n *Node) raiseFrontier(in *input, f int64) {
+func (n *Node) raiseFrontier(in *input, f int64) bool {
 	if f > in.frontier {
 		in.frontier = f
 		in.frontierDirty = true
+		return true
 	}
+	return false
 }
 
 // cascade evaluates heads in channel order, delivering every deliverable
@@ -323,4 +329,29 @@ func (n *Node) loadHead(in *input) error {
 	}
 	q.loaded = true
 	return nil
+}
+
+// resetOut empties the delivery slice for a new call, dropping it after a
+// large cascade so its records and stamps are not kept alive.
+func (n *Node) resetOut() {
+	if cap(n.out) > 1024 {
+		n.out = nil
+		return
+	}
+	n.out = n.out[:0]
+}
+
+// fold raises dst to the pointwise maximum of dst and src. Merging walks
+// all of dst; when src is much narrower (a record's clock folded into a
+// wide stamp-side clock) setting src's entries one by one, each a binary
+// search, is cheaper.
+func fold(dst, src *headers.Clock) {
+	ns, nd := src.NumOffsets(), dst.NumOffsets()
+	if src.NumSeqs() > 0 || ns*bits.Len(uint(nd)) >= nd {
+		dst.Merge(src)
+		return
+	}
+	for e := range src.OffsetEntries() {
+		dst.SetOffset(e.Channel, e.Offset)
+	}
 }

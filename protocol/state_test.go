@@ -90,8 +90,8 @@ func TestNilAndEmptyHeaderSlicesStayDistinct(t *testing.T) {
 func TestWithoutFlushNothingPersists(t *testing.T) {
 	e := newEnv(t, []headers.Channel{a0, b0}, nil)
 	n := e.node()
-	feed(t, n, rec(t, a0, 0, st{offs: []headers.OffsetEntry{off(b0, 0)}}))
-	feed(t, n, plain(b0, 5)) // b@5 delivers, a@0 stays held on b@0? no: seed makes b's frontier 4
+	feed(t, n, rec(t, a0, 0, st{offs: []headers.OffsetEntry{off(b0, 7)}}))
+	feed(t, n, plain(b0, 5)) // delivered; a@0 stays held on b@7
 	before := e.store.Entries()
 	n = e.node() // a restart without Flush: the step never committed
 	if c := n.Counters(); c.Held != 0 {
@@ -544,5 +544,28 @@ func TestRefedHeldRecordAfterRestartIsAReplay(t *testing.T) {
 	wantCoords(t, "a@0", feed(t, m, plain(a0, 0)), at(a0, 0), at(b0, 3))
 	if c := m.Counters(); c.ReplaysSkipped != 1 {
 		t.Fatalf("counters %+v", c)
+	}
+}
+
+func TestDeliveriesSurvivePrepareSendAndFlush(t *testing.T) {
+	S := chn(31, 0)
+	n := newEnv(t, []headers.Channel{a0, b0}, []headers.TopicID{S.Topic}).node()
+	feed(t, n, rec(t, b0, 0, st{offs: []headers.OffsetEntry{off(a0, 0), off(x0, 9)}}))
+	ds, err := n.OnRecord(rec(t, a0, 0, st{offs: []headers.OffsetEntry{off(x0, 3)}}))
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("%v %v", coords(ds), err)
+	}
+	for range ds {
+		prepare(t, n, S)
+	}
+	flush(t, n)
+	if _, err := n.ExplainHolds(); err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := ds[0].Stamp.Clock.Offset(x0); o != 3 || ds[0].Offset != 0 || ds[0].Channel != a0 {
+		t.Fatalf("first delivery changed: %v x=%d", ds[0].Coordinate, o)
+	}
+	if o, _ := ds[1].Stamp.Clock.Offset(x0); o != 9 || ds[1].Channel != b0 {
+		t.Fatalf("second delivery changed: %v x=%d", ds[1].Coordinate, o)
 	}
 }
