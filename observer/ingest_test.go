@@ -230,3 +230,24 @@ func FuzzStampHeaders(f *testing.F) {
 		}
 	})
 }
+
+func TestPruneByAge(t *testing.T) {
+	ctx := context.Background()
+	st, w := newTestWriter(t)
+	var batch []Incoming
+	for i := range 6 {
+		batch = append(batch, Incoming{Channel: chB, Topic: "b", Offset: int64(i), Timestamp: int64(1000 * i)})
+	}
+	if err := w.ingest(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Prune(ctx, 3000, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		_, err := st.Record(ctx, headers.Coordinate{Channel: chB, Offset: int64(i)})
+		if kept := err == nil; kept != (i >= 3) {
+			t.Errorf("record with timestamp %d kept %v after pruning below 3000", 1000*i, kept)
+		}
+	}
+}
