@@ -143,3 +143,31 @@ func TestStartPoints(t *testing.T) {
 		})
 	}
 }
+
+// TestInternalTopicsAreNeverObserved: a pattern matching everything
+// leaves out topics whose names start with "__".
+func TestInternalTopicsAreNeverObserved(t *testing.T) {
+	ctx := ctxFor(t)
+	c := broker.New(t)
+	b := builder(t, c)
+	if err := b.Create(ctx, 1, "__hidden", "visible"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"__hidden", "visible"} {
+		if _, err := b.Stamped(ctx, name, 0, &headers.Stamp{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, _ := scan(t, ctx, c)
+	ts, err := st.Topics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, x := range ts {
+		names = append(names, x.Name)
+	}
+	if !slices.Equal(names, []string{"visible"}) {
+		t.Errorf("observed topics %v, want only [visible]", names)
+	}
+}
