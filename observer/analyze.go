@@ -48,7 +48,7 @@ func (s *Store) Findings(ctx context.Context, offs map[headers.Channel]ChannelOf
 		if c := cmp.Compare(b.Severity, a.Severity); c != 0 {
 			return c
 		}
-		if c := cmp.Compare(slices.Index(Codes, a.Code), slices.Index(Codes, b.Code)); c != 0 {
+		if c := cmp.Compare(a.Code.rank(), b.Code.rank()); c != 0 {
 			return c
 		}
 		return slices.Compare(a.Coordinates, b.Coordinates)

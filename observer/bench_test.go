@@ -14,10 +14,10 @@ import (
 // own channel, so the records form a chain, and entries-1 on other
 // channels, of which changed-1 advance with every record (the inputs a
 // stage just consumed) and the rest stay put (inputs that were quiet).
-func synthetic(n, entries, changed int) []Incoming {
+func synthetic(n, entries, changed int) []incoming {
 	self := headers.Channel{Topic: headers.TopicID{0xbe, 0xec}, Partition: 0}
 	sender := headers.SenderID{0x5e, 1}
-	out := make([]Incoming, n)
+	out := make([]incoming, n)
 	for i := range n {
 		st := headers.Stamp{Tagged: true, Sender: sender, Seq: int64(i + 1)}
 		if i > 0 {
@@ -37,7 +37,7 @@ func synthetic(n, entries, changed int) []Incoming {
 		if entries == 0 {
 			hs = nil
 		}
-		out[i] = Incoming{Channel: self, Topic: "bench", Offset: int64(i), Timestamp: int64(i), Headers: hs}
+		out[i] = incoming{Channel: self, Topic: "bench", Offset: int64(i), Timestamp: int64(i), Headers: hs}
 	}
 	return out
 }
@@ -98,7 +98,7 @@ func BenchmarkExplain(b *testing.B) {
 	ctx := context.Background()
 	const chans, depth = 16, 64
 	ch := func(p int) headers.Channel { return headers.Channel{Topic: headers.TopicID{0xe7}, Partition: int32(p)} }
-	var recs []Incoming
+	var recs []incoming
 	for i := range depth {
 		for p := range chans {
 			var st headers.Stamp
@@ -111,7 +111,7 @@ func BenchmarkExplain(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			recs = append(recs, Incoming{Channel: ch(p), Topic: "grid", Offset: int64(i), Timestamp: int64(i), Headers: hs})
+			recs = append(recs, incoming{Channel: ch(p), Topic: "grid", Offset: int64(i), Timestamp: int64(i), Headers: hs})
 		}
 	}
 	if err := w.ingest(ctx, recs); err != nil {

@@ -3,6 +3,7 @@ package observer
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -36,12 +37,17 @@ const (
 	CodeStampGrowth Code = "stamp-growth"
 )
 
-// Codes lists every finding code, in the order the documentation gives
-// them.
-var Codes = []Code{
-	CodeSequenceGap, CodeStampRegression, CodeUnsettleableClaim, CodePartiallyStamped,
-	CodeUndecodableStamp, CodeLateJoinerWindow, CodeStampGrowth,
+// AllCodes returns every finding code, in the order the documentation
+// gives them.
+func AllCodes() []Code {
+	return []Code{
+		CodeSequenceGap, CodeStampRegression, CodeUnsettleableClaim, CodePartiallyStamped,
+		CodeUndecodableStamp, CodeLateJoinerWindow, CodeStampGrowth,
+	}
 }
+
+// rank orders codes as AllCodes does.
+func (c Code) rank() int { return slices.Index(AllCodes(), c) }
 
 // Severity ranks findings. A scan fails at or above a chosen severity.
 type Severity int

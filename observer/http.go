@@ -318,7 +318,7 @@ func (s *Server) uiFindings(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.render(w, "findings", map[string]any{
-		"Title": "Findings", "Findings": fs, "Codes": Codes,
+		"Title": "Findings", "Findings": fs, "Codes": AllCodes(),
 		"Severities": []Severity{SeverityInfo, SeverityWarning, SeverityError},
 		"Code":       f.Code, "Severity": f.Severity, "Topic": f.Topic,
 	})

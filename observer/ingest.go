@@ -11,10 +11,10 @@ import (
 	"github.com/parsley-go/parsley/headers"
 )
 
-// Incoming is one fetched record as the ingester sees it: its channel (by
+// incoming is one fetched record as the ingester sees it: its channel (by
 // topic ID), topic name, offset, timestamp and headers. Control records are
 // transaction markers.
-type Incoming struct {
+type incoming struct {
 	Channel   headers.Channel
 	Topic     string
 	Offset    int64
@@ -240,7 +240,7 @@ func (w *writer) markConsumed(ctx context.Context, ch headers.Channel, name stri
 
 // Ingest stores a batch of fetched records in one transaction. Records of
 // one channel must come in offset order.
-func (w *writer) ingest(ctx context.Context, batch []Incoming) (err error) {
+func (w *writer) ingest(ctx context.Context, batch []incoming) (err error) {
 	tx, err := w.st.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("observer: ingest: %w", err)
@@ -266,7 +266,7 @@ func (w *writer) ingest(ctx context.Context, batch []Incoming) (err error) {
 	return nil
 }
 
-func (w *writer) add(ctx context.Context, tx *sql.Tx, in *Incoming) error {
+func (w *writer) add(ctx context.Context, tx *sql.Tx, in *incoming) error {
 	cs, err := w.channel(ctx, tx, in.Channel, in.Topic)
 	if err != nil {
 		return err

@@ -35,7 +35,7 @@ func newTestWriter(t *testing.T) (*Store, *writer) {
 
 // rec builds a tagged record on chA at off with sequence seq and offset
 // claims given as channel → offset.
-func rec(t *testing.T, off, seq int64, claims map[headers.Channel]int64) Incoming {
+func rec(t *testing.T, off, seq int64, claims map[headers.Channel]int64) incoming {
 	st := headers.Stamp{Tagged: seq > 0, Sender: sender, Seq: seq}
 	for ch, v := range claims {
 		st.Clock.SetOffset(ch, v)
@@ -44,7 +44,7 @@ func rec(t *testing.T, off, seq int64, claims map[headers.Channel]int64) Incomin
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Incoming{Channel: chA, Topic: "a", Offset: off, Timestamp: off, Headers: hs}
+	return incoming{Channel: chA, Topic: "a", Offset: off, Timestamp: off, Headers: hs}
 }
 
 func codesOf(t *testing.T, st *Store) []string {
@@ -68,29 +68,29 @@ func at(off int64) string { return headers.Coordinate{Channel: chA, Offset: off}
 func TestSenderChecks(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		recs func(t *testing.T) []Incoming
+		recs func(t *testing.T) []incoming
 		want []string
 	}{
-		{"next sequence, growing claims", func(t *testing.T) []Incoming {
-			return []Incoming{rec(t, 0, 1, map[headers.Channel]int64{chB: 3}), rec(t, 1, 2, map[headers.Channel]int64{chB: 4, chC: 0})}
+		{"next sequence, growing claims", func(t *testing.T) []incoming {
+			return []incoming{rec(t, 0, 1, map[headers.Channel]int64{chB: 3}), rec(t, 1, 2, map[headers.Channel]int64{chB: 4, chC: 0})}
 		}, nil},
-		{"dropped entry is truncation", func(t *testing.T) []Incoming {
-			return []Incoming{rec(t, 0, 1, map[headers.Channel]int64{chB: 3, chC: 9}), rec(t, 1, 2, map[headers.Channel]int64{chB: 3})}
+		{"dropped entry is truncation", func(t *testing.T) []incoming {
+			return []incoming{rec(t, 0, 1, map[headers.Channel]int64{chB: 3, chC: 9}), rec(t, 1, 2, map[headers.Channel]int64{chB: 3})}
 		}, nil},
-		{"gap", func(t *testing.T) []Incoming {
-			return []Incoming{rec(t, 0, 1, nil), rec(t, 1, 2, nil), rec(t, 2, 5, nil)}
+		{"gap", func(t *testing.T) []incoming {
+			return []incoming{rec(t, 0, 1, nil), rec(t, 1, 2, nil), rec(t, 2, 5, nil)}
 		}, []string{"sequence-gap " + at(2) + " " + at(1)}},
-		{"sequence goes back", func(t *testing.T) []Incoming {
-			return []Incoming{rec(t, 0, 7, nil), rec(t, 1, 3, nil)}
+		{"sequence goes back", func(t *testing.T) []incoming {
+			return []incoming{rec(t, 0, 7, nil), rec(t, 1, 3, nil)}
 		}, []string{"stamp-regression " + at(1) + " " + at(0)}},
-		{"sequence repeats", func(t *testing.T) []Incoming {
-			return []Incoming{rec(t, 0, 7, nil), rec(t, 1, 7, nil)}
+		{"sequence repeats", func(t *testing.T) []incoming {
+			return []incoming{rec(t, 0, 7, nil), rec(t, 1, 7, nil)}
 		}, []string{"stamp-regression " + at(1) + " " + at(0)}},
-		{"claim shrinks", func(t *testing.T) []Incoming {
-			return []Incoming{rec(t, 0, 1, map[headers.Channel]int64{chB: 3, chC: 9}), rec(t, 1, 2, map[headers.Channel]int64{chB: 3, chC: 8})}
+		{"claim shrinks", func(t *testing.T) []incoming {
+			return []incoming{rec(t, 0, 1, map[headers.Channel]int64{chB: 3, chC: 9}), rec(t, 1, 2, map[headers.Channel]int64{chB: 3, chC: 8})}
 		}, []string{"stamp-regression " + at(1) + " " + at(0)}},
-		{"untagged records are not judged", func(t *testing.T) []Incoming {
-			return []Incoming{rec(t, 0, 0, map[headers.Channel]int64{chB: 3}), rec(t, 1, 0, map[headers.Channel]int64{chB: 1})}
+		{"untagged records are not judged", func(t *testing.T) []incoming {
+			return []incoming{rec(t, 0, 0, map[headers.Channel]int64{chB: 3}), rec(t, 1, 0, map[headers.Channel]int64{chB: 1})}
 		}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -121,10 +121,10 @@ func TestUndecodableStamps(t *testing.T) {
 		{{Key: headers.HeaderCauses, Value: []byte{2, 0}}},
 	}
 	st, w := newTestWriter(t)
-	var batch []Incoming
+	var batch []incoming
 	var want []string
 	for i, hs := range bad {
-		batch = append(batch, Incoming{Channel: chA, Topic: "a", Offset: int64(i), Headers: hs})
+		batch = append(batch, incoming{Channel: chA, Topic: "a", Offset: int64(i), Headers: hs})
 		want = append(want, "undecodable-stamp "+at(int64(i)))
 	}
 	if err := w.ingest(context.Background(), batch); err != nil {
@@ -157,9 +157,9 @@ func TestPruneKeepsFindingsAndAvoidsFalseClaims(t *testing.T) {
 	if err := w.markConsumed(ctx, chB, "b", 0); err != nil {
 		t.Fatal(err)
 	}
-	var batch []Incoming
+	var batch []incoming
 	for i := range 10 {
-		batch = append(batch, Incoming{Channel: chB, Topic: "b", Offset: int64(i), Timestamp: int64(i)})
+		batch = append(batch, incoming{Channel: chB, Topic: "b", Offset: int64(i), Timestamp: int64(i)})
 	}
 	batch = append(batch, rec(t, 0, 1, nil), rec(t, 1, 3, map[headers.Channel]int64{chB: 2}))
 	if err := w.ingest(ctx, batch); err != nil {
@@ -234,9 +234,9 @@ func FuzzStampHeaders(f *testing.F) {
 func TestPruneByAge(t *testing.T) {
 	ctx := context.Background()
 	st, w := newTestWriter(t)
-	var batch []Incoming
+	var batch []incoming
 	for i := range 6 {
-		batch = append(batch, Incoming{Channel: chB, Topic: "b", Offset: int64(i), Timestamp: int64(1000 * i)})
+		batch = append(batch, incoming{Channel: chB, Topic: "b", Offset: int64(i), Timestamp: int64(1000 * i)})
 	}
 	if err := w.ingest(ctx, batch); err != nil {
 		t.Fatal(err)

@@ -30,7 +30,7 @@ func newMetrics() *Metrics {
 		}, []string{"code"}),
 	}
 	m.Registry.MustRegister(m.ingested, m.lag, m.findings)
-	for _, c := range Codes {
+	for _, c := range AllCodes() {
 		m.findings.WithLabelValues(string(c)).Set(0)
 	}
 	return m
@@ -42,7 +42,7 @@ func (m *Metrics) setFindings(fs []Finding) {
 	for _, f := range fs {
 		n[f.Code]++
 	}
-	for _, c := range Codes {
+	for _, c := range AllCodes() {
 		m.findings.WithLabelValues(string(c)).Set(float64(n[c]))
 	}
 }

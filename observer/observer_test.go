@@ -162,7 +162,7 @@ func testFaulty(t *testing.T, uncommitted bool) {
 	for _, f := range fs {
 		codes[f.Code] = true
 	}
-	for _, c := range observer.Codes {
+	for _, c := range observer.AllCodes() {
 		if !codes[c] {
 			t.Errorf("no finding of code %s", c)
 		}
