@@ -23,16 +23,36 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-var (
-	brokersFlag = &cli.StringSliceFlag{Name: "brokers", Aliases: []string{"b"}, EnvVars: []string{"PARSLEY_BROKERS"},
+// Flags are built afresh for each command: urfave/cli records parse state
+// in them.
+func brokersFlag() cli.Flag {
+	return &cli.StringSliceFlag{Name: "brokers", Aliases: []string{"b"}, EnvVars: []string{"PARSLEY_BROKERS"},
 		Usage: "seed brokers, host:port (comma-separated or repeated)"}
-	topicsFlag  = &cli.StringSliceFlag{Name: "topics", Aliases: []string{"t"}, Usage: "topic names to observe"}
-	patternFlag = &cli.StringFlag{Name: "pattern", Usage: "observe every topic whose name matches this regular expression (internal topics excluded)"}
-	fromFlag    = &cli.StringFlag{Name: "from", Value: "start", Usage: "where to begin on partitions without a stored position: start, end, a time (RFC 3339) or a duration ago (e.g. 2h)"}
-	uncommitted = &cli.BoolFlag{Name: "read-uncommitted", Usage: "also fetch records of open and aborted transactions"}
-	depthFlag   = &cli.IntFlag{Name: "depth", Value: 1000, Usage: "maximum distance from the record"}
-	limitFlag   = &cli.IntFlag{Name: "limit", Value: 5000, Usage: "maximum records in the graph"}
-)
+}
+
+func topicsFlag() cli.Flag {
+	return &cli.StringSliceFlag{Name: "topics", Aliases: []string{"t"}, Usage: "topic names to observe"}
+}
+
+func patternFlag() cli.Flag {
+	return &cli.StringFlag{Name: "pattern", Usage: "observe every topic whose name matches this regular expression (internal topics excluded)"}
+}
+
+func fromFlag() cli.Flag {
+	return &cli.StringFlag{Name: "from", Value: "start", Usage: "where to begin on partitions without a stored position: start, end, a time (RFC 3339) or a duration ago (e.g. 2h)"}
+}
+
+func uncommittedFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "read-uncommitted", Usage: "also fetch records of open and aborted transactions"}
+}
+
+func depthFlag() cli.Flag {
+	return &cli.IntFlag{Name: "depth", Value: 1000, Usage: "maximum distance from the record"}
+}
+
+func limitFlag() cli.Flag {
+	return &cli.IntFlag{Name: "limit", Value: 5000, Usage: "maximum records in the graph"}
+}
 
 func dbFlag(required bool) *cli.StringFlag {
 	return &cli.StringFlag{Name: "db", Required: required, EnvVars: []string{"PARSLEY_OBSERVER_DB"}, Usage: "SQLite store path"}
@@ -45,7 +65,7 @@ func app() *cli.App {
 		Commands: []*cli.Command{
 			{
 				Name: "serve", Usage: "tail topics and serve the web UI, JSON API, /metrics and /healthz",
-				Flags: []cli.Flag{brokersFlag, topicsFlag, patternFlag, fromFlag, uncommitted, dbFlag(false),
+				Flags: []cli.Flag{brokersFlag(), topicsFlag(), patternFlag(), fromFlag(), uncommittedFlag(), dbFlag(false),
 					&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", Usage: "HTTP listen address"},
 					&cli.DurationFlag{Name: "max-age", Usage: "prune records older than this (0: keep)"},
 					&cli.Int64Flag{Name: "max-records", Value: 5_000_000, Usage: "prune the oldest records beyond this many (0: keep)"}},
@@ -53,7 +73,7 @@ func app() *cli.App {
 			},
 			{
 				Name: "scan", Usage: "read the topics once, print findings, exit 1 if any is at or above --fail-on",
-				Flags: []cli.Flag{brokersFlag, topicsFlag, patternFlag, fromFlag, uncommitted, dbFlag(false),
+				Flags: []cli.Flag{brokersFlag(), topicsFlag(), patternFlag(), fromFlag(), uncommittedFlag(), dbFlag(false),
 					&cli.StringFlag{Name: "fail-on", Value: "warning", Usage: "lowest severity that fails the scan: info, warning or error"},
 					&cli.StringFlag{Name: "format", Value: "text", Usage: "text or json"},
 					&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "give up after this long"}},
@@ -61,19 +81,19 @@ func app() *cli.App {
 			},
 			{
 				Name: "explain", Usage: "print a record's ancestry (or descendants) as a tree", ArgsUsage: "TOPIC/PARTITION@OFFSET",
-				Flags:  []cli.Flag{dbFlag(true), depthFlag, limitFlag, &cli.BoolFlag{Name: "descendants", Usage: "walk what the record caused instead"}},
+				Flags:  []cli.Flag{dbFlag(true), depthFlag(), limitFlag(), &cli.BoolFlag{Name: "descendants", Usage: "walk what the record caused instead"}},
 				Action: explain,
 			},
 			{
 				Name: "graph", Usage: "write a record's ancestry or descendants as DOT or JSON", ArgsUsage: "TOPIC/PARTITION@OFFSET",
-				Flags: []cli.Flag{dbFlag(true), depthFlag, limitFlag,
+				Flags: []cli.Flag{dbFlag(true), depthFlag(), limitFlag(),
 					&cli.StringFlag{Name: "format", Value: "dot", Usage: "dot or json"},
 					&cli.StringFlag{Name: "direction", Value: "ancestry", Usage: "ancestry or descendants"}},
 				Action: graph,
 			},
 			{
 				Name: "decode", Usage: "decode a stamp given as hex or base64, or the stamp of a record by coordinate", ArgsUsage: "[VALUE]",
-				Flags: []cli.Flag{brokersFlag,
+				Flags: []cli.Flag{brokersFlag(),
 					&cli.StringFlag{Name: "header", Usage: "the value's header: vc or parsley.causes (default: try both)"},
 					&cli.StringFlag{Name: "coord", Usage: "decode the record at TOPIC/PARTITION@OFFSET, read from the brokers"}},
 				Action: decode,
