@@ -89,6 +89,10 @@ func TestScanExitsZeroOnACleanTopology(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, ships[9].String()+" (shipments)\n") || !strings.Contains(out, ships[8].String()) {
 		t.Errorf("explain exited %d:\n%s%s", code, out, errOut)
 	}
+	out, errOut, code = run(t, nil, "explain", "--db", db, "--descendants", "orders/0@0")
+	if code != 0 || !strings.Contains(out, ships[9].String()) {
+		t.Errorf("explain --descendants exited %d:\n%s%s", code, out, errOut)
+	}
 	out, _, code = run(t, nil, "graph", "--db", db, "--format", "json", last)
 	var g struct {
 		Nodes []struct{ ID string }
