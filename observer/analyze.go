@@ -93,14 +93,6 @@ func (s *Store) coordOfRec(ctx context.Context, rec int64) (headers.Coordinate, 
 // an offset skipped by a read_committed fetch (an aborted record), or an
 // offset at or past the log end now.
 func (s *Store) unsettleable(ctx context.Context, offs map[headers.Channel]ChannelOffsets) ([]Finding, error) {
-	rows, err := s.db.QueryContext(ctx, `
-		SELECT ch.topic, ch.part, ch.name, ch.start_off, ch.next_off, ch.pruned_below, c.value, min(c.rec), count(*), r.kind
-		FROM claims c JOIN channels ch ON ch.id = c.ch LEFT JOIN records r ON r.ch = c.ch AND r.off = c.value
-		GROUP BY c.ch, c.value
-		HAVING r.kind IS NULL OR r.kind IN (1, 2)`)
-	if err != nil {
-		return nil, fmt.Errorf("observer: find unsettleable claims: %w", err)
-	}
 	type hit struct {
 		claimed headers.Coordinate
 		name    string
@@ -109,35 +101,67 @@ func (s *Store) unsettleable(ctx context.Context, offs map[headers.Channel]Chann
 		why     string
 	}
 	var hits []hit
-	for rows.Next() {
-		var topic []byte
-		var h hit
-		var start, next, pruned int64
-		var kind sql.NullInt64
-		if err := rows.Scan(&topic, &h.claimed.Partition, &h.name, &start, &next, &pruned, &h.claimed.Offset, &h.rec, &h.n, &kind); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("observer: find unsettleable claims: %w", err)
+	collect := func(q string, args ...any) error {
+		rows, err := s.db.QueryContext(ctx, q, args...)
+		if err != nil {
+			return fmt.Errorf("observer: find unsettleable claims: %w", err)
 		}
-		copy(h.claimed.Topic[:], topic)
-		v := h.claimed.Offset
-		co, known := offs[h.claimed.Channel]
-		switch {
-		case kind.Valid && kind.Int64 == kindControl:
-			h.why = "a transaction marker"
-		case kind.Valid && kind.Int64 == kindAborted:
-			h.why = "a record of an aborted transaction"
-		case start >= 0 && v >= max(start, pruned) && v < next:
-			h.why = "an offset no committed record occupies (an aborted or skipped record)"
-		case known && v >= co.End:
-			h.why = fmt.Sprintf("an offset at or past the log end (%d)", co.End)
-		default:
+		defer rows.Close()
+		for rows.Next() {
+			var topic []byte
+			var h hit
+			var start, next, pruned int64
+			var kind sql.NullInt64
+			if err := rows.Scan(&topic, &h.claimed.Partition, &h.name, &start, &next, &pruned, &h.claimed.Offset, &h.rec, &h.n, &kind); err != nil {
+				return fmt.Errorf("observer: find unsettleable claims: %w", err)
+			}
+			copy(h.claimed.Topic[:], topic)
+			v := h.claimed.Offset
+			co, known := offs[h.claimed.Channel]
+			switch {
+			case kind.Valid && kind.Int64 == kindControl:
+				h.why = "a transaction marker"
+			case kind.Valid && kind.Int64 == kindAborted:
+				h.why = "a record of an aborted transaction"
+			case start >= 0 && v >= max(start, pruned) && v < next:
+				h.why = "an offset no committed record occupies (an aborted or skipped record)"
+			case known && v >= co.End:
+				h.why = fmt.Sprintf("an offset at or past the log end (%d)", co.End)
+			default:
+				continue
+			}
+			hits = append(hits, h)
+		}
+		return rows.Err()
+	}
+	// Claims on consumed channels, within what was consumed and kept, that
+	// no committed record answers.
+	if err := collect(`
+		SELECT ch.topic, ch.part, ch.name, ch.start_off, ch.next_off, ch.pruned_below, c.value, min(c.rec), count(*), r.kind
+		FROM channels ch JOIN claims c ON c.ch = ch.id LEFT JOIN records r ON r.ch = c.ch AND r.off = c.value
+		WHERE ch.start_off >= 0 AND c.value >= max(ch.start_off, ch.pruned_below)
+		GROUP BY c.ch, c.value
+		HAVING r.kind IS NULL OR r.kind IN (1, 2)`); err != nil {
+		return nil, err
+	}
+	// Claims on channels only claimed, never consumed: only the log end
+	// can be judged, through the index's range on (channel, value).
+	chans, err := s.Channels(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, ci := range chans {
+		co, ok := offs[ci.Channel]
+		if ci.Start >= 0 || !ok {
 			continue
 		}
-		hits = append(hits, h)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("observer: find unsettleable claims: %w", err)
+		if err := collect(`
+			SELECT ch.topic, ch.part, ch.name, -1, -1, 0, c.value, min(c.rec), count(*), NULL
+			FROM channels ch JOIN claims c ON c.ch = ch.id
+			WHERE ch.topic = ? AND ch.part = ? AND c.value >= ?
+			GROUP BY c.value`, ci.Channel.Topic[:], ci.Channel.Partition, co.End); err != nil {
+			return nil, err
+		}
 	}
 	var out []Finding
 	for _, h := range hits {
@@ -161,19 +185,17 @@ func (s *Store) unsettleable(ctx context.Context, offs map[headers.Channel]Chann
 
 func (s *Store) partiallyStamped(ctx context.Context, _ map[headers.Channel]ChannelOffsets) ([]Finding, error) {
 	rows, err := s.db.QueryContext(ctx, `
-		SELECT ch.name, sum(r.stamped), count(*),
-			min(CASE WHEN r.stamped THEN r.id END), min(CASE WHEN NOT r.stamped THEN r.id END)
-		FROM records r JOIN channels ch ON ch.id = r.ch
-		WHERE r.kind = 0
+		SELECT ch.name, sum(st.n_stamped + st.n_undecodable), sum(st.n_data), min(st.first_stamped), min(st.first_unstamped)
+		FROM chan_stats st JOIN channels ch ON ch.id = st.ch
 		GROUP BY ch.topic
-		HAVING sum(r.stamped) > 0 AND sum(r.stamped) < count(*)`)
+		HAVING sum(st.n_stamped + st.n_undecodable) > 0 AND sum(st.n_stamped + st.n_undecodable) < sum(st.n_data)`)
 	if err != nil {
 		return nil, fmt.Errorf("observer: find partially stamped topics: %w", err)
 	}
 	type hit struct {
 		name           string
 		stamped, n     int
-		firstS, firstU int64
+		firstS, firstU sql.NullInt64
 	}
 	var hits []hit
 	for rows.Next() {
@@ -187,23 +209,34 @@ func (s *Store) partiallyStamped(ctx context.Context, _ map[headers.Channel]Chan
 	rows.Close()
 	var out []Finding
 	for _, h := range hits {
-		u, _, err := s.coordOfRec(ctx, h.firstU)
-		if err != nil {
-			return nil, err
-		}
-		st, _, err := s.coordOfRec(ctx, h.firstS)
-		if err != nil {
-			return nil, err
+		// The first records may have been pruned since; name what is left.
+		var coords []string
+		var named [2]string
+		for i, id := range []sql.NullInt64{h.firstU, h.firstS} {
+			if !id.Valid {
+				continue
+			}
+			if c, _, err := s.coordOfRec(ctx, id.Int64); err == nil {
+				coords = append(coords, c.String())
+				named[i] = c.String()
+			}
 		}
 		out = append(out, Finding{
 			Code: CodePartiallyStamped, Severity: CodePartiallyStamped.Severity(), Topic: h.name,
-			Coordinates: []string{u.String(), st.String()},
+			Coordinates: coords,
 			Summary: fmt.Sprintf("topic %q: %d of %d records are stamped; first unstamped %s, first stamped %s",
-				h.name, h.stamped, h.n, u, st),
+				h.name, h.stamped, h.n, or(named[0], "(pruned)"), or(named[1], "(pruned)")),
 			Action: CodePartiallyStamped.Action(), Count: h.n - h.stamped,
 		})
 	}
 	return out, nil
+}
+
+func or(s, alt string) string {
+	if s == "" {
+		return alt
+	}
+	return s
 }
 
 // lateJoiners looks at the newest record of every consumed channel — the
@@ -322,53 +355,82 @@ func (s *Store) recordByID(ctx context.Context, id int64) (*Record, error) {
 }
 
 // growth compares mean stamp width and header bytes across the four
-// quarters (by time) of each topic's stamped records.
+// quarters (by time) of each topic's stamped records. It reads the
+// per-run statistics (64 offsets a run), or, for a topic with fewer than
+// growthFineBelow runs, the records themselves, so small topics are judged
+// as finely as large ones.
 func (s *Store) growth(ctx context.Context, _ map[headers.Channel]ChannelOffsets) ([]Finding, error) {
+	byTopic := map[string][]part{}
+	var names []string
 	rows, err := s.db.QueryContext(ctx, `
-		SELECT name, q, avg(n), avg(b), count(*), min(id), max(id) FROM (
-			SELECT ch.name AS name, r.n_off + r.n_seq AS n, r.hdr_bytes AS b, r.id AS id,
-				ntile(4) OVER (PARTITION BY ch.topic ORDER BY r.ts, r.id) AS q,
-				count(*) OVER (PARTITION BY ch.topic) AS total
-			FROM records r JOIN channels ch ON ch.id = r.ch
-			WHERE r.kind = 0 AND r.stamped AND r.err IS NULL)
-		WHERE total >= ? GROUP BY name, q ORDER BY name, q`, growthMinRecords)
+		SELECT ch.name, st.n_stamped, st.sum_entries, st.sum_bytes, st.min_ts, st.first_stamped, st.last_stamped
+		FROM chan_stats st JOIN channels ch ON ch.id = st.ch
+		WHERE st.n_stamped > 0 ORDER BY ch.topic, st.min_ts, st.first_stamped`)
 	if err != nil {
 		return nil, fmt.Errorf("observer: find stamp growth: %w", err)
 	}
-	type quarter struct {
-		n, b        float64
-		count       int
-		first, last int64
-	}
-	byTopic := map[string][]quarter{}
-	var names []string
 	for rows.Next() {
 		var name string
-		var q int
-		var qt quarter
-		if err := rows.Scan(&name, &q, &qt.n, &qt.b, &qt.count, &qt.first, &qt.last); err != nil {
+		var p part
+		if err := rows.Scan(&name, &p.n, &p.entries, &p.bytes, &p.ts, &p.first, &p.last); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("observer: find stamp growth: %w", err)
 		}
 		if _, ok := byTopic[name]; !ok {
 			names = append(names, name)
 		}
-		byTopic[name] = append(byTopic[name], qt)
+		byTopic[name] = append(byTopic[name], p)
 	}
 	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("observer: find stamp growth: %w", err)
+	}
 	var out []Finding
 	for _, name := range names {
-		qs := byTopic[name]
-		if len(qs) != 4 {
+		parts := byTopic[name]
+		var total float64
+		for _, p := range parts {
+			total += p.n
+		}
+		if total < growthMinRecords {
 			continue
 		}
+		if len(parts) < growthFineBelow {
+			if parts, err = s.recordParts(ctx, name); err != nil {
+				return nil, err
+			}
+		}
+		slices.SortStableFunc(parts, func(a, b part) int { return cmp.Or(cmp.Compare(a.ts, b.ts), cmp.Compare(a.first, b.first)) })
+		// Quarters by cumulative record count.
+		var qs [4]struct {
+			n, entries, bytes float64
+			first, last       int64
+		}
+		var seen float64
+		for _, p := range parts {
+			q := min(3, int(4*seen/total))
+			seen += p.n
+			if qs[q].n == 0 {
+				qs[q].first = p.first
+			}
+			qs[q].n += p.n
+			qs[q].entries += p.entries
+			qs[q].bytes += p.bytes
+			qs[q].last = p.last
+		}
+		var mean, bytes [4]float64
 		rising := true
-		for i := 1; i < 4; i++ {
-			if qs[i].n < qs[i-1].n || qs[i].b < qs[i-1].b {
+		for i := range qs {
+			if qs[i].n == 0 {
+				rising = false
+				break
+			}
+			mean[i], bytes[i] = qs[i].entries/qs[i].n, qs[i].bytes/qs[i].n
+			if i > 0 && (mean[i] < mean[i-1] || bytes[i] < bytes[i-1]) {
 				rising = false
 			}
 		}
-		if !rising || qs[3].n < growthRatio*qs[0].n+1 {
+		if !rising || mean[3] < growthRatio*mean[0]+1 {
 			continue
 		}
 		first, _, err := s.coordOfRec(ctx, qs[0].first)
@@ -379,14 +441,45 @@ func (s *Store) growth(ctx context.Context, _ map[headers.Channel]ChannelOffsets
 		if err != nil {
 			return nil, err
 		}
-		total := qs[0].count + qs[1].count + qs[2].count + qs[3].count
 		out = append(out, Finding{
 			Code: CodeStampGrowth, Severity: CodeStampGrowth.Severity(), Topic: name,
 			Coordinates: []string{last.String(), first.String()},
-			Summary: fmt.Sprintf("topic %q: mean stamp entries per record rose %.1f → %.1f → %.1f → %.1f and header bytes %.0f → %.0f over %d records (quarters by time)",
-				name, qs[0].n, qs[1].n, qs[2].n, qs[3].n, qs[0].b, qs[3].b, total),
-			Action: CodeStampGrowth.Action(), Count: total,
+			Summary: fmt.Sprintf("topic %q: mean stamp entries per record rose %.1f → %.1f → %.1f → %.1f and header bytes %.0f → %.0f over %.0f records (quarters by time)",
+				name, mean[0], mean[1], mean[2], mean[3], bytes[0], bytes[3], total),
+			Action: CodeStampGrowth.Action(), Count: int(total),
 		})
 	}
 	return out, nil
+}
+
+// part is a stretch of a topic's stamped records: a statistics run, or
+// one record.
+type part struct {
+	n, entries, bytes float64
+	ts                int64
+	first, last       int64 // record ids
+}
+
+// growthFineBelow: a topic with fewer statistics runs than this is judged
+// record by record.
+const growthFineBelow = 64
+
+// recordParts returns a topic's stamped records as one-record parts.
+func (s *Store) recordParts(ctx context.Context, name string) ([]part, error) {
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT r.n_off + r.n_seq, r.hdr_bytes, r.ts, r.id FROM records r JOIN channels ch ON ch.id = r.ch
+		WHERE ch.name = ? AND r.kind = 0 AND r.stamped AND r.err IS NULL`, name)
+	if err != nil {
+		return nil, fmt.Errorf("observer: stamp growth of %q: %w", name, err)
+	}
+	defer rows.Close()
+	var out []part
+	for rows.Next() {
+		var e, b, ts, id int64
+		if err := rows.Scan(&e, &b, &ts, &id); err != nil {
+			return nil, fmt.Errorf("observer: stamp growth of %q: %w", name, err)
+		}
+		out = append(out, part{1, float64(e), float64(b), ts, id, id})
+	}
+	return out, rows.Err()
 }

@@ -132,3 +132,26 @@ func BenchmarkExplain(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFindings evaluates every finding over 100,000 stored records
+// with 16-entry stamps (2 entries advancing per record).
+func BenchmarkFindings(b *testing.B) {
+	st, w := benchStore(b)
+	ctx := context.Background()
+	recs := synthetic(100_000, 16, 2)
+	for i := 0; i < len(recs); i += 1000 {
+		if err := w.ingest(ctx, recs[i:i+1000]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		fs, err := st.Findings(ctx, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(fs) != 0 {
+			b.Fatalf("findings on a clean synthetic log: %v", fs)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
@@ -34,7 +35,15 @@ type Server struct {
 	metrics *Metrics
 	mux     *http.ServeMux
 	pages   map[string]*template.Template
+
+	// Findings scan the whole claim index; evaluations are shared by
+	// requests within findingsTTL of each other.
+	mu       sync.Mutex
+	cached   []Finding
+	cachedAt time.Time
 }
+
+const findingsTTL = 2 * time.Second
 
 // NewServer returns a server over st. offsets (nil: none) feeds the
 // findings that need broker offsets; metrics (nil: a fresh set) is served
@@ -127,6 +136,26 @@ func parseFindingFilter(r *http.Request) (findingFilter, error) {
 // findings evaluates every finding, publishes the counts as metrics and
 // applies the filter.
 func (s *Server) findings(ctx context.Context, f findingFilter) ([]Finding, error) {
+	all, err := s.evaluate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	min, _ := ParseSeverity(f.Severity)
+	out := []Finding{}
+	for _, x := range all {
+		if (f.Code == "" || string(x.Code) == f.Code) && x.Severity >= min && (f.Topic == "" || x.Topic == f.Topic) {
+			out = append(out, x)
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) evaluate(ctx context.Context) ([]Finding, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cached != nil && time.Since(s.cachedAt) < findingsTTL {
+		return s.cached, nil
+	}
 	var offs map[headers.Channel]ChannelOffsets
 	if s.offsets != nil {
 		var err error
@@ -138,15 +167,12 @@ func (s *Server) findings(ctx context.Context, f findingFilter) ([]Finding, erro
 	if err != nil {
 		return nil, err
 	}
-	s.metrics.setFindings(all)
-	min, _ := ParseSeverity(f.Severity)
-	out := []Finding{}
-	for _, x := range all {
-		if (f.Code == "" || string(x.Code) == f.Code) && x.Severity >= min && (f.Topic == "" || x.Topic == f.Topic) {
-			out = append(out, x)
-		}
+	if all == nil {
+		all = []Finding{}
 	}
-	return out, nil
+	s.metrics.setFindings(all)
+	s.cached, s.cachedAt = all, time.Now()
+	return all, nil
 }
 
 func (s *Server) apiFindings(w http.ResponseWriter, r *http.Request) {

@@ -64,6 +64,7 @@ type writer struct {
 	recArgs  []any
 	clmArgs  []any
 	claims   []claimRow // a batch's offset claims, sorted before writing
+	agg      map[statsKey]*stats
 	seqArgs  []any
 	stmts    map[string]*sql.Stmt
 	findings []storedFinding
@@ -74,13 +75,39 @@ type writer struct {
 
 type claimRow struct{ ch, value, rec int64 }
 
+// statsKey names a run of 64 offsets of a channel.
+type statsKey struct{ ch, bucket int64 }
+
+// stats accumulates one batch's contribution to a chan_stats row.
+type stats struct {
+	data, marker, stamped, undecodable, entries, maxEntries, bytes, minTS int64
+	firstStamped, firstUnstamped, lastStamped                          sql.NullInt64
+}
+
+func (w *writer) stats(ch, off, ts int64) *stats {
+	k := statsKey{ch, off >> 6}
+	s, ok := w.agg[k]
+	if !ok {
+		s = &stats{minTS: ts}
+		w.agg[k] = s
+	}
+	s.minTS = min(s.minTS, ts)
+	return s
+}
+
+func setFirst(v *sql.NullInt64, id int64) {
+	if !v.Valid {
+		*v = sql.NullInt64{Int64: id, Valid: true}
+	}
+}
+
 type storedFinding struct {
 	key string
 	Finding
 }
 
 func newWriter(ctx context.Context, st *Store) (*writer, error) {
-	w := &writer{st: st, stmts: make(map[string]*sql.Stmt)}
+	w := &writer{st: st, stmts: make(map[string]*sql.Stmt), agg: map[statsKey]*stats{}}
 	if err := w.load(ctx); err != nil {
 		return nil, err
 	}
@@ -249,6 +276,7 @@ func (w *writer) ingest(ctx context.Context, batch []incoming) (err error) {
 		if err != nil {
 			tx.Rollback()
 			w.recArgs, w.clmArgs, w.seqArgs, w.findings, w.claims = w.recArgs[:0], w.clmArgs[:0], w.seqArgs[:0], w.findings[:0], w.claims[:0]
+			clear(w.agg)
 			w.load(context.WithoutCancel(ctx))
 		}
 	}()
@@ -282,6 +310,7 @@ func (w *writer) add(ctx context.Context, tx *sql.Tx, in *incoming) error {
 	id := w.nextRec
 	w.nextRec++
 	if in.Control {
+		w.stats(cs.id, in.Offset, in.Timestamp).marker++
 		w.recArgs = append(w.recArgs, id, cs.id, in.Offset, in.Timestamp, kindControl, false, false, 0, 0, 0, 0, 0, nil, nil, in.ProducerID)
 		// Settle the producer's open records on this channel; they must be
 		// written first.
@@ -318,6 +347,9 @@ func (w *writer) add(ctx context.Context, tx *sql.Tx, in *incoming) error {
 	if derr := headers.ReadStamp(st, in.Headers); derr != nil {
 		w.recArgs = append(w.recArgs, id, cs.id, in.Offset, in.Timestamp, kind, true, false, 0, 0, 0, 0, hdrBytes, stampBlob, derr.Error(), pid)
 		cs.prev.Reset()
+		agg := w.stats(cs.id, in.Offset, in.Timestamp)
+		agg.data++
+		agg.undecodable++
 		w.finding(CodeUndecodableStamp, "undecodable-stamp|"+at.String(), in.Topic,
 			fmt.Sprintf("record %s of topic %q: %v", at, in.Topic, derr), at.String())
 		return w.flush(ctx, tx, false)
@@ -327,6 +359,19 @@ func (w *writer) add(ctx context.Context, tx *sql.Tx, in *incoming) error {
 		if senderID, err = w.sender(ctx, tx, st.Sender); err != nil {
 			return err
 		}
+	}
+	agg := w.stats(cs.id, in.Offset, in.Timestamp)
+	agg.data++
+	if stamped {
+		n := int64(st.Clock.NumOffsets() + st.Clock.NumSeqs())
+		agg.stamped++
+		agg.entries += n
+		agg.maxEntries = max(agg.maxEntries, n)
+		agg.bytes += int64(hdrBytes)
+		setFirst(&agg.firstStamped, id)
+		agg.lastStamped = sql.NullInt64{Int64: id, Valid: true}
+	} else {
+		setFirst(&agg.firstUnstamped, id)
 	}
 	w.recArgs = append(w.recArgs, id, cs.id, in.Offset, in.Timestamp, kind, stamped, st.Tagged, senderID, st.Seq,
 		st.Clock.NumOffsets(), st.Clock.NumSeqs(), hdrBytes, stampBlob, nil, pid)
@@ -472,6 +517,23 @@ func (w *writer) flush(ctx context.Context, tx *sql.Tx, all bool) error {
 	if err := w.flushChannels(ctx, tx); err != nil {
 		return err
 	}
+	for k, a := range w.agg {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO chan_stats(ch, bucket, n_data, n_marker, n_stamped, n_undecodable,
+				sum_entries, max_entries, sum_bytes, min_ts, first_stamped, first_unstamped, last_stamped)
+			VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT(ch, bucket) DO UPDATE SET n_data = n_data + excluded.n_data, n_marker = n_marker + excluded.n_marker,
+				n_stamped = n_stamped + excluded.n_stamped, n_undecodable = n_undecodable + excluded.n_undecodable,
+				sum_entries = sum_entries + excluded.sum_entries, max_entries = max(max_entries, excluded.max_entries),
+				sum_bytes = sum_bytes + excluded.sum_bytes, min_ts = min(min_ts, excluded.min_ts),
+				first_stamped = coalesce(first_stamped, excluded.first_stamped),
+				first_unstamped = coalesce(first_unstamped, excluded.first_unstamped),
+				last_stamped = coalesce(excluded.last_stamped, last_stamped)`,
+			k.ch, k.bucket, a.data, a.marker, a.stamped, a.undecodable, a.entries, a.maxEntries, a.bytes, a.minTS,
+			a.firstStamped, a.firstUnstamped, a.lastStamped); err != nil {
+			return fmt.Errorf("observer: ingest: statistics: %w", err)
+		}
+	}
+	clear(w.agg)
 	for _, f := range w.findings {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO findings(key, code, severity, topic, coords, summary) VALUES(?, ?, ?, ?, ?, ?)
 			ON CONFLICT(key) DO UPDATE SET count = count + 1`,

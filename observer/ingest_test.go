@@ -251,3 +251,45 @@ func TestPruneByAge(t *testing.T) {
 		}
 	}
 }
+
+// TestGrowthFromRunStatistics judges a large topic (5,000 records, 79
+// statistics runs) from its run statistics: widening stamps are found,
+// steady ones are not.
+func TestGrowthFromRunStatistics(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		width func(i int) int
+		want  bool
+	}{
+		{"widening", func(i int) int { return 1 + i/400 }, true},
+		{"steady", func(i int) int { return 4 + i%3 }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st, w := newTestWriter(t)
+			var batch []incoming
+			for i := range 5000 {
+				claims := map[headers.Channel]int64{}
+				for p := range tc.width(i) {
+					claims[headers.Channel{Topic: headers.TopicID{0xd}, Partition: int32(p)}] = 0
+				}
+				r := rec(t, int64(i), 0, claims)
+				r.Timestamp = int64(i)
+				batch = append(batch, r)
+			}
+			if err := w.ingest(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+			var runs int
+			st.db.QueryRowContext(ctx, `SELECT count(*) FROM chan_stats`).Scan(&runs)
+			if runs < growthFineBelow {
+				t.Fatalf("%d statistics runs; the test must exercise the coarse path", runs)
+			}
+			got := codesOf(t, st)
+			found := len(got) == 1 && strings.HasPrefix(got[0], "stamp-growth "+at(4999)+" "+at(0))
+			if found != tc.want || (!tc.want && len(got) != 0) {
+				t.Errorf("findings %q, want stamp growth %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -66,6 +66,23 @@ CREATE TABLE IF NOT EXISTS seq_claims(ch INTEGER NOT NULL, sender INTEGER NOT NU
 	PRIMARY KEY(ch, sender, value, rec)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sender_state(ch INTEGER NOT NULL, sender INTEGER NOT NULL, last_seq INTEGER NOT NULL, last_rec INTEGER NOT NULL,
 	PRIMARY KEY(ch, sender)) WITHOUT ROWID;
+-- Per channel and run of 64 offsets, what the records there looked like:
+-- topic statistics and the stamp checks read these instead of every record.
+CREATE TABLE IF NOT EXISTS chan_stats(
+	ch INTEGER NOT NULL,
+	bucket INTEGER NOT NULL,              -- offset >> 6
+	n_data INTEGER NOT NULL,
+	n_marker INTEGER NOT NULL,
+	n_stamped INTEGER NOT NULL,           -- decodable stamped data records
+	n_undecodable INTEGER NOT NULL,
+	sum_entries INTEGER NOT NULL,
+	max_entries INTEGER NOT NULL,
+	sum_bytes INTEGER NOT NULL,
+	min_ts INTEGER NOT NULL,
+	first_stamped INTEGER,                -- record ids
+	first_unstamped INTEGER,
+	last_stamped INTEGER,
+	PRIMARY KEY(ch, bucket)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS findings(
 	id INTEGER PRIMARY KEY,
 	key TEXT NOT NULL UNIQUE,
@@ -340,6 +357,12 @@ func (s *Store) Prune(ctx context.Context, minTS int64, maxRecords int64) (int64
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE channels SET pruned_below = max(pruned_below,
 		coalesce((SELECT max(off) + 1 FROM records r WHERE r.ch = channels.id AND r.id < ?), 0))`, cut); err != nil {
+		return 0, fmt.Errorf("observer: prune: %w", err)
+	}
+	// Statistics go by whole runs of 64 offsets: a run partly pruned keeps
+	// counting until all of it is.
+	if _, err := tx.ExecContext(ctx, `DELETE FROM chan_stats
+		WHERE (bucket + 1) * 64 <= (SELECT pruned_below FROM channels WHERE id = chan_stats.ch)`); err != nil {
 		return 0, fmt.Errorf("observer: prune: %w", err)
 	}
 	for _, q := range []string{`DELETE FROM claims WHERE rec < ?`, `DELETE FROM seq_claims WHERE rec < ?`} {

@@ -27,12 +27,12 @@ type TopicStats struct {
 func (s *Store) Topics(ctx context.Context) ([]TopicStats, error) {
 	rows, err := s.db.QueryContext(ctx, `
 		SELECT ch.name, ch.topic, count(DISTINCT ch.part),
-			coalesce(sum(r.kind = 0), 0), coalesce(sum(r.kind = 1), 0), coalesce(sum(r.kind = 0 AND r.stamped), 0),
-			coalesce(avg(CASE WHEN r.stamped THEN r.n_off + r.n_seq END), 0),
-			coalesce(max(CASE WHEN r.stamped THEN r.n_off + r.n_seq END), 0),
-			coalesce(avg(CASE WHEN r.stamped THEN r.hdr_bytes END), 0),
-			coalesce(sum(r.err IS NOT NULL), 0)
-		FROM channels ch LEFT JOIN records r ON r.ch = ch.id
+			coalesce(sum(st.n_data), 0), coalesce(sum(st.n_marker), 0), coalesce(sum(st.n_stamped + st.n_undecodable), 0),
+			coalesce(sum(st.sum_entries) * 1.0 / nullif(sum(st.n_stamped), 0), 0),
+			coalesce(max(st.max_entries), 0),
+			coalesce(sum(st.sum_bytes) * 1.0 / nullif(sum(st.n_stamped), 0), 0),
+			coalesce(sum(st.n_undecodable), 0)
+		FROM channels ch LEFT JOIN chan_stats st ON st.ch = ch.id
 		WHERE ch.start_off >= 0
 		GROUP BY ch.topic ORDER BY ch.name, ch.topic`)
 	if err != nil {
