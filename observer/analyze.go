@@ -134,25 +134,31 @@ func (s *Store) unsettleable(ctx context.Context, offs map[headers.Channel]Chann
 		}
 		return rows.Err()
 	}
-	// Claims on consumed channels, within what was consumed and kept, that
-	// no committed record answers.
+	// Each query below starts from the few positions that can be wrong —
+	// markers and aborted records, skipped ranges, the tail past the log
+	// end — and looks the claims on them up in the claim index, so the
+	// cost does not grow with the store.
 	if err := collect(`
-		SELECT ch.topic, ch.part, ch.name, ch.start_off, ch.next_off, ch.pruned_below, c.value, min(c.rec), count(*), r.kind
-		FROM channels ch JOIN claims c ON c.ch = ch.id LEFT JOIN records r ON r.ch = c.ch AND r.off = c.value
-		WHERE ch.start_off >= 0 AND c.value >= max(ch.start_off, ch.pruned_below)
-		GROUP BY c.ch, c.value
-		HAVING r.kind IS NULL OR r.kind IN (1, 2)`); err != nil {
+		SELECT ch.topic, ch.part, ch.name, ch.start_off, ch.next_off, ch.pruned_below, r.off, min(c.rec), count(*), r.kind
+		FROM records r JOIN channels ch ON ch.id = r.ch JOIN claims c ON c.ch = r.ch AND c.value = r.off
+		WHERE r.kind IN (1, 2)
+		GROUP BY r.ch, r.off`); err != nil {
 		return nil, err
 	}
-	// Claims on channels only claimed, never consumed: only the log end
-	// can be judged, through the index's range on (channel, value).
+	if err := collect(`
+		SELECT ch.topic, ch.part, ch.name, ch.start_off, ch.next_off, ch.pruned_below, c.value, min(c.rec), count(*), NULL
+		FROM gaps g CROSS JOIN channels ch CROSS JOIN claims c -- gaps outermost: there are few
+		WHERE ch.id = g.ch AND c.ch = g.ch AND c.value >= max(g.from_off, ch.pruned_below) AND c.value < g.to_off
+		GROUP BY c.ch, c.value`); err != nil {
+		return nil, err
+	}
 	chans, err := s.Channels(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, ci := range chans {
 		co, ok := offs[ci.Channel]
-		if ci.Start >= 0 || !ok {
+		if !ok {
 			continue
 		}
 		if err := collect(`
@@ -244,20 +250,24 @@ func or(s, alt string) string {
 // no record at or above the position a consumer joining now would start
 // from.
 func (s *Store) lateJoiners(ctx context.Context, offs map[headers.Channel]ChannelOffsets) ([]Finding, error) {
+	// The newest stamped record of each consumed channel, read backwards
+	// through the (channel, offset) index.
 	rows, err := s.db.QueryContext(ctx, `
-		SELECT r.id FROM records r JOIN (SELECT ch, max(off) AS off FROM records WHERE kind = 0 AND stamped GROUP BY ch) m
-		ON m.ch = r.ch AND m.off = r.off WHERE r.n_seq > 0`)
+		SELECT (SELECT r.id FROM records r WHERE r.ch = ch.id AND r.kind = 0 AND r.stamped ORDER BY r.off DESC LIMIT 1)
+		FROM channels ch WHERE ch.start_off >= 0`)
 	if err != nil {
 		return nil, fmt.Errorf("observer: find late-joiner windows: %w", err)
 	}
 	var recs []int64
 	for rows.Next() {
-		var id int64
+		var id sql.NullInt64
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("observer: find late-joiner windows: %w", err)
 		}
-		recs = append(recs, id)
+		if id.Valid {
+			recs = append(recs, id.Int64)
+		}
 	}
 	rows.Close()
 	type claimKey struct {

@@ -306,6 +306,12 @@ func (w *writer) add(ctx context.Context, tx *sql.Tx, in *incoming) error {
 	if in.Offset < cs.next {
 		return nil // already stored: a re-fetch after restart
 	}
+	if cs.next >= 0 && in.Offset > cs.next {
+		// The fetch skipped offsets: aborted records (or compaction).
+		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO gaps(ch, from_off, to_off) VALUES(?, ?, ?)`, cs.id, cs.next, in.Offset); err != nil {
+			return fmt.Errorf("observer: ingest: gap %d..%d on %s: %w", cs.next, in.Offset, in.Channel, err)
+		}
+	}
 	cs.next, cs.dirty = in.Offset+1, true
 	id := w.nextRec
 	w.nextRec++

@@ -60,6 +60,11 @@ CREATE TABLE IF NOT EXISTS records(
 	err TEXT);
 CREATE UNIQUE INDEX IF NOT EXISTS records_at ON records(ch, off);
 CREATE INDEX IF NOT EXISTS records_seq ON records(ch, sender, seq) WHERE tagged;
+-- Markers and aborted records: the positions a claim must not name.
+CREATE INDEX IF NOT EXISTS records_holes ON records(ch, off) WHERE kind IN (1, 2);
+-- Offsets a fetch skipped (aborted records under read_committed).
+CREATE TABLE IF NOT EXISTS gaps(ch INTEGER NOT NULL, from_off INTEGER NOT NULL, to_off INTEGER NOT NULL,
+	PRIMARY KEY(ch, from_off)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS claims(ch INTEGER NOT NULL, value INTEGER NOT NULL, rec INTEGER NOT NULL,
 	PRIMARY KEY(ch, value, rec)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS seq_claims(ch INTEGER NOT NULL, sender INTEGER NOT NULL, value INTEGER NOT NULL, rec INTEGER NOT NULL,
@@ -363,6 +368,9 @@ func (s *Store) Prune(ctx context.Context, minTS int64, maxRecords int64) (int64
 	// counting until all of it is.
 	if _, err := tx.ExecContext(ctx, `DELETE FROM chan_stats
 		WHERE (bucket + 1) * 64 <= (SELECT pruned_below FROM channels WHERE id = chan_stats.ch)`); err != nil {
+		return 0, fmt.Errorf("observer: prune: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM gaps WHERE to_off <= (SELECT pruned_below FROM channels WHERE id = gaps.ch)`); err != nil {
 		return 0, fmt.Errorf("observer: prune: %w", err)
 	}
 	for _, q := range []string{`DELETE FROM claims WHERE rec < ?`, `DELETE FROM seq_claims WHERE rec < ?`} {
