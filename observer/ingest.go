@@ -81,7 +81,7 @@ type statsKey struct{ ch, bucket int64 }
 // stats accumulates one batch's contribution to a chan_stats row.
 type stats struct {
 	data, marker, stamped, undecodable, entries, maxEntries, bytes, minTS int64
-	firstStamped, firstUnstamped, lastStamped                          sql.NullInt64
+	firstStamped, firstUnstamped, lastStamped                             sql.NullInt64
 }
 
 func (w *writer) stats(ch, off, ts int64) *stats {
