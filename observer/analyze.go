@@ -118,6 +118,9 @@ func (s *Store) unsettleable(ctx context.Context, offs map[headers.Channel]Chann
 			copy(h.claimed.Topic[:], topic)
 			v := h.claimed.Offset
 			co, known := offs[h.claimed.Channel]
+			if h.name == "" && known {
+				h.name = co.Name // a channel only claimed, never consumed
+			}
 			switch {
 			case kind.Valid && kind.Int64 == kindControl:
 				h.why = "a transaction marker"
