@@ -382,6 +382,14 @@ func (w *writer) add(ctx context.Context, tx *sql.Tx, in *incoming) error {
 	w.recArgs = append(w.recArgs, id, cs.id, in.Offset, in.Timestamp, kind, stamped, st.Tagged, senderID, st.Seq,
 		st.Clock.NumOffsets(), st.Clock.NumSeqs(), hdrBytes, stampBlob, nil, pid)
 	for e := range st.Clock.OffsetEntries() {
+		if e.Channel == in.Channel && e.Offset >= in.Offset {
+			// Decidable from the record alone: no position at or above its
+			// own was assigned when it was sent (the naive log-end stamp).
+			claimed := headers.Coordinate{Channel: e.Channel, Offset: e.Offset}
+			w.finding(CodeUnsettleableClaim, "unsettleable-claim|self|"+at.String(), in.Topic,
+				fmt.Sprintf("record %s (topic %q) claims %s on its own channel, at or past its own position: a position not assigned when it was sent",
+					at, in.Topic, claimed), at.String(), claimed.String())
+		}
 		if v, ok := cs.prev.Offset(e.Channel); ok && v == e.Offset {
 			continue
 		}

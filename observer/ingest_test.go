@@ -89,6 +89,12 @@ func TestSenderChecks(t *testing.T) {
 		{"claim shrinks", func(t *testing.T) []incoming {
 			return []incoming{rec(t, 0, 1, map[headers.Channel]int64{chB: 3, chC: 9}), rec(t, 1, 2, map[headers.Channel]int64{chB: 3, chC: 8})}
 		}, []string{"stamp-regression " + at(1) + " " + at(0)}},
+		{"claim on its own position", func(t *testing.T) []incoming {
+			return []incoming{rec(t, 0, 0, nil), rec(t, 1, 0, map[headers.Channel]int64{chA: 1})}
+		}, []string{"unsettleable-claim " + at(1) + " " + at(1)}},
+		{"claim on its own predecessor", func(t *testing.T) []incoming {
+			return []incoming{rec(t, 0, 0, nil), rec(t, 1, 0, map[headers.Channel]int64{chA: 0})}
+		}, nil},
 		{"untagged records are not judged", func(t *testing.T) []incoming {
 			return []incoming{rec(t, 0, 0, map[headers.Channel]int64{chB: 3}), rec(t, 1, 0, map[headers.Channel]int64{chB: 1})}
 		}, nil},
