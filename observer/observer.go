@@ -74,9 +74,10 @@ type Observer struct {
 	log     *slog.Logger
 	metrics *Metrics
 
-	mu     sync.Mutex // guards w and the ingest path
-	w      *writer
-	topics map[string]headers.TopicID // observed topic name → ID
+	mu       sync.Mutex // guards w, topics, assigned and the ingest path
+	w        *writer
+	topics   map[string]headers.TopicID // observed topic name → ID
+	assigned map[headers.Channel]bool   // channels being consumed
 }
 
 // New returns an observer writing to store. It connects to the brokers
@@ -108,7 +109,8 @@ func New(cfg Config, store *Store) (*Observer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("observer: connect to %v: %w", cfg.Seeds, err)
 	}
-	o := &Observer{cfg: cfg, store: store, client: cl, admin: kadm.NewClient(cl), log: log, metrics: newMetrics(), topics: map[string]headers.TopicID{}}
+	o := &Observer{cfg: cfg, store: store, client: cl, admin: kadm.NewClient(cl), log: log, metrics: newMetrics(),
+		topics: map[string]headers.TopicID{}, assigned: map[headers.Channel]bool{}}
 	return o, nil
 }
 
@@ -177,12 +179,13 @@ func (o *Observer) assign(ctx context.Context, sel kadm.TopicDetails) error {
 		if id.IsZero() {
 			return fmt.Errorf("observer: topic %q has no topic ID (brokers older than Kafka 2.8 cannot carry causal claims)", name)
 		}
-		if old, ok := o.topics[name]; ok && old == id {
-			continue
-		}
 		o.topics[name] = id
 		for p := range td.Partitions {
 			ch := headers.Channel{Topic: id, Partition: p}
+			if o.assigned[ch] {
+				continue
+			}
+			o.assigned[ch] = true
 			if cs, ok := o.w.chans[ch]; ok && cs.next >= 0 {
 				if add[name] == nil {
 					add[name] = map[int32]kgo.Offset{}

@@ -10,6 +10,7 @@ import (
 	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/parsley-go/parsley/observer"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestRunTailsAndPicksUpNewTopics runs the observer as a service: records
@@ -67,12 +68,27 @@ func TestRunTailsAndPicksUpNewTopics(t *testing.T) {
 		}
 	}
 	waitFor("a topic created after the start", func() bool { return stored(last) })
+	// A partition added to an observed topic is picked up too.
+	if resp, err := c.Admin().CreatePartitions(ctx, 1, "live-b"); err != nil || resp.Error() != nil {
+		t.Fatalf("add a partition: %v %v", err, resp.Error())
+	}
+	fresh, err := c.NewClient(kgo.RecordPartitioner(kgo.ManualPartitioner())) // knows the new partition
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	r := &kgo.Record{Topic: "live-b", Partition: 1, Value: []byte("p1")}
+	if err := fresh.ProduceSync(ctx, r).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	p1 := b.At("live-b", 1, r.Offset)
+	waitFor("a partition added after the start", func() bool { return stored(p1) })
 	waitFor("pruning to 3 records", func() bool {
 		var n int
 		st.DB().QueryRowContext(ctx, `SELECT count(*) FROM records`).Scan(&n)
 		return n <= 3
 	})
-	if !stored(last) || stored(a) {
+	if !stored(p1) || stored(a) {
 		t.Errorf("pruning kept the wrong records: newest stored %v, oldest stored %v", stored(last), stored(a))
 	}
 	cancel()
