@@ -18,6 +18,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// assetFS holds the UI's static files. assets/dagre.min.js is
+// @dagrejs/dagre 3.1.3 (graph layout; MIT licence, Copyright (c) 2012-2014
+// Chris Pettitt, full text in assets/dagre.LICENSE), the unmodified dist
+// file of `npm pack @dagrejs/dagre`. assets/graph.js turns its layout into
+// SVG.
+//
 //go:embed assets
 var assetFS embed.FS
 
