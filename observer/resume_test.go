@@ -11,6 +11,7 @@ import (
 	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/parsley-go/parsley/internal/obsdemo"
 	"github.com/parsley-go/parsley/observer"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestResumeAfterRestart scans, closes everything, produces more, and scans
@@ -169,5 +170,64 @@ func TestInternalTopicsAreNeverObserved(t *testing.T) {
 	}
 	if !slices.Equal(names, []string{"visible"}) {
 		t.Errorf("observed topics %v, want only [visible]", names)
+	}
+}
+
+// TestRecreatedTopicIsANewChannel: a topic deleted and recreated under the
+// same name is a new channel; after a restart the observer stores the new
+// incarnation's records under its new topic ID and keeps the old ones.
+func TestRecreatedTopicIsANewChannel(t *testing.T) {
+	ctx := ctxFor(t)
+	c := broker.New(t)
+	b := builder(t, c)
+	if err := b.Create(ctx, 1, "re"); err != nil {
+		t.Fatal(err)
+	}
+	old, err := b.Stamped(ctx, "re", 0, &headers.Stamp{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "obs.db")
+	pass := func() *observer.Store {
+		st, err := observer.OpenStore(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		o, err := observer.New(observer.Config{Seeds: c.Addrs(), Topics: []string{"re"}}, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Close()
+		if err := o.Scan(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	pass().Close()
+	if err := c.DeleteTopics(ctx, "re"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Create(ctx, 1, "re"); err != nil {
+		t.Fatal(err)
+	}
+	if b.ID("re") == old.Topic {
+		t.Fatal("recreated topic kept its ID")
+	}
+	b2 := builder(t, c) // a producer that never knew the old incarnation
+	if err := b2.Create(ctx, 1, "re-unused"); err != nil {
+		t.Fatal(err)
+	}
+	hs, _ := headers.AppendStamp([]kgo.RecordHeader(nil), &headers.Stamp{}, headers.DialectVC)
+	got, err := b2.Produce(ctx, "re", 0, hs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := b.At("re", 0, got.Offset)
+	st := pass()
+	for _, at := range []headers.Coordinate{old, fresh} {
+		if _, err := st.Record(ctx, at); err != nil {
+			t.Errorf("record %s: %v", at, err)
+		}
 	}
 }
