@@ -179,6 +179,13 @@ func (o *Observer) assign(ctx context.Context, sel kadm.TopicDetails) error {
 		if id.IsZero() {
 			return fmt.Errorf("observer: topic %q has no topic ID (brokers older than Kafka 2.8 cannot carry causal claims)", name)
 		}
+		if old, ok := o.topics[name]; ok && old != id {
+			// Deleted and recreated: a new incarnation, new channels. The
+			// client forgets the old one so it consumes the new from the
+			// start rather than from the old position.
+			o.client.PurgeTopicsFromConsuming(name)
+			o.log.Info("topic recreated", "topic", name, "old", old, "new", id)
+		}
 		o.topics[name] = id
 		for p := range td.Partitions {
 			ch := headers.Channel{Topic: id, Partition: p}
