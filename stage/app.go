@@ -362,7 +362,6 @@ func (a *App) openTask(ctx context.Context, id taskID) (*task, error) {
 		m := a.topics[b.topic]
 		ch := headers.Channel{Topic: m.id, Partition: id.partition}
 		t.inputs = append(t.inputs, ch)
-		t.chanOf = append(t.chanOf, ch)
 		t.byID[m.id] = b
 	}
 	for _, k := range st.sinks {

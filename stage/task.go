@@ -28,8 +28,7 @@ type task struct {
 	changelog string
 	kv        *state.Store
 
-	inputs []headers.Channel
-	chanOf []headers.Channel // per source binding index
+	inputs []headers.Channel // per source, in the stage's declaration order
 	sinks  []headers.TopicID
 	byID   map[headers.TopicID]*binding
 
@@ -42,7 +41,7 @@ type task struct {
 	fold   foldState  // its state view, reused
 
 	// heldOnArrival counts records that were not deliverable when fetched
-	// and waited at the gate (committed or not).
+	// and waited at the gate (committed or not): a seam for hold metrics.
 	heldOnArrival uint64
 }
 
@@ -108,7 +107,7 @@ func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts
 		if !ok || pos <= 0 {
 			continue
 		}
-		ds, err := n.PositionAdvance(t.chanOf[i], pos)
+		ds, err := n.PositionAdvance(t.inputs[i], pos)
 		if err != nil {
 			return t.stepErr(b.topic, pos, err)
 		}
