@@ -93,3 +93,27 @@ func ExampleRun() {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Recovering turns a handler's deterministic domain failures into
+// emissions to an error sink, committed with the step.
+func ExampleRecovering() {
+	orders := stage.NewTopic("orders", stage.String(), stage.Int64())
+	shipments := stage.NewTopic("shipments", stage.String(), stage.Int64())
+	rejects := stage.NewTopic("rejects", stage.String(), stage.String())
+	ship := stage.Recovering(func(m stage.Message[string, int64]) ([]stage.Emission, error) {
+		if m.Value <= 0 {
+			return nil, fmt.Errorf("quantity %d", m.Value)
+		}
+		return []stage.Emission{shipments.Send(m.Key, m.Value)}, nil
+	}, func(m stage.Message[string, int64], err error) []stage.Emission {
+		return []stage.Emission{rejects.Send(m.Key, err.Error())}
+	})
+	for _, q := range []int64{3, 0} {
+		es, _ := ship(stage.Message[string, int64]{Topic: orders.Name(), Key: "o1", Value: q})
+		v, _ := es[0].Value()
+		fmt.Println(es[0].Topic(), v)
+	}
+	// Output:
+	// shipments 3
+	// rejects quantity 0
+}
