@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unsafe"
 
 	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/internal/state"
@@ -36,6 +37,8 @@ type task struct {
 	batch  *protocol.Batch
 	clNext int64 // one past the last changelog offset produced in the step; -1 none
 	stamp  headers.Stamp
+	msg    rawMessage // the delivery being processed, reused
+	fold   foldState  // its state view, reused
 
 	// heldOnArrival counts records that were not deliverable when fetched
 	// and waited at the gate (committed or not).
@@ -73,7 +76,7 @@ func (t *task) initErr(err error) error {
 
 // build makes a node from committed state (host duty H5) and processes
 // what its first Release delivers. Init writes go to the step's batch.
-func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession) error {
+func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts map[string]map[int32]int64) error {
 	t.batch = protocol.NewBatch(t.kv)
 	t.clNext = -1
 	n, err := protocol.New(ctx, protocol.Config{
@@ -93,7 +96,25 @@ func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession) error 
 	if err != nil {
 		return t.stepErr("", -1, err)
 	}
-	return t.deliver(ctx, sess, ds)
+	if err := t.deliver(ctx, sess, ds); err != nil {
+		return err
+	}
+	// A new incarnation knows nothing of the markers below where it starts
+	// consuming; report the start so claims on them resolve (H5).
+	for i, b := range t.st.sources {
+		pos, ok := starts[b.topic][t.partition]
+		if !ok || pos <= 0 {
+			continue
+		}
+		ds, err := n.PositionAdvance(t.chanOf[i], pos)
+		if err != nil {
+			return t.stepErr(b.topic, pos, err)
+		}
+		if err := t.deliver(ctx, sess, ds); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (t *task) stepErr(topic string, offset int64, err error) error {
@@ -111,16 +132,12 @@ func (t *task) feed(ctx context.Context, sess *kgo.GroupTransactSession, topic s
 		if r.Attrs.IsControl() {
 			continue
 		}
-		hs := make([]headers.Header, len(r.Headers))
-		for i, h := range r.Headers {
-			hs[i] = headers.Header(h)
-		}
 		rec := protocol.Record{
 			Coordinate: headers.Coordinate{Channel: ch, Offset: r.Offset},
 			Timestamp:  r.Timestamp.UnixMilli(),
 			Key:        r.Key,
 			Value:      r.Value,
-			Headers:    hs,
+			Headers:    asHeaders(r.Headers),
 		}
 		ds, err := t.node.OnRecord(&rec)
 		if err != nil {
@@ -143,6 +160,17 @@ func (t *task) feed(ctx context.Context, sess *kgo.GroupTransactSession, topic s
 	return nil
 }
 
+// asHeaders views franz-go's headers as headers.Header without copying:
+// the two struct types are identical (the conversion below would not
+// compile otherwise), so their slices share a layout.
+func asHeaders(hs []kgo.RecordHeader) []headers.Header {
+	if len(hs) == 0 {
+		return nil
+	}
+	_ = headers.Header(kgo.RecordHeader{})
+	return unsafe.Slice((*headers.Header)(unsafe.Pointer(unsafe.SliceData(hs))), len(hs))
+}
+
 func delivered(ds []protocol.Delivery, c headers.Coordinate) bool {
 	for i := range ds {
 		if ds[i].Coordinate == c {
@@ -162,20 +190,22 @@ func (t *task) deliver(ctx context.Context, sess *kgo.GroupTransactSession, ds [
 		if b == nil {
 			return t.stepErr("", d.Offset, fmt.Errorf("delivery on undeclared channel %s", d.Channel))
 		}
-		m := rawMessage{
+		m := &t.msg
+		*m = rawMessage{
 			topic: b.topic, partition: d.Partition, offset: d.Offset, coord: d.Coordinate,
 			ts: time.UnixMilli(d.Timestamp), key: d.Key, value: d.Value, headers: d.Headers,
 		}
 		var io stateIO
 		if b.fold {
-			io = foldState{batch: t.batch, key: foldKey(d.Key)}
+			t.fold = foldState{batch: t.batch, key: foldKey(d.Key)}
+			io = &t.fold
 		}
-		es, err := b.invoke(&m, io)
+		es, err := b.invoke(m, io)
 		if err != nil {
 			return t.stepErr(b.topic, d.Offset, err)
 		}
 		for _, e := range es {
-			if err := t.emit(ctx, sess, &m, e); err != nil {
+			if err := t.emit(ctx, sess, m, e); err != nil {
 				return t.stepErr(b.topic, d.Offset, err)
 			}
 		}
@@ -293,6 +323,6 @@ type foldState struct {
 	key   string
 }
 
-func (f foldState) load() ([]byte, bool, error) { return f.batch.Get(f.key) }
-func (f foldState) store(b []byte) error        { return f.batch.Put(f.key, b) }
-func (f foldState) del() error                  { return f.batch.Delete(f.key) }
+func (f *foldState) load() ([]byte, bool, error) { return f.batch.Get(f.key) }
+func (f *foldState) store(b []byte) error        { return f.batch.Put(f.key, b) }
+func (f *foldState) del() error                  { return f.batch.Delete(f.key) }
