@@ -32,6 +32,7 @@ type Bridge struct {
 	cfg Config
 	m   *metrics
 	app *stage.App
+	pub *publisher
 
 	// afterSettled is a test hook (see publisher.afterSettled).
 	afterSettled func() error
@@ -65,6 +66,7 @@ func New(cfg Config) (*Bridge, error) {
 func (b *Bridge) Run(ctx context.Context) error {
 	c := b.cfg
 	p := &publisher{stream: c.Stream, subject: c.Subject, max: c.MaxInFlight, m: b.m, afterSettled: b.afterSettled}
+	b.pub = p
 	nc, err := b.connect(ctx, p)
 	if err != nil {
 		return err

@@ -151,3 +151,37 @@ func TestTriangleArrivesCausesFirst(t *testing.T) {
 		t.Fatal("the derived record carries no stamp; the test proves nothing")
 	}
 }
+
+// TestPipeliningStaysBounded: with MaxInFlight 8 and one subject per key,
+// publishes overlap, never more than 8 at once and never two on one
+// subject, and the stream still holds each partition in offset order.
+func TestPipeliningStaysBounded(t *testing.T) {
+	e := newEnv(t, 1, "events")
+	var recs []*kgo.Record
+	var want []string
+	for i := range 300 {
+		recs = append(recs, rec("events", 0, fmt.Sprintf("k%d", i%20), fmt.Sprintf("v%d", i)))
+		want = append(want, fmt.Sprintf("events/0@%d", i))
+	}
+	e.produce(recs...)
+	cfg := e.config("events")
+	cfg.MaxInFlight = 8
+	cfg.Subject, _ = Template("kafka.{topic}.{key}")
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(b)
+	waitFor(t, 30*time.Second, "300 messages", func() bool { return len(e.streamMsgs(testStream)) >= 300 })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnceInOrder(t, e.streamMsgs(testStream), want)
+	if b.pub.peak > 8 || b.pub.peak < 2 {
+		t.Fatalf("peak in flight %d, want 2..8", b.pub.peak)
+	}
+	if b.pub.peakSubj != 1 {
+		t.Fatalf("peak in flight on one subject %d, want 1", b.pub.peakSubj)
+	}
+	t.Logf("peak in flight %d", b.pub.peak)
+}

@@ -124,6 +124,7 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// validate checks a Config with its defaults applied.
 func (c *Config) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) {
@@ -143,6 +144,9 @@ func (c *Config) validate() error {
 	}
 	if c.TransactionTimeout > 0 && c.RedeliveryHorizon < c.TransactionTimeout {
 		bad("RedeliveryHorizon %v is shorter than TransactionTimeout %v: an aborted step is redelivered up to a transaction timeout later", c.RedeliveryHorizon, c.TransactionTimeout)
+	}
+	if c.TransactionTimeout > 0 && c.AckTimeout >= c.TransactionTimeout {
+		bad("AckTimeout %v is not below TransactionTimeout %v: a step waiting for acknowledgements would outlive its transaction", c.AckTimeout, c.TransactionTimeout)
 	}
 	return errors.Join(errs...)
 }

@@ -56,6 +56,10 @@ type publisher struct {
 	pending []inflight
 	bySubj  map[string]int // publishes in flight per subject
 	failed  error
+
+	// peak and peakSubj are the most publishes ever in flight, in all and
+	// on one subject (tests check the bounds with them).
+	peak, peakSubj int
 }
 
 type inflight struct {
@@ -172,6 +176,8 @@ func (p *publisher) publish(m *stage.Message[[]byte, []byte]) error {
 	}
 	p.pending = append(p.pending, inflight{f: f, subj: subj, coord: coord, start: start})
 	p.bySubj[subj]++
+	p.peak = max(p.peak, len(p.pending))
+	p.peakSubj = max(p.peakSubj, p.bySubj[subj])
 	p.m.inFlight.Inc()
 	return nil
 }

@@ -147,6 +147,7 @@ func TestConfigValidate(t *testing.T) {
 		"no url":               func(c *Config) { c.NATSURL = "" },
 		"no stream":            func(c *Config) { c.Stream = "" },
 		"horizon below txn tt": func(c *Config) { c.RedeliveryHorizon, c.TransactionTimeout = time.Second, time.Minute },
+		"ack outlives txn":     func(c *Config) { c.AckTimeout, c.TransactionTimeout = 10*time.Second, 10*time.Second },
 	} {
 		c := good
 		mut(&c)
