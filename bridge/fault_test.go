@@ -211,3 +211,28 @@ func TestStartupRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWaitsForNATSAtStartup: NATS is down when the bridge starts; the
+// bridge waits, retrying, and forwards everything once NATS is up.
+func TestWaitsForNATSAtStartup(t *testing.T) {
+	e := newEnv(t, 1, "events")
+	want := produceN(e, "events", 1, 0, 10)
+	e.stopNATS()
+	b, err := New(e.config("events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(b)
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-r.done:
+		t.Fatalf("Run returned %v while NATS was down", r.err)
+	default:
+	}
+	e.startNATS()
+	waitFor(t, 30*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnceInOrder(t, e.streamMsgs(testStream), want)
+}
