@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,7 +32,7 @@ func Run(ctx context.Context, cfg Config) error {
 type Bridge struct {
 	cfg Config
 	m   *metrics
-	app *stage.App
+	app atomic.Pointer[stage.App] // set once Run built it
 	pub *publisher
 
 	// afterSettled is a test hook (see publisher.afterSettled).
@@ -112,7 +113,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("bridge: %w", err)
 	}
-	b.app = app
+	b.app.Store(app)
 	if err := app.Run(ctx); err != nil {
 		return fmt.Errorf("bridge: %w", err)
 	}
@@ -242,14 +243,18 @@ func (b *Bridge) partitions(ctx context.Context) (map[string]int32, error) {
 }
 
 // Ready reports whether the bridge joined its group and restored its tasks.
-func (b *Bridge) Ready() bool { return b.app != nil && b.app.Ready() }
+func (b *Bridge) Ready() bool {
+	app := b.app.Load()
+	return app != nil && app.Ready()
+}
 
 // CommittedSteps returns how many steps this bridge committed.
 func (b *Bridge) CommittedSteps() int64 {
-	if b.app == nil {
+	app := b.app.Load()
+	if app == nil {
 		return 0
 	}
-	return b.app.CommittedSteps()
+	return app.CommittedSteps()
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

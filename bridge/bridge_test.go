@@ -112,10 +112,11 @@ func TestTriangleArrivesCausesFirst(t *testing.T) {
 	e.produce(derived)
 
 	waitFor(t, 20*time.Second, "the derived record to be held", func() bool {
-		if b.app == nil {
+		app := b.app.Load()
+		if app == nil {
 			return false
 		}
-		for _, ti := range b.app.Tasks() {
+		for _, ti := range app.Tasks() {
 			if ti.Held > 0 {
 				return true
 			}
