@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/parsley-go/parsley/stage"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -66,32 +65,24 @@ func New(cfg Config) (*Bridge, error) {
 // the bridge retries with backoff until NATS is back.
 func (b *Bridge) Run(ctx context.Context) error {
 	c := b.cfg
-	p := &publisher{stream: c.Stream, subject: c.Subject, max: c.MaxInFlight, m: b.m, afterSettled: b.afterSettled}
-	b.pub = p
-	nc, err := b.connect(ctx, p)
-	if err != nil {
+	s, err := openSink(ctx, c.sink(), b.m)
+	if err != nil || s == nil {
 		return err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(c.MaxInFlight), jetstream.WithPublishAsyncTimeout(c.AckTimeout))
-	if err != nil {
-		return fmt.Errorf("bridge: jetstream: %w", err)
-	}
-	p.js, p.nc = js, nc
-	if p.filters, err = b.checkStream(ctx, js); err != nil {
+	defer s.Close()
+	s.p.afterSettled = b.afterSettled
+	b.pub = s.p
+	if err := b.checkSubjects(ctx, s.p.js, s.p.filters); err != nil {
 		return err
 	}
 	if ctx.Err() != nil {
 		return nil
 	}
-
 	bld := stage.Named(c.Name)
 	for _, t := range c.Topics {
-		stage.On(bld, stage.NewTopic(t, stage.Bytes(), stage.Bytes()), func(m stage.Message[[]byte, []byte]) ([]stage.Emission, error) {
-			return nil, p.publish(&m)
-		})
+		Forward(bld, stage.NewTopic(t, stage.Bytes(), stage.Bytes()), s)
 	}
-	st, err := bld.IntoExternal(p).Build()
+	st, err := bld.Build()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -120,81 +111,14 @@ func (b *Bridge) Run(ctx context.Context) error {
 	return nil
 }
 
-// connect dials NATS with the bridge's options after the user's. With
-// RetryOnFailedConnect the dial succeeds while NATS is down; the startup
-// checks then wait for it.
-func (b *Bridge) connect(ctx context.Context, p *publisher) (*nats.Conn, error) {
-	opts := append([]nats.Option(nil), b.cfg.NATSOptions...)
-	opts = append(opts,
-		nats.MaxReconnects(-1),
-		nats.ReconnectBufSize(-1),
-		nats.RetryOnFailedConnect(true),
-	)
-	var o nats.Options
-	for _, opt := range opts {
-		if err := opt(&o); err != nil {
-			return nil, fmt.Errorf("%w: NATSOptions: %w", ErrInvalidConfig, err)
-		}
-	}
-	userDisc, userRec := o.DisconnectedErrCB, o.ReconnectedCB
-	opts = append(opts,
-		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
-			p.connChanged()
-			b.cfg.Logger.Warn("bridge: NATS disconnected", "err", err)
-			if userDisc != nil {
-				userDisc(nc, err)
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			p.connChanged()
-			b.cfg.Logger.Info("bridge: NATS reconnected", "url", nc.ConnectedUrl())
-			if userRec != nil {
-				userRec(nc)
-			}
-		}),
-	)
-	nc, err := nats.Connect(b.cfg.NATSURL, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("bridge: connect to NATS: %w", err)
-	}
-	return nc, nil
-}
-
-// checkStream waits for NATS, then refuses a missing stream, a duplicate
-// window shorter than the redelivery horizon, and a source partition whose
-// subject the stream does not capture. It returns the stream's subject
-// filters.
-func (b *Bridge) checkStream(ctx context.Context, js jetstream.JetStream) ([]string, error) {
+// checkSubjects refuses a subject mapping that sends a partition of a
+// source topic (probed with key "k") to a subject that is invalid, in no
+// stream, or in another stream than the configured one.
+func (b *Bridge) checkSubjects(ctx context.Context, js jetstream.JetStream, filters []string) error {
 	c := b.cfg
-	var info *jetstream.StreamInfo
-	for backoff := c.RetryBackoff; ; backoff = min(2*backoff, 32*c.RetryBackoff) {
-		s, err := js.Stream(ctx, c.Stream)
-		if err == nil {
-			if info, err = s.Info(ctx); err == nil {
-				break
-			}
-		}
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil, fmt.Errorf("%w: stream %q does not exist", ErrNoStream, c.Stream)
-		}
-		if ctx.Err() != nil {
-			return nil, nil
-		}
-		c.Logger.Warn("bridge: NATS not answering; retrying", "err", err, "backoff", backoff)
-		if sleep(ctx, backoff) != nil {
-			return nil, nil
-		}
-	}
-	if w := info.Config.Duplicates; w < c.RedeliveryHorizon {
-		return nil, fmt.Errorf("%w: stream %q keeps message IDs for %v, the redelivery horizon is %v; raise the stream's duplicate_window or lower RedeliveryHorizon", ErrDuplicateWindow, c.Stream, w, c.RedeliveryHorizon)
-	}
-	filters := info.Config.Subjects
-	if len(filters) == 0 {
-		filters = []string{c.Stream}
-	}
 	parts, err := b.partitions(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var errs []error
 	topics := append([]string(nil), c.Topics...)
@@ -214,11 +138,11 @@ func (b *Bridge) checkStream(ctx context.Context, js jetstream.JetStream) ([]str
 			case errors.Is(err, jetstream.ErrStreamNotFound) || err == nil && name != c.Stream:
 				errs = append(errs, fmt.Errorf("%w: topic %q partition %d maps to subject %q, which stream %q (subjects %q) does not capture", ErrNoStream, t, p, subj, c.Stream, filters))
 			case err != nil:
-				return nil, fmt.Errorf("bridge: look up the stream of subject %q: %w", subj, err)
+				return fmt.Errorf("bridge: look up the stream of subject %q: %w", subj, err)
 			}
 		}
 	}
-	return filters, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // partitions returns the partition count of each source topic that

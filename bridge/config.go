@@ -106,22 +106,18 @@ func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		c.Name = "bridge"
 	}
-	if c.RedeliveryHorizon <= 0 {
-		c.RedeliveryHorizon = 2 * time.Minute
-	}
-	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = 1
-	}
-	if c.AckTimeout <= 0 {
-		c.AckTimeout = 5 * time.Second
-	}
-	if c.RetryBackoff <= 0 {
-		c.RetryBackoff = 100 * time.Millisecond
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	s := c.sink().withDefaults()
+	c.RedeliveryHorizon, c.MaxInFlight, c.AckTimeout, c.RetryBackoff, c.Logger = s.RedeliveryHorizon, s.MaxInFlight, s.AckTimeout, s.RetryBackoff, s.Logger
 	return c
+}
+
+// sink returns the NATS side of c.
+func (c Config) sink() SinkConfig {
+	return SinkConfig{
+		NATSURL: c.NATSURL, NATSOptions: c.NATSOptions, Stream: c.Stream, Subject: c.Subject,
+		RedeliveryHorizon: c.RedeliveryHorizon, MaxInFlight: c.MaxInFlight, AckTimeout: c.AckTimeout,
+		RetryBackoff: c.RetryBackoff, Registerer: c.Registerer, Logger: c.Logger,
+	}
 }
 
 // validate checks a Config with its defaults applied.
@@ -133,14 +129,9 @@ func (c *Config) validate() error {
 	if len(c.Topics) == 0 {
 		bad("no source Topics")
 	}
-	if c.Subject == nil {
-		bad("no Subject mapping")
-	}
-	if c.NATSURL == "" {
-		bad("no NATSURL")
-	}
-	if c.Stream == "" {
-		bad("no Stream")
+	sc := c.sink()
+	if err := sc.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.TransactionTimeout > 0 && c.RedeliveryHorizon < c.TransactionTimeout {
 		bad("RedeliveryHorizon %v is shorter than TransactionTimeout %v: an aborted step is redelivered up to a transaction timeout later", c.RedeliveryHorizon, c.TransactionTimeout)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/bridge"
+	"github.com/parsley-go/parsley/stage"
 )
 
 func ExampleTemplate() {
@@ -49,6 +50,30 @@ func ExampleRun() {
 		RedeliveryHorizon: 5 * time.Minute,
 		MaxInFlight:       64,
 	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// ExampleForward forwards "payments" to NATS from a stage that also
+// folds "orders" into Kafka records: one transaction covers both.
+func ExampleForward() {
+	ctx := context.Background()
+	subject, _ := bridge.Template("shop.{topic}.{key}")
+	sink, err := bridge.NewSink(ctx, bridge.SinkConfig{NATSURL: "nats://localhost:4222", Stream: "ORDERS", Subject: subject})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sink.Close()
+	payments := stage.NewTopic("payments", stage.Bytes(), stage.Bytes())
+	orders := stage.NewTopic("orders", stage.String(), stage.String())
+	audit := stage.NewTopic("audit", stage.String(), stage.String())
+	b := bridge.Forward(stage.Named("shop"), payments, sink)
+	stage.On(b, orders, func(m stage.Message[string, string]) ([]stage.Emission, error) {
+		return []stage.Emission{audit.Send(m.Key, "order "+m.Value)}, nil
+	})
+	st := b.Into(audit).MustBuild()
+	err = stage.Run(ctx, stage.Config{ApplicationID: "shop", InstanceID: "shop-1", Brokers: []string{"localhost:9092"}, StateDir: "/var/lib/shop"}, st)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -2,6 +2,8 @@ package stage
 
 import (
 	"context"
+	"reflect"
+	"slices"
 	"time"
 )
 
@@ -30,10 +32,17 @@ type External interface {
 
 // IntoExternal declares sinks outside Kafka that the stage's handlers
 // write to (see External). A stage with external sinks needs no Kafka sink.
+// Declaring the same sink again is a no-op, so helpers that add a source
+// together with its sink can be called once per source.
 func (b *Builder) IntoExternal(xs ...External) *Builder {
 	for _, x := range xs {
-		if x == nil {
+		if x == nil || reflect.ValueOf(x).Kind() == reflect.Pointer && reflect.ValueOf(x).IsNil() {
 			b.errf("nil external sink")
+			continue
+		}
+		if reflect.TypeOf(x).Comparable() && slices.ContainsFunc(b.externals, func(y External) bool {
+			return reflect.TypeOf(y) == reflect.TypeOf(x) && y == x
+		}) {
 			continue
 		}
 		b.externals = append(b.externals, x)

@@ -103,4 +103,12 @@ func TestExternalSinkAloneIsAnEffect(t *testing.T) {
 	if _, err := On(Named("s"), in, h).IntoExternal(nil).Build(); !errors.Is(err, ErrInvalidStage) {
 		t.Fatalf("a nil external sink: %v, want ErrInvalidStage", err)
 	}
+	if _, err := On(Named("s"), in, h).IntoExternal((*fakeExternal)(nil)).Build(); !errors.Is(err, ErrInvalidStage) {
+		t.Fatalf("a typed nil external sink: %v, want ErrInvalidStage", err)
+	}
+	x := &fakeExternal{}
+	st, err := On(Named("s"), in, h).IntoExternal(x, &fakeExternal{}).IntoExternal(x).Build()
+	if err != nil || len(st.externals) != 2 {
+		t.Fatalf("declaring a sink twice: %v, %d sinks, want 2", err, len(st.externals))
+	}
 }
