@@ -117,6 +117,9 @@ func TestNATSRestartLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkExactlyOnceInOrder(t, e.streamMsgs(testStream), want)
+	if v := testutil.ToFloat64(b.m.orderViolations); v != 0 {
+		t.Fatalf("%v order violations reported on a stream whose order is right", v)
+	}
 	t.Logf("retries %v, failures %v, duplicates %v", testutil.ToFloat64(b.m.retries), testutil.ToFloat64(b.m.failures), testutil.ToFloat64(b.m.duplicates))
 }
 

@@ -10,6 +10,8 @@ type metrics struct {
 	duplicates prometheus.Counter
 	failures   prometheus.Counter
 	retries    prometheus.Counter
+
+	orderViolations prometheus.Counter
 }
 
 func newMetrics(stream string) *metrics {
@@ -40,9 +42,13 @@ func newMetrics(stream string) *metrics {
 			Name: "parsley_bridge_step_retries_total", ConstLabels: l,
 			Help: "Steps aborted because a publish failed, to be processed again after a backoff.",
 		}),
+		orderViolations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "parsley_bridge_order_violations_total", ConstLabels: l,
+			Help: "Acknowledgements whose stream sequence fell below an earlier one of the same step: the stream holds a record after one delivered later (possible only with MaxInFlight above 1 and a broken connection).",
+		}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.latency, m.inFlight, m.published, m.duplicates, m.failures, m.retries}
+	return []prometheus.Collector{m.latency, m.inFlight, m.published, m.duplicates, m.failures, m.retries, m.orderViolations}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,7 +46,9 @@ type publisher struct {
 	subject SubjectFunc
 	max     int
 	m       *metrics
+	log     *slog.Logger
 	conn    atomic.Uint64 // connection changes seen
+	lastSeq uint64        // highest stream sequence acknowledged in this step
 
 	// afterSettled, a test hook, runs after every publish of a step was
 	// acknowledged; an error from it fails Settle.
@@ -79,6 +82,7 @@ func (p *publisher) Begin(ctx context.Context) {
 		p.waitOldest(ctx)
 	}
 	p.failed = nil
+	p.lastSeq = 0
 	p.epoch = p.conn.Load()
 	if p.bySubj == nil {
 		p.bySubj = make(map[string]int)
@@ -109,7 +113,19 @@ func (p *publisher) waitOldest(ctx context.Context) {
 		dup = ack.Duplicate
 		if ack.Stream != p.stream {
 			err = fmt.Errorf("acknowledged by stream %q, not %q", ack.Stream, p.stream)
+			break
 		}
+		// A step publishes in delivered order, so its stream sequences
+		// (for a duplicate: the stored original's) rise. A fall means an
+		// earlier attempt stored a later record first: the window
+		// MaxInFlight above 1 leaves open when a connection breaks. (The
+		// check is per step: a step may be a retry, whose sequences fall
+		// below an aborted attempt's without any reordering.)
+		if ack.Sequence <= p.lastSeq {
+			p.m.orderViolations.Inc()
+			p.log.Error("bridge: stream order differs from delivered order", "coordinate", in.coord, "subject", in.subj, "sequence", ack.Sequence, "after", p.lastSeq)
+		}
+		p.lastSeq = max(p.lastSeq, ack.Sequence)
 	case err = <-in.f.Err():
 	case <-ctx.Done():
 		// The step ran out of time; the future resolves later, within

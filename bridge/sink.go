@@ -119,7 +119,7 @@ func (c *SinkConfig) validate() error {
 // openSink connects and checks the stream. It returns (nil, nil) when
 // ctx ends first.
 func openSink(ctx context.Context, c SinkConfig, m *metrics) (*Sink, error) {
-	p := &publisher{stream: c.Stream, subject: c.Subject, max: c.MaxInFlight, m: m}
+	p := &publisher{stream: c.Stream, subject: c.Subject, max: c.MaxInFlight, m: m, log: c.Logger}
 	nc, err := connect(c, p)
 	if err != nil {
 		return nil, err
