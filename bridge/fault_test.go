@@ -90,6 +90,9 @@ func TestKilledBetweenAckAndCommitLeavesEachRecordOnce(t *testing.T) {
 	if d := testutil.ToFloat64(b2.m.duplicates); d == 0 {
 		t.Fatal("the restarted bridge republished nothing: the test did not hit the ack-to-commit window")
 	}
+	if v := testutil.ToFloat64(b2.m.orderViolations); v != 0 {
+		t.Fatalf("%v order violations reported on a stream whose order is right", v)
+	}
 	t.Logf("restart absorbed %v duplicates", testutil.ToFloat64(b2.m.duplicates))
 }
 
