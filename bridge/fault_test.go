@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -204,8 +205,17 @@ func TestStartupRefusals(t *testing.T) {
 			t.Log(err)
 		})
 	}
-	// Control: the same env runs with a good configuration.
+	// A group whose changelog topic does not exist: the stage runtime's
+	// topology check names it.
 	cfg := e.config("events")
+	cfg.Group = "nochangelog"
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := Run(ctx, cfg); !errors.Is(err, stage.ErrTopology) || !strings.Contains(err.Error(), ChangelogTopic("nochangelog", "bridge")) {
+		t.Fatalf("Run without a changelog = %v, want stage.ErrTopology naming it", err)
+	}
+	// Control: the same env runs with a good configuration.
+	cfg = e.config("events")
 	cfg.Stream, cfg.Subject, cfg.RedeliveryHorizon = "SHORT", mapTo("short.{partition}"), 10*time.Second
 	b, err := New(cfg)
 	if err != nil {
