@@ -73,6 +73,8 @@ type hooks struct {
 	onSession func(*kgo.GroupTransactSession)
 	// afterCommit runs after a committed step's stores are written.
 	afterCommit func()
+	// afterAbort runs after a step that did not commit.
+	afterAbort func()
 }
 
 type topicMeta struct {
@@ -434,6 +436,9 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	for _, t := range a.tasks {
 		t.reset()
 	}
+	if a.hooks.afterAbort != nil {
+		a.hooks.afterAbort()
+	}
 	if endErr != nil {
 		return fmt.Errorf("stage: end transaction: %w", endErr)
 	}
@@ -498,6 +503,9 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 	for _, id := range ids {
 		t := a.tasks[id]
 		if t.node != nil {
+			if time.Since(t.swept) >= a.cfg.TruncateInterval {
+				t.sweep(ctx)
+			}
 			continue
 		}
 		if starts == nil {

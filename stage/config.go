@@ -65,6 +65,12 @@ type Config struct {
 	RebalanceTimeout   time.Duration
 	TransactionTimeout time.Duration
 
+	// TruncateInterval is how often each task drops from its stamps the
+	// claims below the log start of the topics they name, which keeps stamp
+	// width bounded by retention instead of growing with the transitive
+	// upstream (default 5m; also done whenever a task starts).
+	TruncateInterval time.Duration
+
 	// ClientOpts are extra franz-go options for every client the
 	// application builds (TLS, SASL, logging, timeouts). Options the
 	// runtime owns — the consumer group, consumed topics, balancers,
@@ -87,6 +93,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if d.PollInterval <= 0 {
 		d.PollInterval = 250 * time.Millisecond
+	}
+	if d.TruncateInterval <= 0 {
+		d.TruncateInterval = 5 * time.Minute
 	}
 	if d.Logger == nil {
 		d.Logger = slog.Default()
