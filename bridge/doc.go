@@ -23,15 +23,20 @@
 // the step. If a publish fails (NATS down, a timeout, a reconnect in the
 // middle of the step), the step aborts and is processed again from
 // committed state after a backoff that doubles up to a bound: the bridge
-// blocks rather than drop or skip a record. Publishes of a step are
-// pipelined over one connection, at most Config.MaxInFlight awaiting their
-// acknowledgement; a step that saw the connection change publishes nothing
-// more, so the stream's order is the delivered order.
+// blocks rather than drop or skip a record. By default each publish waits
+// for the previous acknowledgement, so the stream's order is the delivered
+// order under any failure; Config.MaxInFlight above 1 pipelines publishes
+// (at most one per subject in flight) and keeps each subject's order under
+// any failure, but not the order across subjects when a connection breaks
+// mid-window (see docs/bridge.md; the order-violation metric counts it).
 //
 // Startup refuses a stream whose duplicate window is shorter than
 // Config.RedeliveryHorizon (a redelivery after the window would be stored
 // twice) and a subject mapping that sends a source partition to a subject
 // the stream does not capture.
+//
+// The bridge can also be the sink of a stage application that does other
+// work in the same transaction: NewSink and Forward.
 //
 // Scope: as for every stage, a bridge task consumes partition p of every
 // source topic, and causal order holds among the records one task
