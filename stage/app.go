@@ -60,6 +60,7 @@ type App struct {
 	running atomic.Bool
 	steps   atomic.Int64 // committed steps
 	ready   atomic.Bool
+	xfails  uint // consecutive steps whose external sinks did not settle
 
 	hooks hooks
 }
@@ -395,6 +396,7 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	a.pmu.Lock()
 	a.prodErr = nil
 	a.pmu.Unlock()
+	a.beginExternal(sctx)
 
 	a.mu.Lock()
 	stepErr := a.runStep(sctx, sess, fs)
@@ -405,6 +407,11 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	perr := a.prodErr
 	a.pmu.Unlock()
 	commit := stepErr == nil && ferr == nil && perr == nil
+	var xerr error
+	if commit {
+		xerr = a.settleExternal(sctx)
+		commit = xerr == nil
+	}
 	if commit && a.hooks.beforeEnd != nil && a.hooks.beforeEnd(a.steps.Load()) {
 		commit = false
 	}
@@ -419,6 +426,7 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 			}
 		}
 		a.steps.Add(1)
+		a.xfails = 0
 		if a.hooks.afterCommit != nil {
 			a.hooks.afterCommit()
 		}
@@ -452,6 +460,11 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 		}
 		a.log.Error("stage: step failed; retrying from committed state", "err", stepErr)
 		return sleep(ctx, a.cfg.RetryBackoff)
+	}
+	if xerr != nil {
+		d := a.externalBackoff()
+		a.log.Warn("stage: external sink did not settle; retrying the step from committed state", "err", xerr, "backoff", d)
+		return sleep(ctx, d)
 	}
 	return nil // aborted by a rebalance or a hook: reprocess
 }

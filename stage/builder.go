@@ -80,6 +80,8 @@ type Stage struct {
 	sinks    []Sink
 	sinkSet  map[string]bool
 	hasState bool
+	// externals are sinks outside Kafka (IntoExternal).
+	externals []External
 }
 
 // Name returns the stage name. It keys the stage's state and changelog:
@@ -149,6 +151,8 @@ type Builder struct {
 	state    any // *stateDecl[S]
 	hasState bool
 	errs     []error
+	// externals are sinks outside Kafka (IntoExternal).
+	externals []External
 }
 
 // Named starts the declaration of a stage.
@@ -310,7 +314,7 @@ func (b *Builder) Build() (*Stage, error) {
 	if len(b.pending) == 0 {
 		errs = append(errs, fmt.Errorf("%w: stage %q has no sources", ErrInvalidStage, b.name))
 	}
-	s := &Stage{name: b.name, sinks: b.sinks, sinkSet: make(map[string]bool), hasState: b.hasState}
+	s := &Stage{name: b.name, sinks: b.sinks, sinkSet: make(map[string]bool), hasState: b.hasState, externals: b.externals}
 	folds := 0
 	for _, p := range b.pending {
 		bd, err := p(b.state)
@@ -326,7 +330,7 @@ func (b *Builder) Build() (*Stage, error) {
 	if b.hasState && folds == 0 {
 		errs = append(errs, fmt.Errorf("%w: stage %q declares state but no source folds over it", ErrInvalidStage, b.name))
 	}
-	if len(b.sinks) == 0 && !b.hasState {
+	if len(b.sinks) == 0 && !b.hasState && len(b.externals) == 0 {
 		errs = append(errs, fmt.Errorf("%w: stage %q has no sinks and no state, so it can have no effect (declare its sinks with Into)", ErrInvalidStage, b.name))
 	}
 	for _, k := range b.sinks {

@@ -1,0 +1,143 @@
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+var (
+	// ErrInvalidConfig: the Config cannot run.
+	ErrInvalidConfig = errors.New("bridge: invalid configuration")
+	// ErrDuplicateWindow: the stream's duplicate window is shorter than
+	// the redelivery horizon, so a record republished after a crash could
+	// be stored twice.
+	ErrDuplicateWindow = errors.New("bridge: stream duplicate window shorter than the redelivery horizon")
+	// ErrNoStream: the subject mapping sends records to a subject the
+	// configured stream does not capture, or the stream does not exist.
+	ErrNoStream = errors.New("bridge: subject hits no stream")
+	// ErrHeader: a Kafka header cannot be carried as a NATS header (its
+	// name is not a valid NATS header name).
+	ErrHeader = errors.New("bridge: header cannot be forwarded")
+)
+
+// Config configures a bridge.
+type Config struct {
+	// Brokers are the Kafka seed brokers.
+	Brokers []string
+	// Group names the bridge in Kafka: its consumer group, the prefix of
+	// its changelog topic and transactional ID, and part of its sender
+	// identity. Keep it stable.
+	Group string
+	// Name is the bridge's stage name (default "bridge"); with Group it
+	// names the changelog topic, ChangelogTopic(Group, Name), which must
+	// exist, compacted, with as many partitions as the source topics.
+	Name string
+	// InstanceID names this instance among the bridge's instances: unique
+	// and stable across restarts (see stage.Config.InstanceID).
+	InstanceID string
+	// StateDir holds the instance's SQLite task stores.
+	StateDir string
+	// Topics are the source topics. They must have equal partition
+	// counts: task p forwards partition p of each, in causal order.
+	Topics []string
+
+	// Subject maps each record to its NATS subject (see Template).
+	Subject SubjectFunc
+
+	// NATSURL is the NATS server URL list (nats.Connect's first argument).
+	NATSURL string
+	// NATSOptions are extra nats.go options (credentials, TLS, names).
+	// The bridge adds its own after them: unlimited reconnects, no
+	// reconnect buffer (a publish during an outage fails rather than
+	// waiting in a buffer that could reorder it) and handlers that track
+	// connection changes (wrapping yours).
+	NATSOptions []nats.Option
+	// Stream is the JetStream stream every subject must land in.
+	Stream string
+
+	// RedeliveryHorizon is the longest time between a publish and its
+	// redelivery after a crash or an aborted step that the deployment
+	// must survive without a duplicate: at least the Kafka transaction
+	// timeout plus the time to restart the bridge. Startup refuses a
+	// stream whose duplicate window is shorter. Default 2 minutes
+	// (JetStream's default window).
+	RedeliveryHorizon time.Duration
+	// MaxInFlight bounds the publishes awaiting their acknowledgement
+	// (default 1). With 1, every publish waits for the previous one's
+	// acknowledgement, and the stream's order is the delivered order
+	// under any failure. Above 1, publishes are pipelined but at most one
+	// per subject is in flight, so each subject's order holds under any
+	// failure; across subjects the stream's order is the delivered order
+	// unless a publish is lost on a broken connection while a later one of
+	// the same window gets through (the bridge then retries the step, and
+	// the later record stays ahead of the earlier one in the stream).
+	MaxInFlight int
+	// AckTimeout bounds the wait for one acknowledgement (default 5s).
+	AckTimeout time.Duration
+
+	// RetryBackoff is the first pause before a step whose publishes failed
+	// is retried; it doubles with each consecutive failure up to 32 times
+	// (default 100ms).
+	RetryBackoff time.Duration
+	// MaxPollRecords bounds the records of one step (default 500).
+	MaxPollRecords int
+	// PollInterval, SessionTimeout, RebalanceTimeout and
+	// TransactionTimeout are passed to the stage runtime.
+	PollInterval       time.Duration
+	SessionTimeout     time.Duration
+	RebalanceTimeout   time.Duration
+	TransactionTimeout time.Duration
+	// KafkaOpts are extra franz-go options (see stage.Config.ClientOpts).
+	KafkaOpts []kgo.Opt
+
+	// Registerer receives the bridge's metrics (none registered when nil).
+	Registerer prometheus.Registerer
+	// Logger receives operational messages (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Name == "" {
+		c.Name = "bridge"
+	}
+	s := c.sink().withDefaults()
+	c.RedeliveryHorizon, c.MaxInFlight, c.AckTimeout, c.RetryBackoff, c.Logger = s.RedeliveryHorizon, s.MaxInFlight, s.AckTimeout, s.RetryBackoff, s.Logger
+	return c
+}
+
+// sink returns the NATS side of c.
+func (c Config) sink() SinkConfig {
+	return SinkConfig{
+		NATSURL: c.NATSURL, NATSOptions: c.NATSOptions, Stream: c.Stream, Subject: c.Subject,
+		RedeliveryHorizon: c.RedeliveryHorizon, MaxInFlight: c.MaxInFlight, AckTimeout: c.AckTimeout,
+		RetryBackoff: c.RetryBackoff, Registerer: c.Registerer, Logger: c.Logger,
+	}
+}
+
+// validate checks a Config with its defaults applied.
+func (c *Config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	if len(c.Topics) == 0 {
+		bad("no source Topics")
+	}
+	sc := c.sink()
+	if err := sc.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.TransactionTimeout > 0 && c.RedeliveryHorizon < c.TransactionTimeout {
+		bad("RedeliveryHorizon %v is shorter than TransactionTimeout %v: an aborted step is redelivered up to a transaction timeout later", c.RedeliveryHorizon, c.TransactionTimeout)
+	}
+	if c.TransactionTimeout > 0 && c.AckTimeout >= c.TransactionTimeout {
+		bad("AckTimeout %v is not below TransactionTimeout %v: a step waiting for acknowledgements would outlive its transaction", c.AckTimeout, c.TransactionTimeout)
+	}
+	return errors.Join(errs...)
+}

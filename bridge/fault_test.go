@@ -1,0 +1,254 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/parsley-go/parsley/headers"
+	"github.com/parsley-go/parsley/stage"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func produceN(e *env, topic string, partitions int32, from, n int) []string {
+	var recs []*kgo.Record
+	var want []string
+	next := make(map[int32]int)
+	for i := from; i < from+n; i++ {
+		p := int32(i) % partitions
+		recs = append(recs, rec(topic, p, fmt.Sprintf("k%d", i), fmt.Sprintf("v%d", i)))
+		next[p]++
+	}
+	e.produce(recs...)
+	for i := from; i < from+n; i++ {
+		p := int32(i) % partitions
+		want = append(want, fmt.Sprintf("%s/%d@%d", topic, p, i/int(partitions)))
+	}
+	return want
+}
+
+// TestKilledBetweenAckAndCommitLeavesEachRecordOnce: the bridge stops
+// after JetStream acknowledged a step's publishes and before Kafka
+// committed it — the window a crash can hit. The restarted bridge
+// republishes that step; JetStream absorbs the repeats by Nats-Msg-Id and
+// the stream holds every record exactly once, in order.
+func TestKilledBetweenAckAndCommitLeavesEachRecordOnce(t *testing.T) {
+	e := newEnv(t, 2, "events")
+	want := produceN(e, "events", 2, 0, 60)
+	cfg := e.config("events")
+	cfg.MaxPollRecords = 10
+	cfg.MaxInFlight = 8
+	b1, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cancel1 context.CancelFunc
+	killed := false
+	b1.afterSettled = func() error {
+		if !killed && testutil.ToFloat64(b1.m.published) >= 25 {
+			killed = true
+			cancel1()
+			return errors.New("killed between publish acknowledgement and Kafka commit")
+		}
+		return nil
+	}
+	r1 := e.start(b1)
+	cancel1 = r1.cancel
+	select {
+	case <-r1.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first bridge did not stop")
+	}
+	if r1.err != nil {
+		t.Fatal(r1.err)
+	}
+	if !killed {
+		t.Fatal("the kill hook never fired")
+	}
+	published1 := testutil.ToFloat64(b1.m.published)
+	uncommitted := len(e.streamMsgs(testStream))
+	t.Logf("first run: %d publishes acknowledged, %d committed steps", int(published1), b1.CommittedSteps())
+
+	b2, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2 := e.start(b2)
+	waitFor(t, 30*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
+	// Let the second bridge commit its last step before judging.
+	waitFor(t, 30*time.Second, "the second bridge to pass the end", func() bool {
+		return testutil.ToFloat64(b2.m.published) >= float64(len(want)-uncommitted)+testutil.ToFloat64(b2.m.duplicates)
+	})
+	if err := r2.stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnceInOrder(t, e.streamMsgs(testStream), want)
+	if d := testutil.ToFloat64(b2.m.duplicates); d == 0 {
+		t.Fatal("the restarted bridge republished nothing: the test did not hit the ack-to-commit window")
+	}
+	if v := testutil.ToFloat64(b2.m.orderViolations); v != 0 {
+		t.Fatalf("%v order violations reported on a stream whose order is right", v)
+	}
+	t.Logf("restart absorbed %v duplicates", testutil.ToFloat64(b2.m.duplicates))
+}
+
+// TestNATSRestartLosesNothing: the NATS server goes away mid-run and
+// comes back on the same port and store. The bridge blocks and retries;
+// the stream ends with every record once, in order.
+func TestNATSRestartLosesNothing(t *testing.T) {
+	e := newEnv(t, 2, "events")
+	want := produceN(e, "events", 2, 0, 100)
+	cfg := e.config("events")
+	cfg.MaxPollRecords = 10
+	cfg.MaxInFlight = 4
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(b)
+	waitFor(t, 30*time.Second, "some records forwarded", func() bool { return testutil.ToFloat64(b.m.published) >= 20 })
+	e.stopNATS()
+	want = append(want, produceN(e, "events", 2, 100, 100)...)
+	waitFor(t, 30*time.Second, "a failed step", func() bool { return testutil.ToFloat64(b.m.retries) >= 2 })
+	e.startNATS()
+	waitFor(t, 60*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnceInOrder(t, e.streamMsgs(testStream), want)
+	if v := testutil.ToFloat64(b.m.orderViolations); v != 0 {
+		t.Fatalf("%v order violations reported on a stream whose order is right", v)
+	}
+	t.Logf("retries %v, failures %v, duplicates %v", testutil.ToFloat64(b.m.retries), testutil.ToFloat64(b.m.failures), testutil.ToFloat64(b.m.duplicates))
+}
+
+// TestCorruptStampStopsTheBridge: a record whose vc header does not decode
+// stops the bridge with an error naming its coordinate, and nothing is
+// published for it or after it.
+func TestCorruptStampStopsTheBridge(t *testing.T) {
+	e := newEnv(t, 1, "events")
+	bad := rec("events", 0, "k1", "bad")
+	bad.Headers = []kgo.RecordHeader{{Key: headers.HeaderVC, Value: []byte{0xde, 0xad}}}
+	e.produce(rec("events", 0, "k0", "good"), bad, rec("events", 0, "k2", "after"))
+	b, err := New(e.config("events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(b)
+	select {
+	case <-r.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the bridge did not stop on a corrupt stamp")
+	}
+	if !errors.Is(r.err, headers.ErrUndecodable) {
+		t.Fatalf("Run = %v, want headers.ErrUndecodable", r.err)
+	}
+	var se *stage.StepError
+	if !errors.As(r.err, &se) || se.Topic != "events" || se.Partition != 0 || se.Offset != 1 {
+		t.Fatalf("Run = %v, want a StepError at events[0]@1", r.err)
+	}
+	for _, m := range e.streamMsgs(testStream) {
+		if m.coord != "events/0@0" {
+			t.Fatalf("published %s (%q) despite the corrupt stamp at events/0@1", m.coord, m.data)
+		}
+	}
+}
+
+// TestStartupRefusals: a stream whose duplicate window is shorter than
+// the horizon, a mapping to a subject no stream captures, a mapping to a
+// subject another stream captures, and a missing stream are refused
+// before anything is consumed.
+func TestStartupRefusals(t *testing.T) {
+	e := newEnv(t, 2, "events")
+	e.createStream(jetstream.StreamConfig{Name: "SHORT", Subjects: []string{"short.>"}, Duplicates: 10 * time.Second})
+	e.createStream(jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"other.>"}, Duplicates: 5 * time.Minute})
+	mapTo := func(tmpl string) SubjectFunc {
+		f, err := Template(tmpl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	onlyP0 := func(topic string, p int32, _ []byte) (string, error) {
+		if p == 0 {
+			return "kafka.x", nil
+		}
+		return "nowhere.x", nil
+	}
+	for _, tc := range []struct {
+		name    string
+		stream  string
+		subject SubjectFunc
+		horizon time.Duration
+		want    error
+	}{
+		{"short duplicate window", "SHORT", mapTo("short.{partition}"), time.Minute, ErrDuplicateWindow},
+		{"subject in no stream", testStream, mapTo("elsewhere.{topic}"), 0, ErrNoStream},
+		{"subject in another stream", testStream, mapTo("other.{topic}"), 0, ErrNoStream},
+		{"one partition in no stream", testStream, onlyP0, 0, ErrNoStream},
+		{"missing stream", "NOPE", mapTo("kafka.{topic}"), 0, ErrNoStream},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := e.config("events")
+			cfg.Stream, cfg.Subject, cfg.RedeliveryHorizon = tc.stream, tc.subject, tc.horizon
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err := Run(ctx, cfg)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Run = %v, want %v", err, tc.want)
+			}
+			t.Log(err)
+		})
+	}
+	// A group whose changelog topic does not exist: the stage runtime's
+	// topology check names it.
+	cfg := e.config("events")
+	cfg.Group = "nochangelog"
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := Run(ctx, cfg); !errors.Is(err, stage.ErrTopology) || !strings.Contains(err.Error(), ChangelogTopic("nochangelog", "bridge")) {
+		t.Fatalf("Run without a changelog = %v, want stage.ErrTopology naming it", err)
+	}
+	// Control: the same env runs with a good configuration.
+	cfg = e.config("events")
+	cfg.Stream, cfg.Subject, cfg.RedeliveryHorizon = "SHORT", mapTo("short.{partition}"), 10*time.Second
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(b)
+	waitFor(t, 20*time.Second, "the bridge to become ready", b.Ready)
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWaitsForNATSAtStartup: NATS is down when the bridge starts; the
+// bridge waits, retrying, and forwards everything once NATS is up.
+func TestWaitsForNATSAtStartup(t *testing.T) {
+	e := newEnv(t, 1, "events")
+	want := produceN(e, "events", 1, 0, 10)
+	e.stopNATS()
+	b, err := New(e.config("events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(b)
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-r.done:
+		t.Fatalf("Run returned %v while NATS was down", r.err)
+	default:
+	}
+	e.startNATS()
+	waitFor(t, 30*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnceInOrder(t, e.streamMsgs(testStream), want)
+}

@@ -1,0 +1,276 @@
+package bridge
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/parsley-go/parsley/headers"
+	"github.com/parsley-go/parsley/stage"
+)
+
+// NATS header names the bridge sets.
+const (
+	HeaderMsgID         = "Nats-Msg-Id"
+	HeaderCoordinate    = "Parsley-Coordinate"
+	HeaderKey           = "Parsley-Key"
+	HeaderTimestamp     = "Parsley-Timestamp"
+	HeaderTombstone     = "Parsley-Tombstone"
+	HeaderBase64Headers = "Parsley-Base64-Headers"
+)
+
+// errConnChanged: the NATS connection dropped or was replaced during the
+// step. Publishing on would let a record through on the new connection
+// while an earlier one was lost with the old.
+var errConnChanged = errors.New("bridge: NATS connection changed during the step")
+
+// publisher is the bridge's stage.External: the handlers hand it delivered
+// records, it publishes them in delivered order and Settle waits for their
+// acknowledgements. Only the stage's step goroutine calls publish, Begin
+// and Settle; the connection callbacks touch conn only.
+type publisher struct {
+	js      jetstream.JetStream
+	nc      *nats.Conn
+	stream  string
+	filters []string
+	subject SubjectFunc
+	max     int
+	m       *metrics
+	log     *slog.Logger
+	conn    atomic.Uint64 // connection changes seen
+	lastSeq uint64        // highest stream sequence acknowledged in this step
+
+	// afterSettled, a test hook, runs after every publish of a step was
+	// acknowledged; an error from it fails Settle.
+	afterSettled func() error
+
+	ctx     context.Context // the step's
+	epoch   uint64          // conn at Begin
+	pending []inflight
+	bySubj  map[string]int // publishes in flight per subject
+	failed  error
+
+	// peak and peakSubj are the most publishes ever in flight, in all and
+	// on one subject (tests check the bounds with them).
+	peak, peakSubj int
+}
+
+type inflight struct {
+	f     jetstream.PubAckFuture
+	subj  string
+	coord string
+	start time.Time
+}
+
+func (p *publisher) connChanged() { p.conn.Add(1) }
+
+// Begin implements stage.External: it waits out what an aborted step left
+// in flight (each resolves within the ack timeout) and starts afresh.
+func (p *publisher) Begin(ctx context.Context) {
+	p.ctx = ctx
+	for len(p.pending) > 0 {
+		p.waitOldest(ctx)
+	}
+	p.failed = nil
+	p.lastSeq = 0
+	p.epoch = p.conn.Load()
+	if p.bySubj == nil {
+		p.bySubj = make(map[string]int)
+	}
+}
+
+// Settle implements stage.External.
+func (p *publisher) Settle(ctx context.Context) error {
+	for len(p.pending) > 0 {
+		p.waitOldest(ctx)
+	}
+	if p.failed == nil && p.afterSettled != nil {
+		p.failed = p.afterSettled()
+	}
+	if p.failed != nil {
+		p.m.retries.Inc()
+	}
+	return p.failed
+}
+
+// waitOldest waits for the oldest publish in flight and accounts for it.
+func (p *publisher) waitOldest(ctx context.Context) {
+	in := p.pending[0]
+	var err error
+	var dup bool
+	select {
+	case ack := <-in.f.Ok():
+		dup = ack.Duplicate
+		if ack.Stream != p.stream {
+			err = fmt.Errorf("acknowledged by stream %q, not %q", ack.Stream, p.stream)
+			break
+		}
+		// A step publishes in delivered order, so its stream sequences
+		// (for a duplicate: the stored original's) rise. A fall means an
+		// earlier attempt stored a later record first: the window
+		// MaxInFlight above 1 leaves open when a connection breaks. (The
+		// check is per step: a step may be a retry, whose sequences fall
+		// below an aborted attempt's without any reordering.)
+		if ack.Sequence <= p.lastSeq {
+			p.m.orderViolations.Inc()
+			p.log.Error("bridge: stream order differs from delivered order", "coordinate", in.coord, "subject", in.subj, "sequence", ack.Sequence, "after", p.lastSeq)
+		}
+		p.lastSeq = max(p.lastSeq, ack.Sequence)
+	case err = <-in.f.Err():
+	case <-ctx.Done():
+		// The step ran out of time; the future resolves later, within
+		// the ack timeout, and the next Begin drains it.
+		if p.failed == nil {
+			p.failed = fmt.Errorf("bridge: publish of %s to %q: %w", in.coord, in.subj, ctx.Err())
+		}
+		return
+	}
+	p.pending = p.pending[1:]
+	if p.bySubj[in.subj]--; p.bySubj[in.subj] <= 0 {
+		delete(p.bySubj, in.subj)
+	}
+	p.m.inFlight.Dec()
+	if err != nil {
+		p.m.failures.Inc()
+		if p.failed == nil {
+			p.failed = fmt.Errorf("bridge: publish of %s to %q: %w", in.coord, in.subj, err)
+		}
+		return
+	}
+	p.m.latency.Observe(time.Since(in.start).Seconds())
+	p.m.published.Inc()
+	if dup {
+		p.m.duplicates.Inc()
+	}
+}
+
+// publish hands one delivered record to JetStream. An error is a problem
+// with the record itself (its subject or headers), which recurs on every
+// retry: it fails the step. A failure of NATS is kept for Settle.
+func (p *publisher) publish(m *stage.Message[[]byte, []byte]) error {
+	subj, err := p.subject(m.Topic, m.Partition, keyBytes(m))
+	if err != nil {
+		return fmt.Errorf("%w: subject mapping: %w", ErrNoStream, err)
+	}
+	if err := checkSubject(subj); err != nil {
+		return fmt.Errorf("%w: %w", ErrNoStream, err)
+	}
+	if !slices.ContainsFunc(p.filters, func(f string) bool { return subjectMatches(f, subj) }) {
+		return fmt.Errorf("%w: subject %q is not captured by stream %q (subjects %q)", ErrNoStream, subj, p.stream, p.filters)
+	}
+	msg, err := message(subj, m)
+	if err != nil {
+		return err
+	}
+	coord := m.Coordinate.String()
+	for p.failed == nil && len(p.pending) > 0 && (len(p.pending) >= p.max || p.bySubj[subj] > 0) {
+		p.waitOldest(p.ctx)
+	}
+	if p.failed != nil {
+		return nil // the step aborts at Settle; publish nothing more
+	}
+	if p.conn.Load() != p.epoch || !p.nc.IsConnected() {
+		p.failed = fmt.Errorf("bridge: publish of %s: %w", coord, errConnChanged)
+		return nil
+	}
+	start := time.Now()
+	f, err := p.js.PublishMsgAsync(msg, jetstream.WithRetryAttempts(0), jetstream.WithExpectStream(p.stream))
+	if err != nil {
+		p.m.failures.Inc()
+		p.failed = fmt.Errorf("bridge: publish of %s to %q: %w", coord, subj, err)
+		return nil
+	}
+	p.pending = append(p.pending, inflight{f: f, subj: subj, coord: coord, start: start})
+	p.bySubj[subj]++
+	p.peak = max(p.peak, len(p.pending))
+	p.peakSubj = max(p.peakSubj, p.bySubj[subj])
+	p.m.inFlight.Inc()
+	return nil
+}
+
+func keyBytes(m *stage.Message[[]byte, []byte]) []byte {
+	if m.KeyIsNil {
+		return nil
+	}
+	if m.Key == nil {
+		return []byte{}
+	}
+	return m.Key
+}
+
+// message builds the NATS message of a delivered record.
+func message(subj string, m *stage.Message[[]byte, []byte]) (*nats.Msg, error) {
+	h := make(nats.Header, len(m.Headers)+5)
+	h.Set(HeaderMsgID, m.Coordinate.String())
+	h.Set(HeaderCoordinate, m.Topic+"/"+strconv.FormatInt(int64(m.Partition), 10)+"@"+strconv.FormatInt(m.Offset, 10))
+	h.Set(HeaderTimestamp, strconv.FormatInt(m.Timestamp.UnixMilli(), 10))
+	if !m.KeyIsNil {
+		h.Set(HeaderKey, base64.StdEncoding.EncodeToString(m.Key))
+	}
+	if m.ValueIsNil {
+		h.Set(HeaderTombstone, "true")
+	}
+	var encoded []string
+	for _, kh := range m.Headers {
+		if err := checkHeaderName(kh.Key); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrHeader, m.Coordinate, err)
+		}
+		switch {
+		case headers.IsReserved(kh.Key):
+			h.Add(kh.Key, base64.StdEncoding.EncodeToString(kh.Value))
+		case isText(kh.Value):
+			h.Add(kh.Key, string(kh.Value))
+		default:
+			h.Add(kh.Key, base64.StdEncoding.EncodeToString(kh.Value))
+			if !slices.Contains(encoded, kh.Key) {
+				encoded = append(encoded, kh.Key)
+			}
+		}
+	}
+	if len(encoded) > 0 {
+		h.Set(HeaderBase64Headers, strings.Join(encoded, ","))
+	}
+	return &nats.Msg{Subject: subj, Data: m.Value, Header: h}, nil
+}
+
+// checkHeaderName refuses names NATS headers cannot carry (anything but
+// printable ASCII without ':') and names NATS and the bridge reserve.
+func checkHeaderName(k string) error {
+	if k == "" {
+		return errors.New("empty header name")
+	}
+	for _, c := range []byte(k) {
+		if c <= ' ' || c >= 0x7f || c == ':' {
+			return fmt.Errorf("header name %q has character %q", k, c)
+		}
+	}
+	lk := strings.ToLower(k)
+	if strings.HasPrefix(lk, "nats-") || strings.HasPrefix(lk, "parsley-") {
+		return fmt.Errorf("header name %q is reserved for NATS and the bridge", k)
+	}
+	return nil
+}
+
+// isText reports whether a header value survives a NATS header as it is:
+// UTF-8 without control characters or surrounding spaces.
+func isText(v []byte) bool {
+	if !utf8.Valid(v) {
+		return false
+	}
+	for _, c := range v {
+		if c < ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return len(v) == 0 || v[0] != ' ' && v[len(v)-1] != ' '
+}

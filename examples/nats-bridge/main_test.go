@@ -1,0 +1,48 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRunsOnEmbeddedBrokers runs the example end to end with a timeout and
+// checks that every order reached the stream before its payment.
+func TestRunsOnEmbeddedBrokers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	if err := run(ctx, []string{"--orders", "4", "--state", t.TempDir()}, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	t.Log("\n" + out.String())
+	line := regexp.MustCompile(`^\s+(\d+)\s+(\S+)\s+(\S+)\s+(.*)$`)
+	seen := make(map[string]int)
+	n := 0
+	for l := range strings.SplitSeq(out.String(), "\n") {
+		m := line.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		n++
+		data := m[4]
+		if _, dup := seen[data]; dup {
+			t.Fatalf("%q twice in the stream", data)
+		}
+		seen[data] = n
+		if key, ok := strings.CutPrefix(data, "payment for "); ok {
+			if _, ok := seen["order "+key]; !ok {
+				t.Fatalf("payment for %s at %d before its order", key, n)
+			}
+		}
+	}
+	if n != 8 {
+		t.Fatalf("printed %d stream messages, want 8:\n%s", n, out.String())
+	}
+	if !strings.Contains(out.String(), "forwarded 8 records") {
+		t.Fatalf("no summary line:\n%s", out.String())
+	}
+}

@@ -1,0 +1,80 @@
+package stage
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"time"
+)
+
+// External is a sink outside Kafka that a stage's handlers write to — a
+// NATS JetStream stream, for the bridge. Kafka cannot make such a sink part
+// of its transaction, so the runtime makes the step wait for it instead:
+// Begin runs when a step starts, the handlers hand the sink their records
+// as the step delivers them, and the step's Kafka transaction (consumed
+// offsets, protocol state, changelog) commits only after Settle returned
+// nil for every external sink of the application. A step whose Settle
+// fails is aborted and processed again from committed state after a
+// backoff, so the sink sees every record of an aborted step again: it must
+// absorb such redeliveries itself (JetStream does, by message ID).
+//
+// A handler should return an error only for a failure that recurs for the
+// same record (it fails the step under Config.OnStepError); a transient
+// failure of the sink belongs in Settle, which the runtime retries.
+type External interface {
+	// Begin starts a step: the sink forgets whatever an earlier, aborted
+	// step handed it.
+	Begin(ctx context.Context)
+	// Settle blocks until everything handed to the sink since Begin is
+	// durable there, and returns nil, or returns why not.
+	Settle(ctx context.Context) error
+}
+
+// IntoExternal declares sinks outside Kafka that the stage's handlers
+// write to (see External). A stage with external sinks needs no Kafka sink.
+// Declaring the same sink again is a no-op, so helpers that add a source
+// together with its sink can be called once per source.
+func (b *Builder) IntoExternal(xs ...External) *Builder {
+	for _, x := range xs {
+		if x == nil || reflect.ValueOf(x).Kind() == reflect.Pointer && reflect.ValueOf(x).IsNil() {
+			b.errf("nil external sink")
+			continue
+		}
+		if reflect.TypeOf(x).Comparable() && slices.ContainsFunc(b.externals, func(y External) bool {
+			return reflect.TypeOf(y) == reflect.TypeOf(x) && y == x
+		}) {
+			continue
+		}
+		b.externals = append(b.externals, x)
+	}
+	return b
+}
+
+func (a *App) beginExternal(ctx context.Context) {
+	for _, s := range a.stages {
+		for _, x := range s.externals {
+			x.Begin(ctx)
+		}
+	}
+}
+
+// settleExternal waits for every external sink; the first failure wins.
+func (a *App) settleExternal(ctx context.Context) error {
+	for _, s := range a.stages {
+		for _, x := range s.externals {
+			if err := x.Settle(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// externalBackoff is the pause before a step whose external sink did not
+// settle is retried: RetryBackoff, doubling with each consecutive failure
+// up to 32 times RetryBackoff.
+func (a *App) externalBackoff() time.Duration {
+	n := min(a.xfails, 5)
+	a.xfails++
+	return a.cfg.RetryBackoff << n
+}
