@@ -61,7 +61,15 @@ const DefaultTopicIDMaxAge = 30 * time.Second
 //
 // Lookups bypass franz-go's metadata cache, which would otherwise answer
 // with the old ID for up to the client's MetadataMinAge (5s by default)
-// after a recreation.
+// after a recreation. (franz-go's producer itself does not follow a
+// recreation: it keeps failing sends with UNKNOWN_TOPIC_ID until the topic
+// is purged from the client with PurgeTopicsFromClient.)
+//
+// One window remains: a send acknowledged on a new incarnation while the
+// resolver still holds a fresh answer naming the old one is folded under
+// the old ID. It needs the topic deleted, recreated and written again
+// within the max age, with no produce error reported in between; lower the
+// max age where topics are recreated under live producers.
 type Resolver struct {
 	admin  *kadm.Client
 	maxAge time.Duration
@@ -70,9 +78,13 @@ type Resolver struct {
 	ids map[string]cachedID
 }
 
+// cachedID is the resolver's latest word on a topic: its ID, or that it is
+// gone (unknown to the cluster, or forgotten). at is when the lookup that
+// produced it started, so a slow lookup cannot overwrite a newer answer.
 type cachedID struct {
-	id headers.TopicID
-	at time.Time
+	id   headers.TopicID
+	at   time.Time
+	gone bool
 }
 
 // NewResolver returns a resolver that asks admin and trusts an answer for
@@ -88,13 +100,21 @@ func NewResolver(admin *kadm.Client, maxAge time.Duration) *Resolver {
 // answer is younger than the resolver's max age. An unknown topic is an
 // *UnknownTopicError; the zero ID is never returned without an error.
 func (r *Resolver) TopicID(ctx context.Context, topic string) (headers.TopicID, error) {
+	if id, ok := r.fresh(topic); ok {
+		return id, nil
+	}
+	return r.Refresh(ctx, topic)
+}
+
+// fresh returns the cached ID of topic if it is younger than the max age.
+func (r *Resolver) fresh(topic string) (headers.TopicID, bool) {
 	r.mu.RLock()
 	e, ok := r.ids[topic]
 	r.mu.RUnlock()
-	if ok && time.Since(e.at) < r.maxAge {
-		return e.id, nil
+	if ok && !e.gone && time.Since(e.at) < r.maxAge {
+		return e.id, true
 	}
-	return r.Refresh(ctx, topic)
+	return headers.TopicID{}, false
 }
 
 // Cached returns the cached ID of the named topic, however old, without
@@ -103,14 +123,14 @@ func (r *Resolver) Cached(topic string) (headers.TopicID, bool) {
 	r.mu.RLock()
 	e, ok := r.ids[topic]
 	r.mu.RUnlock()
-	return e.id, ok
+	return e.id, ok && !e.gone
 }
 
 // Forget drops the cached ID of the named topic, so the next lookup asks
 // the cluster.
 func (r *Resolver) Forget(topic string) {
 	r.mu.Lock()
-	delete(r.ids, topic)
+	r.ids[topic] = cachedID{at: time.Now(), gone: true}
 	r.mu.Unlock()
 }
 
@@ -118,17 +138,18 @@ func (r *Resolver) Forget(topic string) {
 // returns it. An unknown topic is an *UnknownTopicError and drops the cached
 // ID.
 func (r *Resolver) Refresh(ctx context.Context, topic string) (headers.TopicID, error) {
+	start := time.Now()
 	id, err := r.lookup(ctx, topic)
+	if err != nil && !errors.Is(err, ErrUnknownTopic) {
+		return headers.TopicID{}, err // no news about the topic
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err != nil {
-		if errors.Is(err, ErrUnknownTopic) {
-			delete(r.ids, topic)
-		}
-		return headers.TopicID{}, err
+	// A lookup or Forget that started after this one has newer news; keep it.
+	if cur, ok := r.ids[topic]; !ok || !cur.at.After(start) {
+		r.ids[topic] = cachedID{id: id, at: start, gone: err != nil}
 	}
-	r.ids[topic] = cachedID{id: id, at: time.Now()}
-	return id, nil
+	return id, err
 }
 
 func (r *Resolver) lookup(ctx context.Context, topic string) (headers.TopicID, error) {

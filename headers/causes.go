@@ -214,7 +214,9 @@ func forGroupsInOrder(es []offsetEntry, cmp func(a, b chanKey) int, f func([]off
 
 // DecodeCauses decodes a parsley.causes value.
 func DecodeCauses(b []byte) (*Clock, error) {
-	c := new(Clock)
+	// A pair takes at least nine bytes, so this bounds the entries without
+	// trusting the counts.
+	c := &Clock{offsets: make([]offsetEntry, 0, len(b)/9)}
 	if err := DecodeCausesInto(c, b); err != nil {
 		return nil, err
 	}

@@ -70,7 +70,15 @@ func parseChanKey(s string) (headers.Channel, bool) {
 }
 
 func entryKey(ck string, idx int64) string {
-	return fmt.Sprintf("%s%s/e/%016x", pfxQueue, ck, uint64(idx))
+	const digits = "0123456789abcdef"
+	b := make([]byte, 0, len(pfxQueue)+len(ck)+3+16)
+	b = append(b, pfxQueue...)
+	b = append(b, ck...)
+	b = append(b, "/e/"...)
+	for shift := 60; shift >= 0; shift -= 4 {
+		b = append(b, digits[uint64(idx)>>uint(shift)&0xf])
+	}
+	return string(b)
 }
 
 func metaKey(ck string) string { return pfxQueue + ck + "/m" }
@@ -268,7 +276,7 @@ func decodeHeld(rec *Record, b []byte) error {
 			if r.err != "" {
 				break
 			}
-			rec.Headers[i].Key = string(r.b[r.p : r.p+k])
+			rec.Headers[i].Key = headerName(r.b[r.p : r.p+k])
 			r.p += k
 			rec.Headers[i].Value = r.bytes()
 		}
@@ -283,4 +291,20 @@ func decodeHeld(rec *Record, b []byte) error {
 		return fmt.Errorf("negative offset")
 	}
 	return nil
+}
+
+// headerName returns b as a string, without allocating for the stamp
+// headers every stamped record carries.
+func headerName(b []byte) string {
+	switch string(b) {
+	case headers.HeaderVC:
+		return headers.HeaderVC
+	case headers.HeaderVCSender:
+		return headers.HeaderVCSender
+	case headers.HeaderVCSeq:
+		return headers.HeaderVCSeq
+	case headers.HeaderCauses:
+		return headers.HeaderCauses
+	}
+	return string(b)
 }

@@ -51,6 +51,9 @@ func (n *Node) Flush() error {
 		if len(in.dsDirty) > 0 {
 			slices.SortFunc(in.dsDirty, headers.SenderID.Compare)
 			for _, s := range in.dsDirty {
+				if n.sabotage&SabotageForgetDeliveredSeqs != 0 {
+					break
+				}
 				m := in.ds[s]
 				if err := put(dsKey(in.key, s), appendInt64(appendInt64(make([]byte, 0, 16), m.seq), m.offset)); err != nil {
 					return err
@@ -89,6 +92,15 @@ func (n *Node) flushQueue(in *input) error {
 	q := &in.q
 	tail := q.tail()
 	if q.storedHead == q.headIdx && q.flushedTail == tail {
+		return nil
+	}
+	if q.storedHead == q.flushedTail && q.len() == 0 {
+		// Nothing was stored and nothing is held: records came and went
+		// within the step. The stored indices still describe an empty
+		// queue; rewind to them, so memory agrees with the store.
+		q.headIdx, q.flushedTail = q.storedHead, q.storedHead
+		clear(q.pending)
+		q.pending = q.pending[:0]
 		return nil
 	}
 	// Delete persisted records delivered since the last flush.

@@ -53,11 +53,15 @@ func TestGateHoldsUntilCauseDeliveredThenCascades(t *testing.T) {
 	wantCoords(t, "a@2", feed(t, n, plain(a0, 2)), at(a0, 2), at(b0, 4), at(c0, 0), at(c0, 1))
 }
 
+// TestGateClaimAboveFrontierWaitsForExactOffset runs with a narrow clock
+// (the gate walks it) and a wide one (the gate looks inputs up in it).
 func TestGateClaimAboveFrontierWaitsForExactOffset(t *testing.T) {
-	n := newEnv(t, []headers.Channel{a0, b0}, nil).node()
-	wantCoords(t, "a@0", feed(t, n, plain(a0, 0)), at(a0, 0))
-	wantCoords(t, "b@0", feed(t, n, rec(t, b0, 0, st{offs: []headers.OffsetEntry{off(a0, 1)}})))
-	wantCoords(t, "a@1", feed(t, n, plain(a0, 1)), at(a0, 1), at(b0, 0))
+	for _, width := range []int{1, 8} {
+		n := newEnv(t, []headers.Channel{a0, b0}, nil).node()
+		wantCoords(t, "a@0", feed(t, n, plain(a0, 0)), at(a0, 0))
+		wantCoords(t, "b@0", feed(t, n, rec(t, b0, 0, wideClaims(width, off(a0, 1)))))
+		wantCoords(t, "a@1", feed(t, n, plain(a0, 1)), at(a0, 1), at(b0, 0))
+	}
 }
 
 func TestNormaliseIgnoresOwnChannelClaims(t *testing.T) {

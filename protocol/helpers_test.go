@@ -72,7 +72,9 @@ func sq(ch headers.Channel, s headers.SenderID, n int64) headers.SeqEntry {
 }
 
 func (s st) headers(t testing.TB) []headers.Header {
-	t.Helper()
+	if t != nil {
+		t.Helper()
+	}
 	var stamp headers.Stamp
 	for _, e := range s.offs {
 		stamp.Clock.SetOffset(e.Channel, e.Offset)
@@ -85,7 +87,7 @@ func (s st) headers(t testing.TB) []headers.Header {
 	}
 	hs, err := headers.AppendStamp([]headers.Header(nil), &stamp, headers.DialectVC)
 	if err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
 	return hs
 }
@@ -105,6 +107,7 @@ type env struct {
 	store *MemStore
 	offs  *fakeOffsets
 	cfg   Config
+	walk  bool // force the merge-walk form of the gate
 }
 
 func newEnv(t testing.TB, inputs []headers.Channel, sinks []headers.TopicID) *env {
@@ -118,6 +121,9 @@ func (e *env) node() *Node {
 	n, err := New(context.Background(), e.cfg)
 	if err != nil {
 		e.t.Fatalf("New: %v", err)
+	}
+	if e.walk {
+		n.gateLookup = false
 	}
 	if ds, err := n.Release(); err != nil || len(ds) != 0 {
 		e.t.Fatalf("Release after New: %v %v", coords(ds), err)

@@ -26,9 +26,11 @@ type Record struct {
 // coordinate, not that of the record whose arrival released it) and its
 // decoded stamp.
 //
-// A []Delivery returned by the node, and the stamps in it, are reused by the
-// node's next call that returns deliveries; use Clone to keep one longer. The
-// byte slices are never modified by the node.
+// A []Delivery returned by the node, and the stamps in it, stay valid until
+// the node's next OnRecord, PositionAdvance or Release (PrepareSend, Flush,
+// ExplainHolds and Counters leave them alone, so a host can stamp the
+// outputs of every delivery first); use Clone to keep one longer. The byte
+// slices are never modified by the node.
 type Delivery struct {
 	Record
 	Stamp headers.Stamp
@@ -60,6 +62,10 @@ type Config struct {
 
 	Store   Store
 	Offsets BrokerOffsets
+
+	// Sabotage breaks rules on purpose, for verification harnesses only.
+	// The zero value is the correct protocol.
+	Sabotage Sabotage
 }
 
 // Node is the causal node: the delivery gate with its hold queues, density
@@ -90,6 +96,9 @@ type Node struct {
 
 	senders   []headers.SenderID // interned senders of held records; index+1 in skeletons
 	senderIdx map[headers.SenderID]uint32
+
+	gateLookup bool // the gate looks inputs up in the clock rather than walking it
+	sabotage   Sabotage
 
 	nonEmpty int // inputs with a non-empty queue
 	held     int
@@ -150,6 +159,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.inputs = append(n.inputs, in)
 		n.byChan[ch] = in
 	}
+	n.gateLookup = len(n.inputs) <= 16
+	n.sabotage = cfg.Sabotage
 	n.sinks = slices.Clone(cfg.Sinks)
 	slices.SortFunc(n.sinks, headers.TopicID.Compare)
 	for _, t := range n.sinks {
@@ -516,6 +527,18 @@ func (n *Node) restoreQueue(in *input) error {
 	})
 	if err != nil {
 		return wrapStore(op, pfx, err)
+	}
+	if n.sabotage&SabotageDropHeldRecord != 0 && q.len() > 0 {
+		q.skels = q.skels[:len(q.skels)-1]
+		t--
+		q.flushedTail = t
+		next--
+		if err := n.store.Delete(entryKey(in.key, t)); err != nil {
+			return err
+		}
+		if err := n.store.Put(mk, appendInt64(appendInt64(nil, h), t)); err != nil {
+			return err
+		}
 	}
 	if next != t {
 		return &Error{Op: op, Channel: in.ch, HasChannel: true, Key: mk,

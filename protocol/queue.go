@@ -53,6 +53,8 @@ func (q *queue) pop() {
 	q.loaded = false
 	q.head = Record{}
 	switch {
+	case q.start == len(q.skels) && cap(q.skels) > 4096:
+		q.skels, q.start = nil, 0 // do not keep a drained burst's array
 	case q.start == len(q.skels):
 		q.skels, q.start = q.skels[:0], 0
 	case q.start >= 1024 && q.start*2 >= len(q.skels):

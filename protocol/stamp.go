@@ -44,7 +44,14 @@ func (n *Node) PrepareSendInto(s *headers.Stamp, dest headers.Channel) error {
 	}
 	s.Reset()
 	c := &s.Clock
-	c.CopyFrom(&n.agg)
+	if n.sabotage&SabotageSkipCarried == 0 {
+		c.CopyFrom(&n.agg)
+	} else {
+		c.CopyFrom(&n.own)
+		for _, in := range n.inputs {
+			c.Merge(&in.cc)
+		}
+	}
 	for _, in := range n.inputs {
 		if in.frontier >= 0 {
 			c.SetOffset(in.ch, in.frontier)

@@ -90,8 +90,8 @@ func TestNilAndEmptyHeaderSlicesStayDistinct(t *testing.T) {
 func TestWithoutFlushNothingPersists(t *testing.T) {
 	e := newEnv(t, []headers.Channel{a0, b0}, nil)
 	n := e.node()
-	feed(t, n, rec(t, a0, 0, st{offs: []headers.OffsetEntry{off(b0, 0)}}))
-	feed(t, n, plain(b0, 5)) // b@5 delivers, a@0 stays held on b@0? no: seed makes b's frontier 4
+	feed(t, n, rec(t, a0, 0, st{offs: []headers.OffsetEntry{off(b0, 7)}}))
+	feed(t, n, plain(b0, 5)) // delivered; a@0 stays held on b@7
 	before := e.store.Entries()
 	n = e.node() // a restart without Flush: the step never committed
 	if c := n.Counters(); c.Held != 0 {
@@ -405,7 +405,7 @@ func TestDeterministicRunsGiveIdenticalOutputsAndStore(t *testing.T) {
 			if i%3 == 0 {
 				claims.seqs = []headers.SeqEntry{sq(chans[h.ch], senders[h.ch], h.seq)}
 			} else {
-				claims.offs = []headers.OffsetEntry{off(chans[h.ch], h.o), off(x0, i)}
+				claims.offs = []headers.OffsetEntry{off(chans[h.ch], h.o), off(x0, i), off(chn(8, 0), i), off(chn(8, 1), i)}
 			}
 		}
 		hist = append(hist, sent{ci, o, i})
@@ -413,9 +413,10 @@ func TestDeterministicRunsGiveIdenticalOutputsAndStore(t *testing.T) {
 	}
 	slices.SortStableFunc(plan, func(x, y planned) int { return cmp.Compare(x.key, y.key) })
 
-	run := func() ([]byte, []Mutation) {
+	run := func(walk bool) ([]byte, []Mutation) {
 		S, T := chn(31, 0), chn(32, 1)
 		e := newEnv(t, []headers.Channel{c0, a0, b0}, []headers.TopicID{T.Topic, S.Topic})
+		e.walk = walk
 		n := e.node()
 		var out bytes.Buffer
 		maxHeld, delivered := 0, 0
@@ -460,9 +461,111 @@ func TestDeterministicRunsGiveIdenticalOutputsAndStore(t *testing.T) {
 		}
 		return out.Bytes(), e.store.Entries()
 	}
-	o1, s1 := run()
-	o2, s2 := run()
+	o1, s1 := run(false)
+	o2, s2 := run(false)
 	if !bytes.Equal(o1, o2) || !reflect.DeepEqual(s1, s2) {
 		t.Fatal("two identical runs differ")
+	}
+	// The two forms of the gate's restriction agree.
+	o3, s3 := run(true)
+	if !bytes.Equal(o1, o3) || !reflect.DeepEqual(s1, s3) {
+		t.Fatal("the lookup and walk forms of the gate disagree")
+	}
+}
+
+// TestReleaseAfterShrinkDeliversRestoredHeads: a held record waiting only
+// on a channel the node no longer consumes is released by Release after New.
+func TestReleaseAfterShrinkDeliversRestoredHeads(t *testing.T) {
+	e := newEnv(t, []headers.Channel{a0, b0, c0}, nil)
+	n := e.node()
+	feed(t, n, rec(t, b0, 4, st{offs: []headers.OffsetEntry{off(c0, 5)}}))
+	flush(t, n)
+	e.cfg.Inputs = []headers.Channel{a0, b0}
+	m, err := New(context.Background(), e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := m.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCoords(t, "Release", coords(ds), at(b0, 4))
+	if ds[0].Timestamp != 1004 || string(ds[0].Value) != "v" {
+		t.Fatalf("released record %+v", ds[0].Record)
+	}
+}
+
+func TestDeliveryCloneOutlivesTheNextCall(t *testing.T) {
+	n := newEnv(t, []headers.Channel{a0}, nil).node()
+	ds, _ := n.OnRecord(rec(t, a0, 0, st{offs: []headers.OffsetEntry{off(x0, 1)}}))
+	kept := ds[0].Clone()
+	n.OnRecord(rec(t, a0, 1, st{offs: []headers.OffsetEntry{off(x0, 2)}}))
+	if o, _ := kept.Stamp.Clock.Offset(x0); o != 1 || kept.Offset != 0 {
+		t.Fatalf("clone changed: %v offset %d", o, kept.Offset)
+	}
+}
+
+// TestHoldsAfterQueueDrainedWithinAStep: a queue that held, drained and
+// held again between two flushes persists the right record at each index.
+func TestHoldsAfterQueueDrainedWithinAStep(t *testing.T) {
+	e := newEnv(t, []headers.Channel{a0, b0}, nil)
+	n := e.node()
+	val := func(r *Record, v string) *Record { r.Value = []byte(v); return r }
+	feed(t, n, val(rec(t, b0, 0, st{offs: []headers.OffsetEntry{off(a0, 0)}}), "b0"))
+	feed(t, n, val(plain(b0, 1), "b1"))
+	wantCoords(t, "a@0", feed(t, n, plain(a0, 0)), at(a0, 0), at(b0, 0), at(b0, 1))
+	feed(t, n, val(rec(t, b0, 2, st{offs: []headers.OffsetEntry{off(a0, 1)}}), "b2"))
+	feed(t, n, val(plain(b0, 3), "b3"))
+	flush(t, n)
+	m := e.node()
+	ds, err := m.OnRecord(plain(a0, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCoords(t, "a@1", coords(ds), at(a0, 1), at(b0, 2), at(b0, 3))
+	if string(ds[1].Value) != "b2" || string(ds[2].Value) != "b3" {
+		t.Fatalf("restored values %q %q", ds[1].Value, ds[2].Value)
+	}
+}
+
+// TestRefedHeldRecordAfterRestartIsAReplay: a host that resumes below a
+// restored held record (it should resume at ResumePositions) gets the
+// re-fetched copy dropped as a replay, never delivered twice.
+func TestRefedHeldRecordAfterRestartIsAReplay(t *testing.T) {
+	e := newEnv(t, []headers.Channel{a0, b0}, nil)
+	n := e.node()
+	feed(t, n, rec(t, b0, 3, st{offs: []headers.OffsetEntry{off(a0, 0)}}))
+	flush(t, n)
+	m := e.node()
+	if got := m.ResumePositions(); len(got) != 1 || got[0] != (Position{b0, 4}) {
+		t.Fatalf("ResumePositions %v", got)
+	}
+	wantCoords(t, "re-fed b@3", feed(t, m, rec(t, b0, 3, st{offs: []headers.OffsetEntry{off(a0, 0)}})))
+	wantCoords(t, "a@0", feed(t, m, plain(a0, 0)), at(a0, 0), at(b0, 3))
+	if c := m.Counters(); c.ReplaysSkipped != 1 {
+		t.Fatalf("counters %+v", c)
+	}
+}
+
+func TestDeliveriesSurvivePrepareSendAndFlush(t *testing.T) {
+	S := chn(31, 0)
+	n := newEnv(t, []headers.Channel{a0, b0}, []headers.TopicID{S.Topic}).node()
+	feed(t, n, rec(t, b0, 0, st{offs: []headers.OffsetEntry{off(a0, 0), off(x0, 9)}}))
+	ds, err := n.OnRecord(rec(t, a0, 0, st{offs: []headers.OffsetEntry{off(x0, 3)}}))
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("%v %v", coords(ds), err)
+	}
+	for range ds {
+		prepare(t, n, S)
+	}
+	flush(t, n)
+	if _, err := n.ExplainHolds(); err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := ds[0].Stamp.Clock.Offset(x0); o != 3 || ds[0].Offset != 0 || ds[0].Channel != a0 {
+		t.Fatalf("first delivery changed: %v x=%d", ds[0].Coordinate, o)
+	}
+	if o, _ := ds[1].Stamp.Clock.Offset(x0); o != 9 || ds[1].Channel != b0 {
+		t.Fatalf("second delivery changed: %v x=%d", ds[1].Coordinate, o)
 	}
 }

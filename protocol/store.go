@@ -12,6 +12,8 @@ import (
 // Store is the ordered key/value store a node keeps its state in. The host
 // commits it atomically with the consumed offsets and the sends of the step
 // that changed it (host duty H3); the node never commits anything itself.
+// Calls are synchronous and local (memory, or a local database), so they
+// take no context; only BrokerOffsets reaches the network.
 //
 // Reads must see the node's own earlier writes, committed or not. The node
 // never modifies a slice it passed to Put or received from Get or Scan, and

@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -101,9 +100,18 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 	return c, nil
 }
 
+// TB is the part of testing.TB that New uses. It is spelled out so that
+// programs (the observer's demo, examples) can import this package without
+// importing testing.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Cleanup(func())
+}
+
 // New starts a cluster for t and closes it when t ends. It stops the test
 // if the cluster cannot start.
-func New(t testing.TB, opts ...Option) *Cluster {
+func New(t TB, opts ...Option) *Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -130,9 +138,9 @@ func (c *Cluster) Fake() *kfake.Cluster { return c.fake }
 
 // NewClient returns a new client for the cluster. The defaults suit tests:
 // the seed brokers, a metadata minimum age of 100ms (franz-go's default of
-// 5s would make a test that deletes and recreates a topic wait), and a
-// 10s request timeout overhead cap. opts come after the defaults and may
-// override them. The caller closes the client.
+// 5s would make a test that deletes and recreates a topic wait), and
+// retries that give up after 10s rather than hang a test. opts come after
+// the defaults and may override them. The caller closes the client.
 func (c *Cluster) NewClient(opts ...kgo.Opt) (*kgo.Client, error) {
 	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(c.addrs...),

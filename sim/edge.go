@@ -1,0 +1,145 @@
+package sim
+
+import (
+	"fmt"
+
+	"github.com/parsley-go/parsley/headers"
+)
+
+// ProducerSpec describes a plain client at the topology's edge: a
+// sequential producer whose every send claims its earlier acknowledged
+// sends and, when it observes channels, every record it consumed there
+// (the clock package's rules: Observe before producing, RecordProduced on
+// acknowledgement). It stamps truthfully; it never gates.
+type ProducerSpec struct {
+	Name    string
+	Targets []Ref // where it sends, drawn per send
+	Observe []Ref // plain read_committed consumption, from the earliest offset
+	Ops     int   // sends to make
+	// Transactional producers send one to three records per transaction
+	// and abort about one transaction in six: their logs fill with markers
+	// and aborted records.
+	Transactional bool
+	// CorruptAt, when positive, makes the producer's CorruptAt-th send
+	// carry a vc header that does not decode.
+	CorruptAt int
+	// MaxHops is the largest hop budget written into a value's first byte
+	// (see Damped); 0 writes 0.
+	MaxHops int
+}
+
+// EdgeProducer is the running form of a ProducerSpec.
+type EdgeProducer struct {
+	spec    ProducerSpec
+	w       *World
+	actor   int
+	ops     int
+	clock   headers.Clock // acknowledged sends and observed records
+	targets []headers.Channel
+	observe []headers.Channel
+	pos     map[headers.Channel]int64
+	seq     int
+}
+
+// Name returns the producer's name.
+func (p *EdgeProducer) Name() string { return p.spec.Name }
+
+// Done reports whether the producer has made all its sends.
+func (p *EdgeProducer) Done() bool { return p.ops >= p.spec.Ops }
+
+func (p *EdgeProducer) observable() (headers.Channel, int64, *Entry, bool) {
+	for _, ch := range p.observe {
+		if e, off, ok := p.w.Broker.Next(ch, p.pos[ch]); ok {
+			return ch, off, e, true
+		}
+	}
+	return headers.Channel{}, 0, nil, false
+}
+
+// observeOne consumes the next record on one observed channel and folds it
+// (clock.Observe).
+func (p *EdgeProducer) observeOne() error {
+	ch, off, e, ok := p.observable()
+	if !ok {
+		return nil
+	}
+	var st headers.Stamp
+	if err := headers.ReadStamp(&st, e.Headers); err != nil {
+		return fmt.Errorf("sim: %s observes %v@%d: %w", p.spec.Name, ch, off, err)
+	}
+	p.clock.Merge(&st.Clock)
+	p.clock.SetOffset(ch, off)
+	p.pos[ch] = off + 1
+	p.w.Oracle.Observe(p.actor, headers.Coordinate{Channel: ch, Offset: off})
+	p.w.Oracle.Commit(p.actor)
+	p.w.trace("observe %s %v@%d", p.spec.Name, ch, off)
+	return nil
+}
+
+// op is one producer operation: observe a record (when it can, half the
+// time) or make a send (a transaction of a few sends when transactional).
+func (p *EdgeProducer) op() error {
+	if _, _, _, ok := p.observable(); ok && p.w.rng.IntN(2) == 0 {
+		return p.observeOne()
+	}
+	n, txn := 1, 0
+	if p.spec.Transactional {
+		n = 1 + p.w.rng.IntN(3)
+		txn = p.w.Broker.Begin()
+	}
+	n = min(n, p.spec.Ops-p.ops)
+	type sent struct {
+		ch  headers.Channel
+		off int64
+	}
+	var acks []sent
+	for range n {
+		ch := p.targets[p.w.rng.IntN(len(p.targets))]
+		st := headers.Stamp{}
+		st.Clock.CopyFrom(&p.clock)
+		d := headers.DialectCauses
+		if st.Clock.NumSeqs() > 0 {
+			d = headers.DialectVC
+		}
+		hs, err := headers.AppendStamp([]headers.Header(nil), &st, d)
+		if err != nil {
+			return err
+		}
+		var v byte
+		if p.spec.MaxHops > 0 {
+			v = byte(p.w.rng.IntN(p.spec.MaxHops + 1))
+		}
+		p.seq++
+		if p.seq == p.spec.CorruptAt {
+			hs = []headers.Header{{Key: headers.HeaderVC, Value: []byte{9, 9}}}
+		}
+		id := p.w.Oracle.NewID(p.actor)
+		off, err := p.w.Broker.Append(ch, txn, []byte(fmt.Sprintf("%s-%d", p.spec.Name, p.seq)), []byte{v, byte(p.seq)}, hs, id)
+		if err != nil {
+			return err
+		}
+		p.w.Oracle.Emit(p.actor, id, headers.Coordinate{Channel: ch, Offset: off})
+		p.w.trace("produce %s %v@%d", p.spec.Name, ch, off)
+		acks = append(acks, sent{ch, off})
+		p.ops++
+		// RecordProduced: the acknowledgement comes back before the next
+		// send, inside a transaction too. If the transaction aborts, the
+		// claim names an aborted record's offset: real, skipped, a delay.
+		p.clock.SetOffset(ch, off)
+	}
+	if txn == 0 {
+		p.w.Oracle.Commit(p.actor)
+		return nil
+	}
+	if p.w.rng.IntN(6) == 0 {
+		p.w.Broker.Abort(txn)
+		p.w.Oracle.Abort(p.actor)
+		p.ops -= len(acks)
+		p.w.stats.EdgeAborts++
+		p.w.trace("abort %s", p.spec.Name)
+		return nil
+	}
+	p.w.Broker.Commit(txn)
+	p.w.Oracle.Commit(p.actor)
+	return nil
+}

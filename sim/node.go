@@ -1,0 +1,576 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/parsley-go/parsley/headers"
+	"github.com/parsley-go/parsley/protocol"
+)
+
+// Ref names a partition of a topic by topic name, resolved to the topic's
+// live incarnation when used.
+type Ref struct {
+	Topic     string
+	Partition int32
+	// From overrides the node's StartMode for this input.
+	From StartMode
+}
+
+// StartMode is where a node with no committed position starts fetching.
+type StartMode uint8
+
+const (
+	// Default is the node's StartMode, or Earliest.
+	Default StartMode = iota
+	// Earliest starts at the log start.
+	Earliest
+	// Latest starts at the log end (an at-latest late joiner).
+	Latest
+	// LastStable starts at the last stable offset.
+	LastStable
+	// AtFirstRedeploy starts at the log end as it was when some node first
+	// restarted into a new scope (the log end, if none has): a joiner
+	// whose baseline retires exactly the pre-redeploy history.
+	AtFirstRedeploy
+)
+
+// JoinMode is when a node first starts.
+type JoinMode uint8
+
+const (
+	// JoinAtStart: the node starts with the world.
+	JoinAtStart JoinMode = iota
+	// JoinAfterProducers: the node starts once every edge producer is done.
+	JoinAfterProducers
+	// JoinWhenQuiet: the node starts once nothing else can progress.
+	JoinWhenQuiet
+	// JoinAfterRestart: the node starts once some node has restarted.
+	JoinAfterRestart
+	// JoinWhen: the node starts once NodeSpec.JoinWhen reports true.
+	JoinWhen
+)
+
+// NodeSpec describes one stage task hosted by a SimNode.
+type NodeSpec struct {
+	Name      string // unique in the world; also the stage name
+	Partition int32  // the task's partition (sender identity)
+	Inputs    []Ref
+	Sinks     []string
+	Logic     Logic
+	// LogicAfterRestart, when set, replaces Logic once the node has
+	// restarted: a sink can go quiet for good after a restart.
+	LogicAfterRestart Logic
+	Start             StartMode
+	Join              JoinMode
+	// JoinWhen is the start condition of a JoinWhen node.
+	JoinWhen func(*World) bool
+	// TickTopic, when set, is a topic among Sinks and (partition
+	// Partition) among Inputs: the node emits Ticks stamped records to it.
+	TickTopic string
+	Ticks     int
+	// Redeploys replace Inputs and Sinks at the given restarts.
+	Redeploys []Redeploy
+}
+
+// Redeploy is a changed scope a node restarts into at its At-th restart
+// (1 = the first restart after a crash).
+type Redeploy struct {
+	At     int
+	Inputs []Ref
+	Sinks  []string
+}
+
+type nodeState uint8
+
+const (
+	notStarted nodeState = iota
+	up
+	down
+)
+
+// SimNode is the reference host: it hosts one Protocol exactly as a stage
+// task does. Each step is one transaction: store mutations are staged in a
+// protocol.Batch, consumer positions are staged, every send is stamped at
+// the single site (PrepareSend with the concrete partition) and appended in
+// the step's broker transaction, and the step ends in commit or — on a
+// crash — abort of all three together (H3). Nothing hands a send's offset
+// back to the node. A restart goes through the full init path: New over
+// the committed store (restore, own-output seed, rescope), Release, and
+// positions from the committed ones and ResumePositions, clamped to the log
+// start (H5, H6).
+type SimNode struct {
+	spec  NodeSpec
+	w     *World
+	actor int
+	state nodeState
+
+	inputs []headers.Channel // current scope, sorted
+	from   map[headers.Channel]StartMode
+	sinks  []string
+
+	store *protocol.MemStore        // committed store
+	pos   map[headers.Channel]int64 // committed consumer positions
+	ticks int                       // ticks left
+	proto Protocol                  // nil unless up
+	batch *protocol.Batch           // staged store writes of the incarnation
+	spos  map[headers.Channel]int64 // staged positions
+	txn   int                       // open broker transaction
+	gone  []headers.Channel         // inputs dropped by a redeploy, for the oracle
+	folds [2]uint64                 // position folds and skipped-run folds of dead incarnations
+
+	restarts int
+	swept    int // step of the incarnation's last truncation sweep; -1 = none
+}
+
+// Name returns the node's name.
+func (n *SimNode) Name() string { return n.spec.Name }
+
+// Up reports whether the node is running.
+func (n *SimNode) Up() bool { return n.state == up }
+
+// Held returns how many records the running node holds (0 when down).
+func (n *SimNode) Held() int {
+	if n.proto == nil {
+		return 0
+	}
+	return n.proto.Counters().Held
+}
+
+func (n *SimNode) resolve(refs []Ref) ([]headers.Channel, error) {
+	var out []headers.Channel
+	for _, r := range refs {
+		t := n.w.Broker.Topic(r.Topic)
+		if t == nil || int(r.Partition) >= t.Partitions() {
+			return nil, fmt.Errorf("sim: node %s: no topic partition %s/%d", n.spec.Name, r.Topic, r.Partition)
+		}
+		out = append(out, t.Channel(r.Partition))
+		if n.from == nil {
+			n.from = map[headers.Channel]StartMode{}
+		}
+		if r.From != Default {
+			n.from[t.Channel(r.Partition)] = r.From
+		}
+	}
+	slices.SortFunc(out, headers.Channel.Compare)
+	return out, nil
+}
+
+// begin opens a step: a broker transaction and staged positions.
+func (n *SimNode) begin() {
+	n.txn = n.w.Broker.Begin()
+	n.spos = make(map[headers.Channel]int64, len(n.pos))
+	for k, v := range n.pos {
+		n.spos[k] = v
+	}
+}
+
+// commit ends a step: flush, then store, positions, sends and the oracle's
+// knowledge commit together.
+func (n *SimNode) commit() error {
+	if err := n.proto.Flush(); err != nil {
+		return err
+	}
+	if err := n.batch.Commit(); err != nil {
+		return err
+	}
+	n.pos = n.spos
+	n.w.Broker.Commit(n.txn)
+	n.w.Oracle.Commit(n.actor)
+	return nil
+}
+
+// abort ends a step as a crash does and takes the node down.
+func (n *SimNode) abort() {
+	if n.w.opts.Fault == BreakAtomicity && n.proto != nil {
+		// The shirked duty: the store and positions survive a step whose
+		// sends do not.
+		if n.proto.Flush() == nil {
+			_ = n.batch.Commit()
+		}
+		n.pos = n.spos
+	} else if n.batch != nil {
+		n.batch.Discard()
+	}
+	n.w.Broker.Abort(n.txn)
+	n.w.Oracle.Abort(n.actor)
+	n.down()
+}
+
+func (n *SimNode) down() {
+	if n.proto != nil {
+		c := n.proto.Counters()
+		n.folds[0] += c.PositionFolds
+		n.folds[1] += c.SkippedRunFolds
+	}
+	n.proto, n.batch, n.spos, n.txn = nil, nil, nil, 0
+	n.state = down
+}
+
+// handle processes deliveries in order: the oracle judges each, then the
+// node's logic runs and its emissions are stamped and sent.
+func (n *SimNode) handle(ds []protocol.Delivery) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	// The node reuses the slice on its next call that returns deliveries;
+	// sends do not return deliveries, but keep the host honest anyway.
+	ds = slices.Clone(ds)
+	for i := range ds {
+		d := &ds[i]
+		e := n.w.Broker.Entry(d.Channel, d.Offset)
+		if e == nil || e.Kind != Business {
+			n.w.Oracle.violate(Unknown, n.spec.Name, "delivered "+d.Coordinate.String()+", which holds no committed record")
+			continue
+		}
+		if !bytes.Equal(d.Key, e.Key) || !bytes.Equal(d.Value, e.Value) || d.Timestamp != e.Timestamp || !sameHeaders(d.Headers, e.Headers) ||
+			(d.Key == nil) != (e.Key == nil) || (d.Value == nil) != (e.Value == nil) {
+			// V10 in the simulator: what reaches user logic at a
+			// coordinate is the record fetched there, byte for byte.
+			n.w.Oracle.violate(Payload, n.spec.Name, fmt.Sprintf("%v delivered with key %q value %q timestamp %d, fetched as key %q value %q timestamp %d",
+				d.Coordinate, d.Key, d.Value, d.Timestamp, e.Key, e.Value, e.Timestamp))
+		}
+		var st headers.Stamp
+		if err := headers.ReadStamp(&st, e.Headers); err != nil {
+			n.w.Oracle.violate(FailOpen, n.spec.Name, fmt.Sprintf("%v delivered although its stamp does not decode: %v", d.Coordinate, err))
+		}
+		n.w.trace("deliver %s %v", n.spec.Name, d.Coordinate)
+		n.w.Oracle.Deliver(n.actor, d.Coordinate)
+		n.w.stats.Deliveries++
+		logic := n.spec.Logic
+		if n.restarts > 0 && n.spec.LogicAfterRestart != nil {
+			logic = n.spec.LogicAfterRestart
+		}
+		for _, em := range logic(n.w.rng, d) {
+			if err := n.send(em); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// send partitions, stamps and appends one emission (H4).
+func (n *SimNode) send(em Emission) error {
+	t := n.w.Broker.Topic(em.Topic)
+	if t == nil {
+		return fmt.Errorf("sim: node %s sends to missing topic %q", n.spec.Name, em.Topic)
+	}
+	p := em.Partition
+	if p < 0 {
+		p = int32(n.w.rng.IntN(t.Partitions()))
+	}
+	ch := t.Channel(p)
+	st, err := n.proto.PrepareSend(ch)
+	if err != nil {
+		return err
+	}
+	// H4, checked inline: every offset claim names a really-appended offset.
+	for e := range st.Clock.OffsetEntries() {
+		if n.w.Broker.TopicByID(e.Channel.Topic) == nil {
+			return fmt.Errorf("sim: %s stamps a claim on unknown channel %v", n.spec.Name, e.Channel)
+		}
+		if at, gone := n.w.deletedAt[e.Channel.Topic]; gone && n.swept > at {
+			// Truncation: a topic that no longer exists is unclaimable,
+			// and a sweep after its deletion drops it from the stamp.
+			n.w.Oracle.violate(StaleClaim, n.spec.Name, fmt.Sprintf("stamp for %v still claims %v@%d, deleted at step %d, after a sweep at step %d", ch, e.Channel, e.Offset, at, n.swept))
+		}
+		if end := n.w.Broker.End(e.Channel); e.Offset < 0 || (end > 0 && e.Offset >= end) {
+			return fmt.Errorf("sim: %s stamps a claim on %v@%d, never appended (end %d)", n.spec.Name, e.Channel, e.Offset, end)
+		}
+	}
+	hs, err := headers.AppendStamp([]headers.Header(nil), st, headers.DialectVC)
+	if err != nil {
+		return err
+	}
+	id := n.w.Oracle.NewID(n.actor)
+	off, err := n.w.Broker.Append(ch, n.txn, em.Key, em.Value, hs, id)
+	if err != nil {
+		return err
+	}
+	n.w.Oracle.Emit(n.actor, id, headers.Coordinate{Channel: ch, Offset: off})
+	n.w.trace("send %s %v@%d", n.spec.Name, ch, off)
+	n.w.stats.Sends++
+	return nil
+}
+
+// feed hands one fetched record to the protocol and processes what it
+// releases.
+func (n *SimNode) feed(ch headers.Channel, off int64, e *Entry) error {
+	rec := protocol.Record{Coordinate: headers.Coordinate{Channel: ch, Offset: off}, Timestamp: e.Timestamp,
+		Key: e.Key, Value: e.Value, Headers: e.Headers}
+	ds, err := n.proto.OnRecord(&rec)
+	if err != nil {
+		return err
+	}
+	if n.proto.Counters().Held > 0 {
+		n.w.stats.held = true
+	}
+	return n.handle(ds)
+}
+
+// fetchable reports whether a read_committed fetch on ch returns a record.
+func (n *SimNode) fetchable(ch headers.Channel) bool {
+	_, _, ok := n.w.Broker.Next(ch, n.pos[ch])
+	return ok
+}
+
+// advanceable reports whether ch's position can move past offsets that
+// never arrive as records.
+func (n *SimNode) advanceable(ch headers.Channel) bool {
+	p := n.pos[ch]
+	_, _, ok := n.w.Broker.Next(ch, p)
+	return !ok && n.w.Broker.StableEnd(ch) > p
+}
+
+// fetch is one fetch step body on ch: a poll of one to five records, then
+// sometimes the position past any markers that follow.
+func (n *SimNode) fetch(ch headers.Channel) error {
+	b := n.w.Broker
+	k := 1 + n.w.rng.IntN(5)
+	if n.w.opts.Fault == FeedOutOfOrder {
+		e1, o1, ok1 := b.Next(ch, n.spos[ch])
+		if ok1 {
+			if e2, o2, ok2 := b.Next(ch, o1+1); ok2 {
+				n.w.trace("fetch-swapped %s %v@%d,%d", n.spec.Name, ch, o2, o1)
+				n.spos[ch] = o2 + 1
+				if err := n.feed(ch, o2, e2); err != nil {
+					return err
+				}
+				if err := n.feed(ch, o1, e1); err != nil && !errors.Is(err, protocol.ErrOutOfOrderFeed) {
+					return err
+				}
+				return nil
+			}
+		}
+	}
+	// A poll returns records of several partitions: after the first, each
+	// record comes from any input with one to fetch (a third of the time),
+	// so holds, cascades and new holds mix within one step.
+	cur := ch
+	for i := range k {
+		if i > 0 && n.w.rng.IntN(3) == 0 {
+			var more []headers.Channel
+			for _, c := range n.inputs {
+				if _, _, ok := b.Next(c, n.spos[c]); ok {
+					more = append(more, c)
+				}
+			}
+			if len(more) > 0 {
+				cur = more[n.w.rng.IntN(len(more))]
+			}
+		}
+		e, off, ok := b.Next(cur, n.spos[cur])
+		if !ok {
+			break
+		}
+		n.w.trace("fetch %s %v@%d", n.spec.Name, cur, off)
+		n.spos[cur] = off + 1
+		if err := n.feed(cur, off, e); err != nil {
+			return err
+		}
+	}
+	if n.w.rng.IntN(2) == 0 {
+		for _, c := range n.inputs {
+			p := n.spos[c]
+			if _, _, ok := b.Next(c, p); !ok && b.StableEnd(c) > p {
+				if err := n.advance(c); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// advance moves ch's position to the last stable offset and reports it
+// (H2), unless the host fault withholds it.
+func (n *SimNode) advance(ch headers.Channel) error {
+	p := n.w.Broker.StableEnd(ch)
+	n.spos[ch] = p
+	n.w.trace("position %s %v→%d", n.spec.Name, ch, p)
+	if n.w.opts.Fault == WithholdPositionAdvance {
+		return nil
+	}
+	n.w.stats.PositionAdvances++
+	ds, err := n.proto.PositionAdvance(ch, p)
+	if err != nil {
+		return err
+	}
+	return n.handle(ds)
+}
+
+// tick emits one stamped record to the node's own tick partition.
+func (n *SimNode) tick() error {
+	n.ticks--
+	n.w.stats.Ticks++
+	return n.send(Emission{Topic: n.spec.TickTopic, Partition: n.spec.Partition, Value: []byte{0}})
+}
+
+// start builds the protocol from committed state (H5) in a step of its own
+// and resolves positions.
+func (n *SimNode) start(ctx context.Context) error {
+	first := n.state == notStarted
+	if !first {
+		n.restarts++
+		n.w.stats.Restarts++
+	}
+	prevInputs, prevSinks := n.inputs, n.sinks
+	var rd *Redeploy
+	for i := range n.spec.Redeploys {
+		if !first && n.spec.Redeploys[i].At == n.restarts {
+			rd = &n.spec.Redeploys[i]
+		}
+	}
+	redeploy := rd != nil
+	if redeploy {
+		ins, err := n.resolve(rd.Inputs)
+		if err != nil {
+			return err
+		}
+		n.inputs, n.sinks = ins, rd.Sinks
+	}
+	cfg := protocol.Config{ApplicationID: "sim", Stage: n.spec.Name, Partition: n.spec.Partition,
+		Inputs: n.inputs, Store: nil, Offsets: n.w.Broker, Sabotage: n.w.opts.ProtocolSabotage}
+	for _, s := range n.sinks {
+		t := n.w.Broker.Topic(s)
+		if t == nil {
+			return fmt.Errorf("sim: node %s: no sink topic %q", n.spec.Name, s)
+		}
+		cfg.Sinks = append(cfg.Sinks, t.ID)
+	}
+	if n.w.opts.Fault == SkipOwnOutputSeed {
+		cfg.Offsets = emptyEnds{n.w.Broker}
+	}
+	n.batch = protocol.NewBatch(n.store)
+	cfg.Store = n.batch
+	p, err := n.w.opts.NewProtocol(ctx, cfg)
+	if redeploy && errors.Is(err, protocol.ErrHeldOnRemovedInput) {
+		// Fail closed, correctly: records are held on an input the new
+		// scope drops. The operator redeclares it; the redeploy waits
+		// for a later restart.
+		n.w.stats.RedeploysRefused++
+		n.w.trace("redeploy-refused %s", n.spec.Name)
+		for i := range n.spec.Redeploys {
+			if n.spec.Redeploys[i].At >= rd.At {
+				n.spec.Redeploys[i].At++ // this one and every later one wait a restart
+			}
+		}
+		n.inputs, n.sinks = prevInputs, prevSinks
+		n.restarts--
+		n.w.stats.Restarts--
+		return n.start(ctx)
+	}
+	if err != nil {
+		n.batch = nil
+		return err
+	}
+	if redeploy {
+		if n.w.stats.Redeploys == 0 {
+			n.w.snapshotEnds()
+		}
+		n.w.stats.Redeploys++
+		for _, ch := range prevInputs {
+			if !slices.Contains(n.inputs, ch) {
+				n.gone = append(n.gone, ch)
+			}
+		}
+	}
+	n.proto = p
+	n.state = up
+	n.swept = -1
+	if h := p.Counters().Held; h > 0 {
+		n.w.stats.RestoredHeld++
+	}
+	n.begin()
+	// Scope changes reach the oracle and the positions.
+	for _, ch := range n.gone {
+		n.w.Oracle.Unconsume(n.actor, ch)
+		delete(n.spos, ch)
+	}
+	n.gone = nil
+	resume := p.ResumePositions()
+	for _, ch := range n.inputs {
+		pos, ok := n.spos[ch]
+		if !ok {
+			mode := n.spec.Start
+			if m, has := n.from[ch]; has {
+				mode = m
+			}
+			switch mode {
+			case Default, Earliest:
+				pos = n.w.Broker.LogStart(ch)
+			case Latest:
+				pos = n.w.Broker.End(ch)
+			case LastStable:
+				pos = n.w.Broker.StableEnd(ch)
+			case AtFirstRedeploy:
+				pos = n.w.Broker.End(ch)
+				if e, ok := n.w.redeployEnds[ch]; ok {
+					pos = e
+				}
+			}
+		}
+		for _, r := range resume {
+			if r.Channel == ch && r.Offset > pos {
+				pos = r.Offset
+			}
+		}
+		if ls := n.w.Broker.LogStart(ch); pos < ls && n.w.opts.Fault != IgnoreLogStart {
+			pos = ls // H6: a position below the log start resets to it
+		}
+		n.spos[ch] = pos
+		n.w.Oracle.Consume(n.actor, ch, pos)
+	}
+	ds, err := p.Release()
+	if err != nil {
+		return err
+	}
+	if err := n.handle(ds); err != nil {
+		return err
+	}
+	// H2 at start: the consumer's starting position is a position like any
+	// other. Everything below it was fetched in committed steps, deleted
+	// by retention, or lies below the baseline, and a new incarnation
+	// does not remember positions an earlier one was told. Without this, a
+	// claim on a trailing marker below a committed position, or on an
+	// offset below the log start, waits forever.
+	if n.w.opts.Fault != WithholdPositionAdvance {
+		for _, ch := range n.inputs {
+			if pos := n.spos[ch]; pos > 0 {
+				ds, err := p.PositionAdvance(ch, pos)
+				if err != nil {
+					return err
+				}
+				if err := n.handle(ds); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return n.commit()
+}
+
+// emptyEnds is the SkipOwnOutputSeed fault: every sink looks empty.
+type emptyEnds struct{ *Broker }
+
+func (e emptyEnds) EndOffsets(ctx context.Context, t headers.TopicID) ([]int64, bool, error) {
+	ends, ok, err := e.Broker.EndOffsets(ctx, t)
+	clear(ends)
+	return ends, ok, err
+}
+
+func sameHeaders(a, b []headers.Header) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Key != b[i].Key || !bytes.Equal(a[i].Value, b[i].Value) {
+			return false
+		}
+	}
+	return true
+}
