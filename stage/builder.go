@@ -80,6 +80,7 @@ type Stage struct {
 	sinks    []Sink
 	sinkSet  map[string]*sinkCodecs
 	hasState bool
+	tick     *tickSpec // ticks.go
 }
 
 // Name returns the stage name. It keys the stage's state and changelog:
@@ -113,6 +114,7 @@ func ChangelogTopic(appID, stage string) string { return appID + "-" + stage + "
 type binding struct {
 	topic  string
 	fold   bool
+	tick   bool // the stage's tick topic: a fold uses the tick slot (ticks.go)
 	invoke func(m *rawMessage, st stateIO) ([]Emission, error)
 }
 
@@ -148,6 +150,7 @@ type Builder struct {
 	sinks    []Sink
 	state    any // *stateDecl[S]
 	hasState bool
+	tick     *tickDecl // ticks.go
 	errs     []error
 }
 
@@ -322,6 +325,11 @@ func (b *Builder) Build() (*Stage, error) {
 			folds++
 		}
 		s.sources = append(s.sources, bd)
+	}
+	if err := b.buildTick(s); err != nil {
+		errs = append(errs, err)
+	} else if s.tick != nil && s.tick.fold {
+		folds++
 	}
 	if b.hasState && folds == 0 {
 		errs = append(errs, fmt.Errorf("%w: stage %q declares state but no source folds over it", ErrInvalidStage, b.name))

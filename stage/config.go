@@ -75,6 +75,9 @@ type Config struct {
 
 	// Logger receives operational messages (default slog.Default()).
 	Logger *slog.Logger
+
+	// Operations (ops.go): hold warnings, the truncation sweep, the clock.
+	OpsConfig
 }
 
 func (c *Config) withDefaults() Config {
@@ -91,6 +94,7 @@ func (c *Config) withDefaults() Config {
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
+	d.OpsConfig = d.OpsConfig.withDefaults()
 	return d
 }
 

@@ -40,12 +40,15 @@ type task struct {
 	// heldOnArrival counts records that were not deliverable when fetched
 	// and waited at the gate (committed or not).
 	heldOnArrival uint64
+
+	ops taskOps // ticks, sweeps, hold tracking, committed counts (ops.go)
 }
 
 // reset drops the node and the step's writes; the next step rebuilds the
 // node from the committed store.
 func (t *task) reset() {
 	t.node = nil
+	t.opsAborted()
 	if t.batch != nil {
 		t.batch.Discard()
 	}
@@ -89,11 +92,15 @@ func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession) error 
 		return t.initErr(err)
 	}
 	t.node = n
+	t.opsBuilt()
 	ds, err := n.Release()
 	if err != nil {
 		return t.stepErr("", -1, err)
 	}
-	return t.deliver(ctx, sess, ds)
+	if err := t.deliver(ctx, sess, ds); err != nil {
+		return err
+	}
+	return t.advanceToStart(ctx, sess)
 }
 
 func (t *task) stepErr(topic string, offset int64, err error) error {
@@ -168,7 +175,11 @@ func (t *task) deliver(ctx context.Context, sess *kgo.GroupTransactSession, ds [
 		}
 		var io stateIO
 		if b.fold {
-			io = foldState{batch: t.batch, key: foldKey(d.Key)}
+			key := foldKey(d.Key)
+			if b.tick {
+				key = tickSlot
+			}
+			io = foldState{batch: t.batch, key: key}
 		}
 		es, err := b.invoke(&m, io)
 		if err != nil {
