@@ -171,3 +171,30 @@ func decodeInto(d Dialect, c *Clock, b []byte) error {
 	}
 	return DecodeCausesInto(c, b)
 }
+
+func TestHotPathsDoNotAllocate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocation counts")
+	}
+	c := benchClock(16)
+	c.SetSeq(Channel{topicLow, 1}, senderOne, 1)
+	ch := Channel{topicLow, 1}
+	o := c.Clone()
+	enc, _ := EncodeVC(c)
+	var into Clock
+	buf := make([]byte, 0, 4096)
+	for name, f := range map[string]func(){
+		"SetSeq existing":  func() { c.SetSeq(ch, senderOne, 5) },
+		"Seq":              func() { c.Seq(ch, senderOne) },
+		"SetOffset":        func() { c.SetOffset(ch, 9) },
+		"Offset":           func() { c.Offset(ch) },
+		"Merge same shape": func() { c.Merge(o) },
+		"Dominates":        func() { c.Dominates(o) },
+		"DecodeVCInto":     func() { _ = DecodeVCInto(&into, enc) },
+		"AppendVC":         func() { buf, _ = AppendVC(buf[:0], c) },
+	} {
+		if n := testing.AllocsPerRun(100, f); n != 0 {
+			t.Errorf("%s: %v allocs per run, want 0", name, n)
+		}
+	}
+}

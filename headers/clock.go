@@ -137,8 +137,19 @@ func (c *Clock) findOffset(k chanKey) (int, bool) {
 	return slices.BinarySearchFunc(c.offsets, k, func(e offsetEntry, k chanKey) int { return e.key.compare(k) })
 }
 
+// findSeq is a hand-written binary search: a closure over the search key
+// would make the key escape, and SetSeq sits on every stamp.
 func (c *Clock) findSeq(t *seqEntry) (int, bool) {
-	return slices.BinarySearchFunc(c.seqs, t, func(e seqEntry, t *seqEntry) int { return e.compare(t) })
+	lo, hi := 0, len(c.seqs)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if c.seqs[m].compare(t) < 0 {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < len(c.seqs) && c.seqs[lo].compare(t) == 0
 }
 
 // SetOffset raises the offset watermark for ch to offset; a lower offset than

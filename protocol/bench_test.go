@@ -41,13 +41,29 @@ func wideClaims(width int, consumed ...headers.OffsetEntry) st {
 // 100 records, as a host's step would.
 func BenchmarkOnRecordNonHolding(b *testing.B) {
 	chans := []headers.Channel{a0, b0, c0, chn(4, 0)}
-	for _, flushEvery := range []int{0, 100} {
-		b.Run(fmt.Sprintf("flushEvery=%d", flushEvery), func(b *testing.B) {
+	for _, v := range []struct{ flushEvery, custody int }{{0, 0}, {100, 0}, {0, 200}} {
+		flushEvery := v.flushEvery
+		name := fmt.Sprintf("flushEvery=%d", flushEvery)
+		if v.custody > 0 {
+			name += fmt.Sprintf("/custody=%d", v.custody)
+		}
+		b.Run(name, func(b *testing.B) {
 			e := newEnv(b, chans, nil)
 			n := e.node()
+			if v.custody > 0 {
+				// A stamp-side clock already this wide, from an earlier record.
+				w := wideClaims(v.custody)
+				for i := range w.offs {
+					w.offs[i].Channel.Topic[0] = 0x05 // sorts before every claim of the records below
+				}
+				feed(b, n, rec(b, chans[0], 0, w))
+			}
 			recs := make([]*Record, len(chans))
-			for _, ch := range chans {
+			for _, ch := range chans[1:] {
 				feed(b, n, plain(ch, 0))
+			}
+			if v.custody == 0 {
+				feed(b, n, plain(chans[0], 0))
 			}
 			for i, ch := range chans {
 				var claims []headers.OffsetEntry

@@ -69,8 +69,14 @@
 //     on every stamped send being appended, or aborted with the step.
 //   - H5. Restart through New: it restores the store, seeds own outputs from
 //     the sinks' end offsets, and rescopes against the recorded inputs and
-//     sinks. Then call Release once and fetch each input from the higher of
-//     the committed position and ResumePositions.
+//     sinks. Then call Release once, fetch each input from the higher of
+//     the committed position and ResumePositions (clamped to the log start,
+//     H6), and report that start position through PositionAdvance for every
+//     input before feeding records. The node does not persist positions: a
+//     new incarnation knows nothing of markers below its start position, so
+//     without this report a claim naming a trailing marker below the
+//     committed position, or an offset below the log start, waits forever.
+//     The simulator's reference host does exactly this.
 //   - H6. Respect the log start: a position below a channel's log start
 //     resets to the first surviving offset, and retention must not delete
 //     records an active consumer has not fetched yet.

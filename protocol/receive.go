@@ -1,6 +1,8 @@
 package protocol
 
 import (
+	"math/bits"
+
 	"github.com/parsley-go/parsley/headers"
 )
 
@@ -48,8 +50,8 @@ func (n *Node) OnRecord(rec *Record) ([]Delivery, error) {
 	// Fold at receive, not at delivery: an over-claim only delays, and every
 	// later stamp must dominate the whole clock of every record delivered.
 	if !n.scratch.Clock.IsEmpty() && n.sabotage&SabotageSkipReceiveFold == 0 {
-		in.cc.Merge(&n.scratch.Clock)
-		n.agg.Merge(&n.scratch.Clock)
+		fold(&in.cc, &n.scratch.Clock)
+		fold(&n.agg, &n.scratch.Clock)
 		in.ccDirty = true
 	}
 	q := &in.q
@@ -76,12 +78,14 @@ func (n *Node) OnRecord(rec *Record) ([]Delivery, error) {
 	q.headStmp, n.scratch = n.scratch, q.headStmp
 	n.held++
 	n.nonEmpty++
-	n.raiseFrontier(in, rec.Offset-1) // seed / bridge: the run below was skipped
+	raised := n.raiseFrontier(in, rec.Offset-1) // seed / bridge: the run below was skipped
 	if n.deliverable(in, &q.headStmp) {
 		n.deliver(in)
 		if n.nonEmpty == 0 {
 			return n.out, nil
 		}
+	} else if !raised {
+		return n.out, nil // held, and nothing any other head waits on moved
 	}
 	if err := n.cascade(); err != nil {
 		return nil, err
@@ -139,11 +143,13 @@ func (n *Node) Release() ([]Delivery, error) {
 	return n.out, nil
 }
 
-func (n *Node) raiseFrontier(in *input, f int64) {
+func (n *Node) raiseFrontier(in *input, f int64) bool {
 	if f > in.frontier {
 		in.frontier = f
 		in.frontierDirty = true
+		return true
 	}
+	return false
 }
 
 // cascade evaluates heads in channel order, delivering every deliverable
@@ -333,4 +339,19 @@ func (n *Node) resetOut() {
 		return
 	}
 	n.out = n.out[:0]
+}
+
+// fold raises dst to the pointwise maximum of dst and src. Merging walks
+// all of dst; when src is much narrower (a record's clock folded into a
+// wide stamp-side clock) setting src's entries one by one, each a binary
+// search, is cheaper.
+func fold(dst, src *headers.Clock) {
+	ns, nd := src.NumOffsets(), dst.NumOffsets()
+	if src.NumSeqs() > 0 || ns*bits.Len(uint(nd)) >= nd {
+		dst.Merge(src)
+		return
+	}
+	for e := range src.OffsetEntries() {
+		dst.SetOffset(e.Channel, e.Offset)
+	}
 }

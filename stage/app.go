@@ -448,6 +448,10 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 		if f := (*fatal)(nil); errors.As(stepErr, &f) {
 			return f
 		}
+		if tr := (*transient)(nil); errors.As(stepErr, &tr) {
+			a.log.Warn("stage: step aborted; retrying", "err", tr.err)
+			return sleep(ctx, a.cfg.RetryBackoff)
+		}
 		var se *StepError
 		if !errors.As(stepErr, &se) {
 			return fmt.Errorf("stage: step: %w", stepErr) // host failure: rebuild the client
@@ -490,12 +494,19 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 		}
 		return int(x.partition - y.partition)
 	})
+	var starts map[string]map[int32]int64
 	for _, id := range ids {
 		t := a.tasks[id]
 		if t.node != nil {
 			continue
 		}
-		if err := t.build(ctx, sess); err != nil {
+		if starts == nil {
+			var err error
+			if starts, err = a.startPositions(ctx); err != nil {
+				return &transient{err}
+			}
+		}
+		if err := t.build(ctx, sess, starts); err != nil {
 			return err
 		}
 	}
@@ -529,6 +540,49 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 	}
 	return nil
 }
+
+// startPositions returns, per source partition, where this incarnation
+// starts consuming: the group's committed offset, or the log start when
+// there is none or it is lower (host duties H5, H6).
+func (a *App) startPositions(ctx context.Context) (map[string]map[int32]int64, error) {
+	var sources []string
+	for t := range a.bySource {
+		sources = append(sources, t)
+	}
+	committed, err := a.admin.FetchOffsets(kadm.RequireStable(ctx), a.cfg.ApplicationID)
+	if err == nil {
+		err = committed.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stage: fetch committed offsets: %w", err)
+	}
+	logStarts, err := a.admin.ListStartOffsets(ctx, sources...)
+	if err == nil {
+		err = logStarts.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stage: list log starts: %w", err)
+	}
+	out := make(map[string]map[int32]int64)
+	logStarts.Each(func(o kadm.ListedOffset) {
+		pos := o.Offset
+		if c, ok := committed.Lookup(o.Topic, o.Partition); ok && c.At > pos {
+			pos = c.At
+		}
+		if out[o.Topic] == nil {
+			out[o.Topic] = make(map[int32]int64)
+		}
+		out[o.Topic][o.Partition] = pos
+	})
+	return out, nil
+}
+
+// transient marks a host error after which the step is aborted and retried
+// with the same client.
+type transient struct{ err error }
+
+func (t *transient) Error() string { return t.err.Error() }
+func (t *transient) Unwrap() error { return t.err }
 
 // checkTopology resolves every declared topic and checks the cluster
 // matches the stages: every source, sink and changelog exists; a stage's

@@ -154,9 +154,7 @@ func checkClientOpts(opts []kgo.Opt) error {
 	refuse := func(what string) {
 		errs = append(errs, fmt.Errorf("%w: ClientOpts: %s", ErrInvalidConfig, what))
 	}
-	if v, ok := cl.OptValue(kgo.FetchIsolationLevel).(kgo.IsolationLevel); ok && v != kgo.ReadUncommitted() && v != kgo.ReadCommitted() {
-		refuse("unknown isolation level")
-	} else if ok && v == kgo.ReadUncommitted() && isSet(opts, kgo.FetchIsolationLevel) {
+	if weakensIsolation(opts) {
 		refuse("read_uncommitted would expose aborted steps; stages read committed only")
 	}
 	if b, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool); b {
@@ -180,20 +178,20 @@ func checkClientOpts(opts []kgo.Opt) error {
 	return errors.Join(errs...)
 }
 
-// isSet reports whether the user passed an option of opt's kind. The
-// isolation level's default is read_uncommitted, so its value alone cannot
-// tell an explicit weakening from no option.
-func isSet(opts []kgo.Opt, opt any) bool {
-	cl, err := kgo.NewClient(kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+// weakensIsolation reports whether opts change the isolation level away
+// from read_committed. The client's default is read_uncommitted, so the
+// value alone cannot tell an explicit weakening from no option: compare a
+// read_committed client with one that applies opts after it.
+func weakensIsolation(opts []kgo.Opt) bool {
+	base, err := kgo.NewClient(kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		return true
 	}
-	defer cl.Close()
-	base := cl.OptValue(opt)
-	cl2, err := kgo.NewClient(append([]kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted())}, opts...)...)
+	defer base.Close()
+	with, err := kgo.NewClient(append([]kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted())}, opts...)...)
 	if err != nil {
 		return true
 	}
-	defer cl2.Close()
-	return cl2.OptValue(opt) != base
+	defer with.Close()
+	return with.OptValue(kgo.FetchIsolationLevel) != base.OptValue(kgo.FetchIsolationLevel)
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,7 +12,6 @@ import (
 	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/parsley-go/parsley/internal/state"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -218,13 +215,3 @@ func TestStateRestoresFromChangelog(t *testing.T) {
 	checkCounts(t, outs, want)
 	checkStates(t, foldStates(t, cfg.StateDir), want)
 }
-
-func keyList(m map[string][]string) string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k+"="+strconv.Itoa(len(m[k])))
-	}
-	return strings.Join(ks, ",")
-}
-
-var _ = kfake.NumBrokers

@@ -32,7 +32,12 @@ func ptr[T any](v T) *T { return &v }
 
 func newEnv(t testing.TB, topics ...broker.Topic) *env {
 	t.Helper()
-	c := broker.New(t, broker.FakeOpts(kfake.GroupMinSessionTimeout(100*time.Millisecond)), broker.Topics(topics...))
+	return newEnvWith(t, nil, topics...)
+}
+
+func newEnvWith(t testing.TB, opts []broker.Option, topics ...broker.Topic) *env {
+	t.Helper()
+	c := broker.New(t, append([]broker.Option{broker.FakeOpts(kfake.GroupMinSessionTimeout(100 * time.Millisecond)), broker.Topics(topics...)}, opts...)...)
 	return &env{t: t, c: c, app: "app", dir: t.TempDir()}
 }
 

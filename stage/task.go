@@ -76,7 +76,7 @@ func (t *task) initErr(err error) error {
 
 // build makes a node from committed state (host duty H5) and processes
 // what its first Release delivers. Init writes go to the step's batch.
-func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession) error {
+func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts map[string]map[int32]int64) error {
 	t.batch = protocol.NewBatch(t.kv)
 	t.clNext = -1
 	n, err := protocol.New(ctx, protocol.Config{
@@ -100,7 +100,22 @@ func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession) error 
 	if err := t.deliver(ctx, sess, ds); err != nil {
 		return err
 	}
-	return t.advanceToStart(ctx, sess)
+	// A new incarnation knows nothing of the markers below where it starts
+	// consuming; report the start so claims on them resolve (H5).
+	for i, b := range t.st.sources {
+		pos, ok := starts[b.topic][t.partition]
+		if !ok || pos <= 0 {
+			continue
+		}
+		ds, err := n.PositionAdvance(t.chanOf[i], pos)
+		if err != nil {
+			return t.stepErr(b.topic, pos, err)
+		}
+		if err := t.deliver(ctx, sess, ds); err != nil {
+			return err
+		}
+	}
+	return t.tickToStart(ctx, sess, starts)
 }
 
 func (t *task) stepErr(topic string, offset int64, err error) error {

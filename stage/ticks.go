@@ -274,3 +274,21 @@ func (a *App) checkTickTopics(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// tickToStart reports the starting position on the tick topic to a newly
+// built node, as build does for the sources (host duty H2 at start).
+func (t *task) tickToStart(ctx context.Context, sess *kgo.GroupTransactSession, starts map[string]map[int32]int64) error {
+	name := t.app.ops.tickTopic[t.id.stage]
+	if name == "" {
+		return nil
+	}
+	pos, ok := starts[name][t.partition]
+	if !ok || pos <= 0 {
+		return nil
+	}
+	ds, err := t.node.PositionAdvance(headers.Channel{Topic: t.app.topics[name].id, Partition: t.partition}, pos)
+	if err != nil {
+		return t.stepErr(name, pos, err)
+	}
+	return t.deliver(ctx, sess, ds)
+}
