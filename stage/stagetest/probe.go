@@ -37,7 +37,9 @@ type Finding struct {
 	Clause string
 }
 
-func (f Finding) String() string { return fmt.Sprintf("[%s] %s (clause: %s)", f.Probe, f.Detail, f.Clause) }
+func (f Finding) String() string {
+	return fmt.Sprintf("[%s] %s (clause: %s)", f.Probe, f.Detail, f.Clause)
+}
 
 // Report is the outcome of Probe or ProbeCluster. Failures are violations;
 // notes are blind spots and reminders (a source without a sample, a sink
