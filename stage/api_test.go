@@ -339,13 +339,17 @@ func TestStartupChecksListEveryProblem(t *testing.T) {
 	missing := On(Named("missing"), topic("nope"), h).Into(topic("gone")).MustBuild()
 	e.changelogs(2, mismatched)
 	e.changelogs(3, wrongChangelog)
+	uncompacted := On(Named("uncompacted"), topic("c"), h).Into(topic("out")).MustBuild()
+	if err := e.c.CreateTopics(context.Background(), broker.Topic{Name: ChangelogTopic(e.app, "uncompacted"), Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	err := Run(ctx, e.config("i1"), mismatched, wrongChangelog, missing)
+	err := Run(ctx, e.config("i1"), mismatched, wrongChangelog, missing, uncompacted)
 	if !errors.Is(err, ErrTopology) {
 		t.Fatalf("Run = %v, want ErrTopology", err)
 	}
-	for _, want := range []string{`"nope"`, `"gone"`, `"app-missing-changelog"`, "a=2 b=3", `changelog "app-wrongcl-changelog" has 3 partitions`} {
+	for _, want := range []string{`"nope"`, `"gone"`, `"app-missing-changelog"`, "a=2 b=3", `changelog "app-wrongcl-changelog" has 3 partitions`, `"app-uncompacted-changelog" has cleanup.policy=delete`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s:\n%v", want, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -501,8 +502,16 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 			continue
 		}
 		if starts == nil {
+			need := make(map[string][]int32)
+			for _, id := range ids {
+				if a.tasks[id].node == nil {
+					for _, b := range a.tasks[id].st.sources {
+						need[b.topic] = append(need[b.topic], id.partition)
+					}
+				}
+			}
 			var err error
-			if starts, err = a.startPositions(ctx); err != nil {
+			if starts, err = a.startPositions(ctx, need); err != nil {
 				return &transient{err}
 			}
 		}
@@ -541,39 +550,44 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 	return nil
 }
 
-// startPositions returns, per source partition, where this incarnation
-// starts consuming: the group's committed offset, or the log start when
-// there is none or it is lower (host duties H5, H6).
-func (a *App) startPositions(ctx context.Context) (map[string]map[int32]int64, error) {
+// startPositions returns, per source partition of the tasks in need,
+// where this incarnation starts consuming: the group's committed offset, or
+// the log start when there is none or it is lower (host duties H5, H6). A
+// committed offset still pending in another instance's transaction may read
+// lower than it will be; a lower start only claims less, so it is safe.
+func (a *App) startPositions(ctx context.Context, need map[string][]int32) (map[string]map[int32]int64, error) {
 	var sources []string
-	for t := range a.bySource {
+	for t := range need {
 		sources = append(sources, t)
 	}
-	committed, err := a.admin.FetchOffsets(kadm.RequireStable(ctx), a.cfg.ApplicationID)
-	if err == nil {
-		err = committed.Error()
-	}
+	sort.Strings(sources)
+	committed, err := a.admin.FetchOffsets(ctx, a.cfg.ApplicationID)
 	if err != nil {
 		return nil, fmt.Errorf("stage: fetch committed offsets: %w", err)
 	}
 	logStarts, err := a.admin.ListStartOffsets(ctx, sources...)
-	if err == nil {
-		err = logStarts.Error()
-	}
 	if err != nil {
 		return nil, fmt.Errorf("stage: list log starts: %w", err)
 	}
 	out := make(map[string]map[int32]int64)
-	logStarts.Each(func(o kadm.ListedOffset) {
-		pos := o.Offset
-		if c, ok := committed.Lookup(o.Topic, o.Partition); ok && c.At > pos {
-			pos = c.At
+	for _, t := range sources {
+		out[t] = make(map[int32]int64)
+		for _, p := range need[t] {
+			ls, ok := logStarts.Lookup(t, p)
+			if !ok || ls.Err != nil {
+				return nil, fmt.Errorf("stage: log start of %s[%d]: %v", t, p, ls.Err)
+			}
+			pos := ls.Offset
+			c, ok := committed.Lookup(t, p)
+			if ok && c.Err != nil {
+				return nil, fmt.Errorf("stage: committed offset of %s[%d]: %w", t, p, c.Err)
+			}
+			if ok && c.At > pos {
+				pos = c.At
+			}
+			out[t][p] = pos
 		}
-		if out[o.Topic] == nil {
-			out[o.Topic] = make(map[int32]int64)
-		}
-		out[o.Topic][o.Partition] = pos
-	})
+	}
 	return out, nil
 }
 
@@ -653,7 +667,43 @@ func (a *App) checkTopology(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("%w: stage %q: changelog %q has %d partitions, sources (%s) have %d", ErrTopology, s.name, cl, m.partitions, first, parts))
 		}
 	}
+	errs = append(errs, a.checkCompacted(ctx)...)
 	return errors.Join(errs...)
+}
+
+// checkCompacted refuses changelogs that are not compacted: under the
+// delete policy retention would silently drop state a restore needs.
+func (a *App) checkCompacted(ctx context.Context) []error {
+	var names []string
+	for _, s := range a.stages {
+		if n := ChangelogTopic(a.cfg.ApplicationID, s.name); a.topics[n].partitions > 0 {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	rcs, err := a.admin.DescribeTopicConfigs(ctx, names...)
+	if err != nil {
+		return []error{fmt.Errorf("stage: describe changelog configs: %w", err)}
+	}
+	var errs []error
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			errs = append(errs, fmt.Errorf("stage: describe configs of %q: %w", rc.Name, rc.Err))
+			continue
+		}
+		policy := "delete"
+		for _, c := range rc.Configs {
+			if c.Key == "cleanup.policy" && c.Value != nil {
+				policy = *c.Value
+			}
+		}
+		if !strings.Contains(policy, "compact") {
+			errs = append(errs, fmt.Errorf("%w: changelog %q has cleanup.policy=%s; it must be compact", ErrTopology, rc.Name, policy))
+		}
+	}
+	return errs
 }
 
 type brokerOffsets struct{ a *App }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unsafe"
 
 	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/internal/state"
@@ -36,6 +37,8 @@ type task struct {
 	batch  *protocol.Batch
 	clNext int64 // one past the last changelog offset produced in the step; -1 none
 	stamp  headers.Stamp
+	msg    rawMessage // the delivery being processed, reused
+	fold   foldState  // its state view, reused
 
 	// heldOnArrival counts records that were not deliverable when fetched
 	// and waited at the gate (committed or not).
@@ -133,16 +136,12 @@ func (t *task) feed(ctx context.Context, sess *kgo.GroupTransactSession, topic s
 		if r.Attrs.IsControl() {
 			continue
 		}
-		hs := make([]headers.Header, len(r.Headers))
-		for i, h := range r.Headers {
-			hs[i] = headers.Header(h)
-		}
 		rec := protocol.Record{
 			Coordinate: headers.Coordinate{Channel: ch, Offset: r.Offset},
 			Timestamp:  r.Timestamp.UnixMilli(),
 			Key:        r.Key,
 			Value:      r.Value,
-			Headers:    hs,
+			Headers:    asHeaders(r.Headers),
 		}
 		ds, err := t.node.OnRecord(&rec)
 		if err != nil {
@@ -165,6 +164,17 @@ func (t *task) feed(ctx context.Context, sess *kgo.GroupTransactSession, topic s
 	return nil
 }
 
+// asHeaders views franz-go's headers as headers.Header without copying:
+// the two struct types are identical (the conversion below would not
+// compile otherwise), so their slices share a layout.
+func asHeaders(hs []kgo.RecordHeader) []headers.Header {
+	if len(hs) == 0 {
+		return nil
+	}
+	_ = headers.Header(kgo.RecordHeader{})
+	return unsafe.Slice((*headers.Header)(unsafe.Pointer(unsafe.SliceData(hs))), len(hs))
+}
+
 func delivered(ds []protocol.Delivery, c headers.Coordinate) bool {
 	for i := range ds {
 		if ds[i].Coordinate == c {
@@ -184,7 +194,8 @@ func (t *task) deliver(ctx context.Context, sess *kgo.GroupTransactSession, ds [
 		if b == nil {
 			return t.stepErr("", d.Offset, fmt.Errorf("delivery on undeclared channel %s", d.Channel))
 		}
-		m := rawMessage{
+		m := &t.msg
+		*m = rawMessage{
 			topic: b.topic, partition: d.Partition, offset: d.Offset, coord: d.Coordinate,
 			ts: time.UnixMilli(d.Timestamp), key: d.Key, value: d.Value, headers: d.Headers,
 		}
@@ -194,14 +205,15 @@ func (t *task) deliver(ctx context.Context, sess *kgo.GroupTransactSession, ds [
 			if b.tick {
 				key = tickSlot
 			}
-			io = foldState{batch: t.batch, key: key}
+			t.fold = foldState{batch: t.batch, key: key}
+			io = &t.fold
 		}
-		es, err := b.invoke(&m, io)
+		es, err := b.invoke(m, io)
 		if err != nil {
 			return t.stepErr(b.topic, d.Offset, err)
 		}
 		for _, e := range es {
-			if err := t.emit(ctx, sess, &m, e); err != nil {
+			if err := t.emit(ctx, sess, m, e); err != nil {
 				return t.stepErr(b.topic, d.Offset, err)
 			}
 		}
@@ -319,6 +331,6 @@ type foldState struct {
 	key   string
 }
 
-func (f foldState) load() ([]byte, bool, error) { return f.batch.Get(f.key) }
-func (f foldState) store(b []byte) error        { return f.batch.Put(f.key, b) }
-func (f foldState) del() error                  { return f.batch.Delete(f.key) }
+func (f *foldState) load() ([]byte, bool, error) { return f.batch.Get(f.key) }
+func (f *foldState) store(b []byte) error        { return f.batch.Put(f.key, b) }
+func (f *foldState) del() error                  { return f.batch.Delete(f.key) }

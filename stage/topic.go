@@ -133,6 +133,7 @@ type Message[K, V any] struct {
 	Coordinate headers.Coordinate
 	Timestamp  time.Time
 	// Headers are every header as fetched, the stamp headers included.
+	// They share memory with the fetched record: do not modify them.
 	Headers []Header
 
 	Key   K
