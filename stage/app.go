@@ -449,13 +449,12 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 		if f := (*fatal)(nil); errors.As(stepErr, &f) {
 			return f
 		}
-		if tr := (*transient)(nil); errors.As(stepErr, &tr) {
-			a.log.Warn("stage: step aborted; retrying", "err", tr.err)
-			return sleep(ctx, a.cfg.RetryBackoff)
-		}
 		var se *StepError
 		if !errors.As(stepErr, &se) {
-			return fmt.Errorf("stage: step: %w", stepErr) // host failure: rebuild the client
+			// A host failure (a broker answer, an assignment not seen
+			// yet): retry from committed state with the same client.
+			a.log.Warn("stage: step aborted; retrying", "err", stepErr)
+			return sleep(ctx, a.cfg.RetryBackoff)
 		}
 		if a.cfg.OnStepError == StopOnError {
 			return &fatal{stepErr}
@@ -512,7 +511,7 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 			}
 			var err error
 			if starts, err = a.startPositions(ctx, need); err != nil {
-				return &transient{err}
+				return err
 			}
 		}
 		if err := t.build(ctx, sess, starts); err != nil {
@@ -590,13 +589,6 @@ func (a *App) startPositions(ctx context.Context, need map[string][]int32) (map[
 	}
 	return out, nil
 }
-
-// transient marks a host error after which the step is aborted and retried
-// with the same client.
-type transient struct{ err error }
-
-func (t *transient) Error() string { return t.err.Error() }
-func (t *transient) Unwrap() error { return t.err }
 
 // checkTopology resolves every declared topic and checks the cluster
 // matches the stages: every source, sink and changelog exists; a stage's

@@ -91,7 +91,7 @@ func TestCrashWithSIGKILL(t *testing.T) {
 		return cmd
 	}
 	want := make(map[string][]string)
-	produced := 0
+	produced, midTxn := 0, 0
 	const rounds, batch = 4, 150
 	for round := range rounds {
 		if round == 2 {
@@ -110,7 +110,19 @@ func TestCrashWithSIGKILL(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd.Wait()
-		t.Logf("round %d: killed with %d of %d outputs committed", round, len(e.readCommitted("out", produced, 300*time.Millisecond)), produced)
+		state := "?"
+		if d, err := e.c.Admin().DescribeTransactions(context.Background(), "app-crashy"); err == nil {
+			if tx, ok := d["app-crashy"]; ok {
+				state = tx.State
+			}
+		}
+		if state == "Ongoing" {
+			midTxn++
+		}
+		t.Logf("round %d: killed with %d of %d outputs committed; transaction %s", round, len(e.readCommitted("out", produced, 300*time.Millisecond)), produced, state)
+	}
+	if midTxn == 0 {
+		t.Fatal("no kill landed inside a transaction; the test proved nothing about crashes mid-step")
 	}
 	cmd := spawn()
 	outs := e.readExactly("out", produced, 60*time.Second)

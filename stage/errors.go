@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/parsley-go/parsley/headers"
+	"github.com/parsley-go/parsley/internal/state"
 )
 
 var (
@@ -95,4 +96,7 @@ var (
 	// ErrReservedHeader is headers.ErrReservedHeader: an emission carries a
 	// header name reserved for causal metadata.
 	ErrReservedHeader = headers.ErrReservedHeader
+	// ErrUnknownStateSchema: a task's SQLite file was written by a schema
+	// version this build does not know. Run stops rather than guess.
+	ErrUnknownStateSchema = state.ErrUnknownSchema
 )

@@ -2,6 +2,7 @@ package stage
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -234,4 +235,16 @@ func (c *collector) len() int {
 
 func coordString(topic string, p int32, off int64) string {
 	return fmt.Sprintf("%s[%d]@%d", topic, p, off)
+}
+
+func setUserVersion(t *testing.T, path string, v int) {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(fmt.Sprintf("PRAGMA user_version = %d", v)); err != nil {
+		t.Fatal(err)
+	}
 }

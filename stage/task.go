@@ -66,8 +66,8 @@ func (t *task) close() {
 }
 
 // initErr classifies a node init failure: state this build cannot use
-// stops the application; anything else (a broker answer) is retried with a
-// new client.
+// stops the application; anything else (a broker answer) aborts the step,
+// which is retried.
 func (t *task) initErr(err error) error {
 	for _, e := range []error{protocol.ErrUnknownStateFormat, protocol.ErrCorruptState, protocol.ErrHeldOnRemovedInput, protocol.ErrInvalidConfig, protocol.ErrSinkMissing} {
 		if errors.Is(err, e) {

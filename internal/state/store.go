@@ -28,6 +28,8 @@ type Store struct {
 	path       string
 	db         *sql.DB
 	get        *sql.Stmt
+	put, del   *sql.Stmt
+	setCP      *sql.Stmt
 	checkpoint int64
 }
 
@@ -82,9 +84,21 @@ func (s *Store) init(ctx context.Context) error {
 	if err := s.db.QueryRowContext(ctx, "SELECT v FROM meta WHERE k = 'checkpoint'").Scan(&s.checkpoint); err != nil {
 		return fmt.Errorf("read checkpoint: %w", err)
 	}
-	var err error
-	s.get, err = s.db.PrepareContext(ctx, "SELECT v FROM kv WHERE k = ?")
-	return err
+	for _, p := range []struct {
+		stmt **sql.Stmt
+		q    string
+	}{
+		{&s.get, "SELECT v FROM kv WHERE k = ?"},
+		{&s.put, "INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v"},
+		{&s.del, "DELETE FROM kv WHERE k = ?"},
+		{&s.setCP, "UPDATE meta SET v = ? WHERE k = 'checkpoint'"},
+	} {
+		var err error
+		if *p.stmt, err = s.db.PrepareContext(ctx, p.q); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Path returns the file's path.
@@ -188,16 +202,7 @@ func (s *Store) Apply(ctx context.Context, muts []protocol.Mutation, checkpoint 
 		return fmt.Errorf("state: begin: %w", err)
 	}
 	defer tx.Rollback()
-	put, err := tx.PrepareContext(ctx, "INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v")
-	if err != nil {
-		return fmt.Errorf("state: prepare: %w", err)
-	}
-	defer put.Close()
-	del, err := tx.PrepareContext(ctx, "DELETE FROM kv WHERE k = ?")
-	if err != nil {
-		return fmt.Errorf("state: prepare: %w", err)
-	}
-	defer del.Close()
+	put, del := tx.StmtContext(ctx, s.put), tx.StmtContext(ctx, s.del)
 	for _, m := range muts {
 		if m.Delete {
 			_, err = del.ExecContext(ctx, []byte(m.Key))
@@ -213,7 +218,7 @@ func (s *Store) Apply(ctx context.Context, muts []protocol.Mutation, checkpoint 
 		}
 	}
 	cp := max(checkpoint, s.checkpoint)
-	if _, err := tx.ExecContext(ctx, "UPDATE meta SET v = ? WHERE k = 'checkpoint'", cp); err != nil {
+	if _, err := tx.StmtContext(ctx, s.setCP).ExecContext(ctx, cp); err != nil {
 		return fmt.Errorf("state: write checkpoint: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
