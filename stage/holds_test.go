@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -223,4 +224,75 @@ func mapsEqual(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// TestHoldOutlivesAbortedSteps: aborted steps rebuild the task's node, but
+// the hold they find again is the same hold: it keeps its age, does not
+// warn again, and aborted deliveries are not counted.
+func TestHoldOutlivesAbortedSteps(t *testing.T) {
+	e := newEnv(t, broker.Topic{Name: "a"}, broker.Topic{Name: "b"}, broker.Topic{Name: "c"}, broker.Topic{Name: "out"})
+	out := NewTopic("out", String(), String())
+	bld := Named("s")
+	for _, n := range []string{"a", "b", "c"} {
+		On(bld, NewTopic(n, String(), String()), func(m Message[string, string]) ([]Emission, error) {
+			return []Emission{out.Send(m.Key, m.Value)}, nil
+		})
+	}
+	st := bld.Into(out).MustBuild()
+	e.changelogs(1, st)
+	var s headers.Stamp
+	s.Clock.SetOffset(headers.Channel{Topic: e.topicID("a"), Partition: 0}, 0)
+	e.produce(stamped(t, "b", 0, "k", "b0", &s))
+	clk := newManualClock()
+	logs := &logCapture{}
+	cfg := e.config("i1")
+	cfg.Logger, cfg.WallClock, cfg.HoldWarningAfter = slog.New(logs), clk.Now, 10*time.Second
+	a, err := New(cfg, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var aborts atomic.Int64
+	abortNext := atomic.Int64{}
+	a.hooks.beforeEnd = func(int64) bool {
+		if abortNext.Load() > 0 {
+			abortNext.Add(-1)
+			aborts.Add(1)
+			return true
+		}
+		return false
+	}
+	r := e.startApp(a)
+	var since time.Time
+	waitFor(t, 20*time.Second, "the hold", func() bool {
+		hs := r.app.ExplainHolds()
+		if len(hs) == 1 {
+			since = hs[0].Since
+		}
+		return len(hs) == 1
+	})
+	clk.Advance(11 * time.Second)
+	waitFor(t, 10*time.Second, "the warning", func() bool { return len(logs.holdWarnings()) == 1 })
+
+	abortNext.Store(3)
+	e.produce(rec("c", 0, "k", "c0"))
+	e.readExactly("out", 1, 20*time.Second)
+	if aborts.Load() != 3 {
+		t.Fatalf("%d steps aborted, want 3", aborts.Load())
+	}
+	clk.Advance(time.Minute)
+	time.Sleep(300 * time.Millisecond)
+	hs := r.app.ExplainHolds()
+	if len(hs) != 1 || !hs[0].Since.Equal(since) {
+		t.Fatalf("holds after aborted steps %+v; want the same hold, since %v", hs, since)
+	}
+	if w := logs.holdWarnings(); len(w) != 1 {
+		t.Fatalf("%d warnings, want the one", len(w))
+	}
+	snap := r.app.ops.snap.Load()
+	if len(snap.tasks) != 1 || snap.tasks[0].delivered != 1 {
+		t.Fatalf("delivered %+v, want c0 counted once", snap.tasks)
+	}
+	if n := r.app.ops.aborts.Load(); n < 3 {
+		t.Fatalf("step aborts metric %d, want ≥ 3", n)
+	}
 }
