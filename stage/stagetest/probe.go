@@ -171,16 +171,16 @@ func Probe(t TB, app *stage.App, samples ...Sample) *Report {
 	t.Helper()
 	r := &Report{}
 	stages := app.Stages()
-	consumed := map[string]bool{}
+	consumed := map[string]int{} // topic -> stages consuming it
 	for _, s := range stages {
 		for _, n := range s.Sources() {
-			consumed[n] = true
+			consumed[n]++
 		}
 	}
 	sampled := map[string]bool{}
 	var feed []Sample
 	for _, s := range samples {
-		if !consumed[s.topic] {
+		if consumed[s.topic] == 0 {
 			r.fail(ProbeSamples, "stage.New: a sample must name a topic some stage consumes",
 				"sample on %q, which no stage consumes; the probe run would not exercise it", s.topic)
 			continue
@@ -208,7 +208,9 @@ func Probe(t TB, app *stage.App, samples ...Sample) *Report {
 		return r
 	}
 	defer d.close()
+	var want float64 // deliveries the samples and ticks make at least
 	for _, s := range feed {
+		want += float64(consumed[s.topic])
 		k, v, err := s.encode()
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), d.opts.timeout)
@@ -226,7 +228,7 @@ func Probe(t TB, app *stage.App, samples ...Sample) *Report {
 	if widest > 0 {
 		_ = d.advance(widest) // a failure shows as the run's error below
 	}
-	d.settle()
+	d.settle(want + d.wantTks)
 	if err := d.Err(); err != nil {
 		classify(r, err)
 	}
@@ -249,12 +251,14 @@ func Probe(t TB, app *stage.App, samples ...Sample) *Report {
 	return r
 }
 
-// settle waits until the application stops delivering: the delivered
-// count unchanged over several polls and nothing held.
-func (d *Driver) settle() {
+// settle waits until at least want records were delivered and the
+// application stopped delivering: the delivered count unchanged over
+// several polls and nothing held. It gives up when the application stops
+// or the driver's timeout passes.
+func (d *Driver) settle(want float64) {
 	last, same := -1.0, 0
 	deadline := time.Now().Add(d.opts.timeout)
-	for same < 10 && time.Now().Before(deadline) && d.Err() == nil {
+	for (same < 10 || last < want) && time.Now().Before(deadline) && d.Err() == nil {
 		time.Sleep(30 * time.Millisecond)
 		n, held := d.gauges()
 		if n == last && held == 0 {
