@@ -1,9 +1,11 @@
 package stage
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -166,7 +168,7 @@ func (t *task) inStep(ctx context.Context, sess *kgo.GroupTransactSession) error
 	return nil
 }
 
-// built records that the task's node was (re)built, scheduling its first
+// opsBuilt records that the task's node was (re)built, scheduling its first
 // tick and sweep one interval from the first build.
 func (t *task) opsBuilt() {
 	now := t.app.cfg.WallClock()
@@ -210,8 +212,8 @@ func (t *task) opsAborted() {
 	t.ops.base = protocol.Counters{}
 }
 
-// stepBegun and stepEnded bracket App.step for the step metrics and the
-// published snapshot.
+// stepEnded runs when App.step returns: it records the step metrics and
+// publishes a fresh snapshot.
 func (a *App) stepEnded(start time.Time, committed bool) {
 	a.ops.latency.observe(time.Since(start))
 	if committed {
@@ -263,9 +265,10 @@ func (a *App) sortedIDs() []taskID {
 }
 
 func sortTaskIDs(ids []taskID) {
-	for i := 1; i < len(ids); i++ {
-		for j := i; j > 0 && (ids[j].stage < ids[j-1].stage || ids[j].stage == ids[j-1].stage && ids[j].partition < ids[j-1].partition); j-- {
-			ids[j], ids[j-1] = ids[j-1], ids[j]
+	slices.SortFunc(ids, func(x, y taskID) int {
+		if c := cmp.Compare(x.stage, y.stage); c != 0 {
+			return c
 		}
-	}
+		return cmp.Compare(x.partition, y.partition)
+	})
 }

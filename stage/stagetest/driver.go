@@ -110,7 +110,8 @@ type Driver struct {
 	rmu     sync.Mutex
 	readers map[string]*kgo.Client
 	buffer  map[string][]*kgo.Record
-	prod    *kgo.Client
+	prod    *kgo.Client // partitions by key, as Kafka's default partitioner
+	manual  *kgo.Client // sends to the partition a record names
 }
 
 // New starts a cluster, creates every topic the stages declare (sources,
@@ -149,6 +150,9 @@ func start(t TB, stages []*stage.Stage, opts ...Option) (*Driver, error) {
 		return nil, err
 	}
 	if d.prod, err = c.NewClient(); err != nil {
+		return nil, err
+	}
+	if d.manual, err = c.NewClient(kgo.RecordPartitioner(kgo.ManualPartitioner())); err != nil {
 		return nil, err
 	}
 	if err := d.run(); err != nil {
@@ -352,8 +356,10 @@ func (d *Driver) close() {
 		c.Close()
 	}
 	d.rmu.Unlock()
-	if d.prod != nil {
-		d.prod.Close()
+	for _, c := range []*kgo.Client{d.prod, d.manual} {
+		if c != nil {
+			c.Close()
+		}
 	}
 	if d.cluster != nil {
 		d.cluster.Close()

@@ -32,15 +32,14 @@ func Send[K, V any](d *Driver, topic *stage.Topic[K, V], k K, v V) {
 	}
 }
 
-// SendRecord produces a record you built (for headers, a chosen partition
-// or a nil key) to the cluster and waits for the acknowledgement. Set
-// Partition and use a partition-respecting client of your own if the
-// partition matters; this one partitions by key.
+// SendRecord produces a record you built — with headers (a stamp from the
+// clock package), a nil key or value — to exactly the partition it names,
+// and waits for the acknowledgement.
 func SendRecord(d *Driver, r *kgo.Record) {
 	d.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d.opts.timeout)
 	defer cancel()
-	if err := d.prod.ProduceSync(ctx, r).FirstErr(); err != nil {
+	if err := d.manual.ProduceSync(ctx, r).FirstErr(); err != nil {
 		d.t.Fatalf("stagetest: send to %s: %v", r.Topic, err)
 	}
 }
