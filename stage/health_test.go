@@ -60,3 +60,39 @@ func TestHealthHandler(t *testing.T) {
 		}
 	}
 }
+
+// TestReadinessStates: not ready while an assigned task restores, while an
+// assignment change is not yet reconciled, or after the session ended.
+func TestReadinessStates(t *testing.T) {
+	in, out := NewTopic("in", String(), String()), NewTopic("out", String(), String())
+	st := On(Named("h"), in, func(m Message[string, string]) ([]Emission, error) { return nil, nil }).Into(out).MustBuild()
+	a, err := New(Config{ApplicationID: "app", InstanceID: "i", Brokers: []string{"unused:1"}, StateDir: t.TempDir()}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.ops.started.Store(true)
+	a.ready.Store(true)
+	tk := &task{app: a, st: st, id: taskID{0, 3}, partition: 3}
+	a.tasks[tk.id] = tk
+	check := func(want bool, why string) {
+		t.Helper()
+		a.observe()
+		ok, got := a.Readiness()
+		if ok != want || !strings.Contains(got, why) {
+			t.Fatalf("Readiness() = %v %q, want %v %q", ok, got, want, why)
+		}
+	}
+	check(false, `task h/3 restoring`)
+	tk.ops.built = true
+	check(true, "")
+	a.amu.Lock()
+	a.gen++
+	a.amu.Unlock()
+	check(false, "joining")
+	a.seenGen = a.gen
+	check(true, "")
+	a.sessionEnded()
+	if ok, why := a.Readiness(); ok || !strings.Contains(why, "rejoining") {
+		t.Fatalf("after the session: %v %q", ok, why)
+	}
+}
