@@ -73,6 +73,8 @@ type hooks struct {
 	onSession func(*kgo.GroupTransactSession)
 	// afterCommit runs after a committed step's stores are written.
 	afterCommit func()
+	// afterAbort runs after a step that did not commit.
+	afterAbort func()
 }
 
 type topicMeta struct {
@@ -439,6 +441,9 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	for _, t := range a.tasks {
 		t.reset()
 	}
+	if a.hooks.afterAbort != nil {
+		a.hooks.afterAbort()
+	}
 	if endErr != nil {
 		return fmt.Errorf("stage: end transaction: %w", endErr)
 	}
@@ -498,6 +503,7 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 	for _, id := range ids {
 		t := a.tasks[id]
 		if t.node != nil {
+			t.sweepIfDue(ctx) // before feeding, so the step's stamps are swept
 			continue
 		}
 		if starts == nil {
@@ -506,6 +512,9 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 				if a.tasks[id].node == nil {
 					for _, b := range a.tasks[id].st.sources {
 						need[b.topic] = append(need[b.topic], id.partition)
+					}
+					if tk := a.ops.tickTopic[id.stage]; tk != "" {
+						need[tk] = append(need[tk], id.partition) // ticks.go
 					}
 				}
 			}

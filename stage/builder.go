@@ -78,7 +78,7 @@ type Stage struct {
 	name     string
 	sources  []binding
 	sinks    []Sink
-	sinkSet  map[string]*sinkCodecs
+	sinkSet  map[string]bool
 	hasState bool
 	tick     *tickSpec // ticks.go
 }
@@ -313,7 +313,7 @@ func (b *Builder) Build() (*Stage, error) {
 	if len(b.pending) == 0 {
 		errs = append(errs, fmt.Errorf("%w: stage %q has no sources", ErrInvalidStage, b.name))
 	}
-	s := &Stage{name: b.name, sinks: b.sinks, sinkSet: make(map[string]*sinkCodecs), hasState: b.hasState}
+	s := &Stage{name: b.name, sinks: b.sinks, sinkSet: make(map[string]bool), hasState: b.hasState}
 	folds := 0
 	for _, p := range b.pending {
 		bd, err := p(b.state)
@@ -338,7 +338,7 @@ func (b *Builder) Build() (*Stage, error) {
 		errs = append(errs, fmt.Errorf("%w: stage %q has no sinks and no state, so it can have no effect (declare its sinks with Into)", ErrInvalidStage, b.name))
 	}
 	for _, k := range b.sinks {
-		s.sinkSet[k.topicName()] = k.codecs()
+		s.sinkSet[k.topicName()] = true
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

@@ -17,8 +17,9 @@ func merge(into, from map[string][]string) {
 }
 
 // TestMigrationAcrossJoinAndLeave: one instance starts alone on a
-// two-partition source, a second joins (a task moves to it), then the first
-// leaves cleanly (its tasks move back). Every record is processed exactly
+// two-partition source, a second joins while it is mid-step (the revoke
+// aborts that step; a task moves to the newcomer), then the first leaves
+// cleanly (its task moves back). Every record is processed exactly
 // once, and the per-key counts continue across every move, so state
 // followed its task; at the end the survivor's stores hold every key's
 // count.
@@ -29,16 +30,26 @@ func TestMigrationAcrossJoinAndLeave(t *testing.T) {
 	e.changelogs(2, st)
 	cfg1, cfg2 := e.config("i1"), e.config("i2")
 
-	r1 := e.start(cfg1, st)
-	want := e.inputs("in", 40, 4, 2, 0)
-	e.readExactly("out", 40, 30*time.Second)
+	cfg1.MaxPollRecords = 4
+	a1, err := New(cfg1, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Slow steps, so the second instance's join revokes partitions while
+	// a step is in flight.
+	a1.hooks.beforeEnd = func(int64) bool { time.Sleep(5 * time.Millisecond); return false }
+	var aborted atomic.Int64
+	a1.hooks.afterAbort = func() { aborted.Add(1) }
+	r1 := e.startApp(a1)
+	want := e.inputs("in", 120, 4, 2, 0)
+	e.readCommitted("out", 10, 30*time.Second)
 
 	r2 := e.start(cfg2, st)
 	waitFor(t, 30*time.Second, "a task to move to the second instance", func() bool {
 		return len(r1.app.Tasks()) == 1 && len(r2.app.Tasks()) == 1
 	})
-	merge(want, e.inputs("in", 40, 4, 2, 40))
-	e.readExactly("out", 80, 30*time.Second)
+	merge(want, e.inputs("in", 40, 4, 2, 120))
+	e.readExactly("out", 160, 30*time.Second)
 	if r1.app.CommittedSteps() == 0 || r2.app.CommittedSteps() == 0 {
 		t.Fatalf("committed steps: i1 %d, i2 %d; both should have worked", r1.app.CommittedSteps(), r2.app.CommittedSteps())
 	}
@@ -49,13 +60,17 @@ func TestMigrationAcrossJoinAndLeave(t *testing.T) {
 	waitFor(t, 30*time.Second, "the second instance to own both tasks", func() bool {
 		return len(r2.app.Tasks()) == 2
 	})
-	merge(want, e.inputs("in", 40, 4, 2, 80))
-	outs := e.readExactly("out", 120, 30*time.Second)
+	merge(want, e.inputs("in", 40, 4, 2, 160))
+	outs := e.readExactly("out", 200, 30*time.Second)
 	if err := r2.stop(); err != nil {
 		t.Fatal(err)
 	}
 	checkCounts(t, outs, want)
 	checkStates(t, foldStates(t, cfg2.StateDir), want)
+	t.Logf("steps of the first instance aborted by the rebalances: %d", aborted.Load())
+	if aborted.Load() == 0 {
+		t.Fatal("no step was in flight at a rebalance; the test did not exercise a revoke mid-step")
+	}
 }
 
 // TestFencedInstanceRecovers: another client takes the instance's

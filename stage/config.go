@@ -65,6 +65,14 @@ type Config struct {
 	RebalanceTimeout   time.Duration
 	TransactionTimeout time.Duration
 
+	// TruncateInterval is how often each task drops from its stamps the
+	// claims below the log start of the topics they name, which keeps stamp
+	// width bounded by retention instead of growing with the transitive
+	// upstream (default 10m, as in the reference; also done whenever a
+	// task starts). It runs on Config.WallClock; a failed sweep skips its
+	// cycle and is counted (truncate.go).
+	TruncateInterval time.Duration
+
 	// ClientOpts are extra franz-go options for every client the
 	// application builds (TLS, SASL, logging, timeouts). Options the
 	// runtime owns — the consumer group, consumed topics, balancers,
@@ -90,6 +98,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if d.PollInterval <= 0 {
 		d.PollInterval = 250 * time.Millisecond
+	}
+	if d.TruncateInterval <= 0 {
+		d.TruncateInterval = 10 * time.Minute
 	}
 	if d.Logger == nil {
 		d.Logger = slog.Default()

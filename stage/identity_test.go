@@ -13,6 +13,8 @@ import (
 	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/parsley-go/parsley/internal/state"
 	"github.com/parsley-go/parsley/protocol"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestStampsCarryIdentityAndOwnOutputs: every emission is stamped with the
@@ -92,5 +94,66 @@ func TestUnknownStateSchemaStopsRun(t *testing.T) {
 	}
 	if !errors.Is(err, ErrUnknownStateSchema) {
 		t.Fatalf("Run = %v, want ErrUnknownStateSchema", err)
+	}
+}
+
+// TestTruncationSweepDropsClaimsBelowLogStart: a claim on a channel the
+// stage does not consume travels in its stamps until the claimed records
+// fall below the log start; the next sweep drops it.
+func TestTruncationSweepDropsClaimsBelowLogStart(t *testing.T) {
+	e := newEnv(t, broker.Topic{Name: "far"}, broker.Topic{Name: "up"}, broker.Topic{Name: "out"})
+	up, out := NewTopic("up", String(), String()), NewTopic("out", String(), String())
+	st := On(Named("relay"), up, func(m Message[string, string]) ([]Emission, error) {
+		return []Emission{out.Send(m.Key, m.Value)}, nil
+	}).Into(out).MustBuild()
+	e.changelogs(1, st)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var fars []*kgo.Record
+	for range 10 {
+		fars = append(fars, rec("far", 0, "f", "x"))
+	}
+	e.produce(fars...)
+	clk := clock.New(e.c.Admin())
+	if err := clk.Produced(ctx, "far", 0, 5); err != nil {
+		t.Fatal(err)
+	}
+	first := rec("up", 0, "k", "1")
+	if err := clk.Stamp(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	e.produce(first)
+	cfg := e.config("i1")
+	cfg.TruncateInterval = time.Millisecond
+	r := e.start(cfg, st)
+	farID, err := e.c.TopicID(ctx, "far")
+	if err != nil {
+		t.Fatal(err)
+	}
+	farCh := headers.Channel{Topic: farID, Partition: 0}
+	claims := func(o *kgo.Record) bool {
+		s, err := clock.ReadRecordStamp(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ok := s.Clock.Offset(farCh)
+		return ok
+	}
+	if o := e.readExactly("out", 1, 20*time.Second)[0]; !claims(o) {
+		t.Fatal("the first emission does not carry the upstream claim on far; nothing to truncate")
+	}
+	del := kadm.Offsets{}
+	del.Add(kadm.Offset{Topic: "far", Partition: 0, At: 8})
+	if _, err := e.c.Admin().DeleteRecords(ctx, del); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	e.produce(rec("up", 0, "k", "2"))
+	outs := e.readExactly("out", 2, 20*time.Second)
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if claims(outs[1]) {
+		t.Fatal("a claim below far's log start survived the sweep")
 	}
 }

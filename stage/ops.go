@@ -14,18 +14,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// OpsConfig configures the runtime's operational surfaces: hold warnings,
-// the truncation sweep and the wall clock. It is embedded in Config.
+// OpsConfig configures the runtime's operational surfaces: hold warnings
+// and the wall clock. It is embedded in Config.
 type OpsConfig struct {
 	// HoldWarningAfter: a record that has gated its channel (been the head
 	// of its hold queue) this long is logged once at WARN with its
 	// vc-hold-* code. Zero means the default, 30s; a negative duration
 	// disables the warning, leaving ExplainHolds and the metrics.
 	HoldWarningAfter time.Duration
-	// TruncationInterval is how often each task sweeps its stamp-side
-	// clocks down to the log starts of the channels they name (default 10
-	// minutes; negative disables). A failed sweep skips its cycle.
-	TruncationInterval time.Duration
 	// WallClock returns the current time (default time.Now). It schedules
 	// ticks and sweeps, stamps tick timestamps and ages holds;
 	// stagetest.Driver injects a manual clock so tick timestamps are
@@ -36,9 +32,6 @@ type OpsConfig struct {
 func (c OpsConfig) withDefaults() OpsConfig {
 	if c.HoldWarningAfter == 0 {
 		c.HoldWarningAfter = 30 * time.Second
-	}
-	if c.TruncationInterval == 0 {
-		c.TruncationInterval = 10 * time.Minute
 	}
 	if c.WallClock == nil {
 		c.WallClock = time.Now
@@ -79,6 +72,7 @@ type taskOps struct {
 	nextTick, tickAt time.Time
 	tickPending      bool
 	nextSweep        time.Time
+	sweptAt          time.Time
 	swept            bool // a sweep ran in the open step
 }
 
@@ -150,8 +144,9 @@ func (a *App) opsDue() bool {
 	return false
 }
 
-// inStep runs a task's periodic work inside the open step: the tick and
-// the truncation sweep, whose effects commit or abort with the step.
+// inStep runs a task's tick inside the open step, after the step's
+// records were fed, so the tick claims them; it commits or aborts with the
+// step. (The truncation sweep runs before feeding: sweepIfDue.)
 func (t *task) inStep(ctx context.Context, sess *kgo.GroupTransactSession) error {
 	if t.node == nil {
 		return nil
@@ -161,9 +156,6 @@ func (t *task) inStep(ctx context.Context, sess *kgo.GroupTransactSession) error
 		if err := t.emitTick(ctx, sess, now); err != nil {
 			return err
 		}
-	}
-	if t.sweepDue(now) {
-		t.sweep(ctx, now)
 	}
 	return nil
 }
@@ -177,8 +169,8 @@ func (t *task) opsBuilt() {
 		if t.st.tick != nil {
 			t.ops.nextTick = now.Add(t.st.tick.every)
 		}
-		if t.app.cfg.TruncationInterval > 0 {
-			t.ops.nextSweep = now.Add(t.app.cfg.TruncationInterval)
+		if t.app.cfg.TruncateInterval > 0 {
+			t.ops.nextSweep = now.Add(t.app.cfg.TruncateInterval)
 		}
 	}
 	t.ops.base = protocol.Counters{}
@@ -199,7 +191,7 @@ func (t *task) opsCommitted() {
 		t.ops.tickPending = false
 	}
 	if t.ops.swept {
-		t.ops.nextSweep = t.app.cfg.WallClock().Add(t.app.cfg.TruncationInterval)
+		t.ops.nextSweep = t.ops.sweptAt.Add(t.app.cfg.TruncateInterval)
 		t.ops.swept = false
 	}
 }

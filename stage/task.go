@@ -96,6 +96,7 @@ func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts
 	}
 	t.node = n
 	t.opsBuilt()
+	t.sweep(ctx, t.app.cfg.WallClock()) // a task's stamps shrink as soon as it starts
 	ds, err := n.Release()
 	if err != nil {
 		return t.stepErr("", -1, err)
@@ -224,36 +225,24 @@ func (t *task) deliver(ctx context.Context, sess *kgo.GroupTransactSession, ds [
 // emit encodes, partitions, stamps (for exactly the destination partition,
 // host duty H4) and produces one emission inside the transaction.
 func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawMessage, e Emission) (err error) {
-	if e.sink == nil {
+	if e.data == nil {
 		return fmt.Errorf("%w: the zero Emission has no topic", ErrUndeclaredSink)
 	}
-	name := e.sink.name
-	if t.st.sinkSet[name] == nil {
+	name := e.data.topicName()
+	if !t.st.sinkSet[name] {
 		return fmt.Errorf("%w: topic %q (stage sinks: %q)", ErrUndeclaredSink, name, t.st.Sinks())
 	}
 	if err := headers.CheckReserved(e.headers); err != nil {
 		return fmt.Errorf("emission to %q: %w", name, err)
 	}
 	defer catch(&err)
-	var k, v []byte
-	if !e.nilKey {
-		if k, err = e.sink.encKey(e.key); err != nil {
-			return &CodecError{Topic: name, Part: "key", Op: "encode", Err: err}
-		}
-		if k == nil {
-			k = []byte{}
-		}
+	k, v, err := e.data.encode()
+	if err != nil {
+		return err
 	}
-	if !e.nilValue {
-		if v, err = e.sink.encVal(e.value); err != nil {
-			return &CodecError{Topic: name, Part: "value", Op: "encode", Err: err}
-		}
-		if v == nil {
-			v = []byte{}
-		}
-	}
+	hasKey := k != nil
 	meta := t.app.topics[name]
-	p := partitionFor(k, e.nilKey, meta.partitions, t.partition)
+	p := partitionFor(k, !hasKey, meta.partitions, t.partition)
 	if err := t.node.PrepareSendInto(&t.stamp, headers.Channel{Topic: meta.id, Partition: p}); err != nil {
 		return err
 	}

@@ -17,27 +17,11 @@ type Topic[K, V any] struct {
 	name  string
 	key   Codec[K]
 	value Codec[V]
-	sink  *sinkCodecs
-}
-
-// sinkCodecs is the type-erased encoding side of a topic, shared by every
-// emission the topic mints (emissions compare equal with reflect.DeepEqual
-// when they carry equal keys and values to the same topic).
-type sinkCodecs struct {
-	name   string
-	encKey func(any) ([]byte, error)
-	encVal func(any) ([]byte, error)
 }
 
 // NewTopic declares a topic.
 func NewTopic[K, V any](name string, key Codec[K], value Codec[V]) *Topic[K, V] {
-	t := &Topic[K, V]{name: name, key: key, value: value}
-	t.sink = &sinkCodecs{
-		name:   name,
-		encKey: func(v any) ([]byte, error) { return key.Encode(v.(K)) },
-		encVal: func(v any) ([]byte, error) { return value.Encode(v.(V)) },
-	}
-	return t
+	return &Topic[K, V]{name: name, key: key, value: value}
 }
 
 // Name returns the topic's name.
@@ -49,13 +33,12 @@ func (t *Topic[K, V]) KeyCodec() Codec[K] { return t.key }
 // ValueCodec returns the value codec.
 func (t *Topic[K, V]) ValueCodec() Codec[V] { return t.value }
 
-func (t *Topic[K, V]) topicName() string   { return t.name }
-func (t *Topic[K, V]) codecs() *sinkCodecs { return t.sink }
+func (t *Topic[K, V]) topicName() string { return t.name }
 
 // Send returns an emission of (k, v) to t. Its timestamp is the handled
 // message's unless overridden with At.
 func (t *Topic[K, V]) Send(k K, v V) Emission {
-	return Emission{sink: t.sink, key: k, value: v}
+	return Emission{data: &record[K, V]{t: t, k: k, v: v}}
 }
 
 // SendAt is Send with an explicit timestamp.
@@ -65,20 +48,74 @@ func (t *Topic[K, V]) SendAt(k K, v V, ts time.Time) Emission {
 
 // Tombstone returns an emission of k with a nil value.
 func (t *Topic[K, V]) Tombstone(k K) Emission {
-	return Emission{sink: t.sink, key: k, nilValue: true}
+	return Emission{data: &record[K, V]{t: t, k: k, nilValue: true}}
 }
 
 // SendUnkeyed returns an emission of v with a nil key. A nil-keyed emission
 // goes to partition (task partition mod the sink's partition count), so a
 // replay sends it where the first attempt did.
 func (t *Topic[K, V]) SendUnkeyed(v V) Emission {
-	return Emission{sink: t.sink, value: v, nilKey: true}
+	return Emission{data: &record[K, V]{t: t, v: v, nilKey: true}}
 }
 
 // Sink is a topic a stage may send to: any *Topic[K, V].
 type Sink interface {
 	topicName() string
-	codecs() *sinkCodecs
+}
+
+// payload is an emission's typed content, encoded at the stamping site.
+type payload interface {
+	topicName() string
+	key() (any, bool)
+	value() (any, bool)
+	encode() (k, v []byte, err error)
+}
+
+// record is the payload of an emission to a Topic[K, V]: one allocation
+// per emission, compared by reflect.DeepEqual through the topic pointer
+// and the values.
+type record[K, V any] struct {
+	t                *Topic[K, V]
+	k                K
+	v                V
+	nilKey, nilValue bool
+}
+
+func (r *record[K, V]) topicName() string { return r.t.name }
+func (r *record[K, V]) key() (any, bool) {
+	if r.nilKey {
+		return nil, false
+	}
+	return r.k, true
+}
+
+func (r *record[K, V]) value() (any, bool) {
+	if r.nilValue {
+		return nil, false
+	}
+	return r.v, true
+}
+
+// encode encodes the non-nil parts. A codec returning nil for a present
+// part yields an empty, not a nil, slice: nil means absent on the wire.
+func (r *record[K, V]) encode() (k, v []byte, err error) {
+	if !r.nilKey {
+		if k, err = r.t.key.Encode(r.k); err != nil {
+			return nil, nil, &CodecError{Topic: r.t.name, Part: "key", Op: "encode", Err: err}
+		}
+		if k == nil {
+			k = []byte{}
+		}
+	}
+	if !r.nilValue {
+		if v, err = r.t.value.Encode(r.v); err != nil {
+			return nil, nil, &CodecError{Topic: r.t.name, Part: "value", Op: "encode", Err: err}
+		}
+		if v == nil {
+			v = []byte{}
+		}
+	}
+	return k, v, nil
 }
 
 // Emission is one record a handler or fold asks the runtime to send. It is
@@ -86,27 +123,35 @@ type Sink interface {
 // reflect.DeepEqual, and encoded, partitioned, stamped and produced by the
 // runtime inside the step's transaction.
 type Emission struct {
-	sink             *sinkCodecs
-	key, value       any
-	nilKey, nilValue bool
-	ts               time.Time
-	hasTS            bool
-	headers          []Header
+	data    payload
+	ts      time.Time
+	hasTS   bool
+	headers []Header
 }
 
 // Topic returns the name of the emission's topic ("" for the zero Emission).
 func (e Emission) Topic() string {
-	if e.sink == nil {
+	if e.data == nil {
 		return ""
 	}
-	return e.sink.name
+	return e.data.topicName()
 }
 
 // Key returns the emission's key and whether it is non-nil.
-func (e Emission) Key() (any, bool) { return e.key, !e.nilKey }
+func (e Emission) Key() (any, bool) {
+	if e.data == nil {
+		return nil, false
+	}
+	return e.data.key()
+}
 
 // Value returns the emission's value and whether it is non-nil.
-func (e Emission) Value() (any, bool) { return e.value, !e.nilValue }
+func (e Emission) Value() (any, bool) {
+	if e.data == nil {
+		return nil, false
+	}
+	return e.data.value()
+}
 
 // At returns e with its timestamp set to ts.
 func (e Emission) At(ts time.Time) Emission {

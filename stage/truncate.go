@@ -7,7 +7,7 @@ import (
 
 // The truncation sweep bounds the stamp-side clocks (carried ancestry and
 // the clocks advertised by received records), which otherwise grow with a
-// task's transitive upstream: every TruncationInterval a task asks the log
+// task's transitive upstream: every TruncateInterval a task asks the log
 // starts of the topics those clocks name and drops the entries below them.
 // Records below a log start are below every present or future consumer's
 // baseline, and a deleted topic's claims can never be consumed, so no gate
@@ -19,16 +19,25 @@ import (
 // counted (truncation_sweeps_skipped_total), never fails the task.
 
 func (t *task) sweepDue(now time.Time) bool {
-	return t.app.cfg.TruncationInterval > 0 && t.ops.built && !t.ops.swept && !now.Before(t.ops.nextSweep)
+	return t.app.cfg.TruncateInterval > 0 && t.ops.built && !t.ops.swept && !now.Before(t.ops.nextSweep)
+}
+
+// sweepIfDue sweeps a built task whose interval elapsed. It runs at the
+// start of a step, before the step's records are fed, so every stamp the
+// step writes is already swept.
+func (t *task) sweepIfDue(ctx context.Context) {
+	if now := t.app.cfg.WallClock(); t.sweepDue(now) {
+		t.sweep(ctx, now)
+	}
 }
 
 func (t *task) sweep(ctx context.Context, now time.Time) {
 	if err := t.node.TruncateToLogStarts(ctx); err != nil {
 		t.ops.sweepsSkipped++
-		t.ops.nextSweep = now.Add(t.app.cfg.TruncationInterval)
+		t.ops.nextSweep = now.Add(t.app.cfg.TruncateInterval)
 		t.app.log.Warn("stage: truncation sweep failed; skipping this cycle",
 			"stage", t.st.name, "partition", t.partition, "err", err)
 		return
 	}
-	t.ops.swept = true
+	t.ops.swept, t.ops.sweptAt = true, now
 }

@@ -53,7 +53,7 @@ func TestTruncationSweep(t *testing.T) {
 	clk := newManualClock()
 	cfg := e.config("i1")
 	cfg.WallClock = clk.Now
-	cfg.TruncationInterval = time.Minute
+	cfg.TruncateInterval = time.Minute
 	r := e.start(cfg, st)
 	claimsU := func(rs []*kgo.Record) []bool {
 		var out []bool
