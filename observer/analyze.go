@@ -1,0 +1,498 @@
+package observer
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/parsley-go/parsley/headers"
+)
+
+// ChannelOffsets are a channel's offsets on the brokers, as listed now.
+type ChannelOffsets struct {
+	Name   string // topic name
+	Start  int64  // log start offset
+	Stable int64  // last stable offset: where a read_committed joiner at the end starts
+	End    int64  // log end offset (high watermark)
+}
+
+// Growth thresholds: a topic needs this many stamped records before its
+// stamps are judged, split into quarters by time; entries per record must
+// never fall from one quarter to the next and the last quarter's mean must
+// be at least growthRatio times the first's plus one entry.
+const (
+	growthMinRecords = 40
+	growthRatio      = 1.5
+)
+
+// Findings returns every finding: those detected at ingest, and those
+// derived now from the store and offs, the brokers' current offsets (nil
+// skips the checks that need them). Findings are ordered by severity,
+// highest first, then code and coordinates.
+func (s *Store) Findings(ctx context.Context, offs map[headers.Channel]ChannelOffsets) ([]Finding, error) {
+	var out []Finding
+	steps := []func(context.Context, map[headers.Channel]ChannelOffsets) ([]Finding, error){
+		s.storedFindings, s.unsettleable, s.partiallyStamped, s.lateJoiners, s.growth,
+	}
+	for _, step := range steps {
+		fs, err := step(ctx, offs)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, fs...)
+	}
+	slices.SortStableFunc(out, func(a, b Finding) int {
+		if c := cmp.Compare(b.Severity, a.Severity); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.Code.rank(), b.Code.rank()); c != 0 {
+			return c
+		}
+		return slices.Compare(a.Coordinates, b.Coordinates)
+	})
+	return out, nil
+}
+
+func (s *Store) storedFindings(ctx context.Context, _ map[headers.Channel]ChannelOffsets) ([]Finding, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT code, severity, topic, coords, summary, count FROM findings ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("observer: read findings: %w", err)
+	}
+	defer rows.Close()
+	var out []Finding
+	for rows.Next() {
+		var f Finding
+		var coords string
+		if err := rows.Scan(&f.Code, &f.Severity, &f.Topic, &coords, &f.Summary, &f.Count); err != nil {
+			return nil, fmt.Errorf("observer: read findings: %w", err)
+		}
+		f.Coordinates = strings.Fields(coords)
+		f.Action = f.Code.Action()
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) coordOfRec(ctx context.Context, rec int64) (headers.Coordinate, string, error) {
+	var topic []byte
+	var c headers.Coordinate
+	var name string
+	err := s.db.QueryRowContext(ctx, `SELECT c.topic, c.part, r.off, c.name FROM records r JOIN channels c ON c.id = r.ch WHERE r.id = ?`, rec).
+		Scan(&topic, &c.Partition, &c.Offset, &name)
+	if err != nil {
+		return c, "", fmt.Errorf("observer: record #%d: %w", rec, err)
+	}
+	copy(c.Topic[:], topic)
+	return c, name, nil
+}
+
+// unsettleable finds offset claims naming no committed record: a marker,
+// an offset skipped by a read_committed fetch (an aborted record), or an
+// offset at or past the log end now.
+func (s *Store) unsettleable(ctx context.Context, offs map[headers.Channel]ChannelOffsets) ([]Finding, error) {
+	type hit struct {
+		claimed headers.Coordinate
+		name    string
+		rec     int64
+		n       int
+		why     string
+	}
+	var hits []hit
+	collect := func(q string, args ...any) error {
+		rows, err := s.db.QueryContext(ctx, q, args...)
+		if err != nil {
+			return fmt.Errorf("observer: find unsettleable claims: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var topic []byte
+			var h hit
+			var start, next, pruned int64
+			var kind sql.NullInt64
+			if err := rows.Scan(&topic, &h.claimed.Partition, &h.name, &start, &next, &pruned, &h.claimed.Offset, &h.rec, &h.n, &kind); err != nil {
+				return fmt.Errorf("observer: find unsettleable claims: %w", err)
+			}
+			copy(h.claimed.Topic[:], topic)
+			v := h.claimed.Offset
+			co, known := offs[h.claimed.Channel]
+			if h.name == "" && known {
+				h.name = co.Name // a channel only claimed, never consumed
+			}
+			switch {
+			case kind.Valid && kind.Int64 == kindControl:
+				h.why = "a transaction marker"
+			case kind.Valid && kind.Int64 == kindAborted:
+				h.why = "a record of an aborted transaction"
+			case start >= 0 && v >= max(start, pruned) && v < next:
+				h.why = "an offset no committed record occupies (an aborted or skipped record)"
+			case known && v >= co.End:
+				h.why = fmt.Sprintf("an offset at or past the log end (%d)", co.End)
+			default:
+				continue
+			}
+			hits = append(hits, h)
+		}
+		return rows.Err()
+	}
+	// Each query below starts from the few positions that can be wrong —
+	// markers and aborted records, skipped ranges, the tail past the log
+	// end — and looks the claims on them up in the claim index, so the
+	// cost does not grow with the store.
+	if err := collect(`
+		SELECT ch.topic, ch.part, ch.name, ch.start_off, ch.next_off, ch.pruned_below, r.off, min(c.rec), count(*), r.kind
+		FROM records r JOIN channels ch ON ch.id = r.ch JOIN claims c ON c.ch = r.ch AND c.value = r.off
+		WHERE r.kind IN (1, 2)
+		GROUP BY r.ch, r.off`); err != nil {
+		return nil, err
+	}
+	if err := collect(`
+		SELECT ch.topic, ch.part, ch.name, ch.start_off, ch.next_off, ch.pruned_below, c.value, min(c.rec), count(*), NULL
+		FROM gaps g CROSS JOIN channels ch CROSS JOIN claims c -- gaps outermost: there are few
+		WHERE ch.id = g.ch AND c.ch = g.ch AND c.value >= max(g.from_off, ch.pruned_below) AND c.value < g.to_off
+		GROUP BY c.ch, c.value`); err != nil {
+		return nil, err
+	}
+	chans, err := s.Channels(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, ci := range chans {
+		co, ok := offs[ci.Channel]
+		if !ok {
+			continue
+		}
+		if err := collect(`
+			SELECT ch.topic, ch.part, ch.name, -1, -1, 0, c.value, min(c.rec), count(*), NULL
+			FROM channels ch JOIN claims c ON c.ch = ch.id
+			WHERE ch.topic = ? AND ch.part = ? AND c.value >= ?
+			GROUP BY c.value`, ci.Channel.Topic[:], ci.Channel.Partition, co.End); err != nil {
+			return nil, err
+		}
+	}
+	var out []Finding
+	for _, h := range hits {
+		by, byTopic, err := s.coordOfRec(ctx, h.rec)
+		if err != nil {
+			return nil, err
+		}
+		more := ""
+		if h.n > 1 {
+			more = fmt.Sprintf(" (and %d more records)", h.n-1)
+		}
+		out = append(out, Finding{
+			Code: CodeUnsettleableClaim, Severity: CodeUnsettleableClaim.Severity(), Topic: byTopic,
+			Coordinates: []string{by.String(), h.claimed.String()},
+			Summary:     fmt.Sprintf("record %s (topic %q)%s claims %s (topic %q), %s", by, byTopic, more, h.claimed, h.name, h.why),
+			Action:      CodeUnsettleableClaim.Action(), Count: h.n,
+		})
+	}
+	return out, nil
+}
+
+func (s *Store) partiallyStamped(ctx context.Context, _ map[headers.Channel]ChannelOffsets) ([]Finding, error) {
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT ch.name, sum(st.n_stamped + st.n_undecodable), sum(st.n_data), min(st.first_stamped), min(st.first_unstamped)
+		FROM chan_stats st JOIN channels ch ON ch.id = st.ch
+		GROUP BY ch.topic
+		HAVING sum(st.n_stamped + st.n_undecodable) > 0 AND sum(st.n_stamped + st.n_undecodable) < sum(st.n_data)`)
+	if err != nil {
+		return nil, fmt.Errorf("observer: find partially stamped topics: %w", err)
+	}
+	type hit struct {
+		name           string
+		stamped, n     int
+		firstS, firstU sql.NullInt64
+	}
+	var hits []hit
+	for rows.Next() {
+		var h hit
+		if err := rows.Scan(&h.name, &h.stamped, &h.n, &h.firstS, &h.firstU); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("observer: find partially stamped topics: %w", err)
+		}
+		hits = append(hits, h)
+	}
+	rows.Close()
+	var out []Finding
+	for _, h := range hits {
+		// The first records may have been pruned since; name what is left.
+		var coords []string
+		var named [2]string
+		for i, id := range []sql.NullInt64{h.firstU, h.firstS} {
+			if !id.Valid {
+				continue
+			}
+			if c, _, err := s.coordOfRec(ctx, id.Int64); err == nil {
+				coords = append(coords, c.String())
+				named[i] = c.String()
+			}
+		}
+		out = append(out, Finding{
+			Code: CodePartiallyStamped, Severity: CodePartiallyStamped.Severity(), Topic: h.name,
+			Coordinates: coords,
+			Summary: fmt.Sprintf("topic %q: %d of %d records are stamped; first unstamped %s, first stamped %s",
+				h.name, h.stamped, h.n, or(named[0], "(pruned)"), or(named[1], "(pruned)")),
+			Action: CodePartiallyStamped.Action(), Count: h.n - h.stamped,
+		})
+	}
+	return out, nil
+}
+
+func or(s, alt string) string {
+	if s == "" {
+		return alt
+	}
+	return s
+}
+
+// lateJoiners looks at the newest record of every consumed channel — the
+// clock its writer carries forward — for sequence claims whose sender has
+// no record at or above the position a consumer joining now would start
+// from.
+func (s *Store) lateJoiners(ctx context.Context, offs map[headers.Channel]ChannelOffsets) ([]Finding, error) {
+	// The newest stamped record of each consumed channel, read backwards
+	// through the (channel, offset) index.
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT (SELECT r.id FROM records r WHERE r.ch = ch.id AND r.kind = 0 AND r.stamped ORDER BY r.off DESC LIMIT 1)
+		FROM channels ch WHERE ch.start_off >= 0`)
+	if err != nil {
+		return nil, fmt.Errorf("observer: find late-joiner windows: %w", err)
+	}
+	var recs []int64
+	for rows.Next() {
+		var id sql.NullInt64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("observer: find late-joiner windows: %w", err)
+		}
+		if id.Valid {
+			recs = append(recs, id.Int64)
+		}
+	}
+	rows.Close()
+	type claimKey struct {
+		ch     headers.Channel
+		sender headers.SenderID
+	}
+	type claim struct {
+		seq      int64
+		carriers []string
+	}
+	claims := map[claimKey]*claim{}
+	var keys []claimKey
+	for _, id := range recs {
+		rec, err := s.recordByID(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		st, err := rec.Stamp()
+		if err != nil {
+			continue // reported as undecodable-stamp
+		}
+		for e := range st.Clock.SeqEntries() {
+			k := claimKey{e.Channel, e.Sender}
+			c, ok := claims[k]
+			if !ok {
+				c = &claim{}
+				claims[k] = c
+				keys = append(keys, k)
+			}
+			c.seq = max(c.seq, e.Seq)
+			c.carriers = append(c.carriers, rec.Coordinate.String())
+		}
+	}
+	slices.SortFunc(keys, func(a, b claimKey) int {
+		if c := a.ch.Compare(b.ch); c != 0 {
+			return c
+		}
+		return a.sender.Compare(b.sender)
+	})
+	var out []Finding
+	for _, k := range keys {
+		c := claims[k]
+		var chName string
+		var next int64
+		err := s.db.QueryRowContext(ctx, `SELECT name, next_off FROM channels WHERE topic = ? AND part = ?`, k.ch.Topic[:], k.ch.Partition).Scan(&chName, &next)
+		if err != nil && err != sql.ErrNoRows {
+			return nil, fmt.Errorf("observer: late-joiner window on %s: %w", k.ch, err)
+		}
+		join, end := next, next
+		if co, ok := offs[k.ch]; ok {
+			join, end = co.Stable, co.End
+		}
+		var last, claimedOff sql.NullInt64
+		err = s.db.QueryRowContext(ctx, `
+			SELECT (SELECT max(r.off) FROM records r WHERE r.ch = ch.id AND r.tagged AND r.sender = sd.id),
+			       (SELECT min(r.off) FROM records r WHERE r.ch = ch.id AND r.tagged AND r.sender = sd.id AND r.seq >= ?)
+			FROM channels ch, senders sd WHERE ch.topic = ? AND ch.part = ? AND sd.sender = ?`,
+			c.seq, k.ch.Topic[:], k.ch.Partition, k.sender[:]).Scan(&last, &claimedOff)
+		if err != nil && err != sql.ErrNoRows {
+			return nil, fmt.Errorf("observer: late-joiner window on %s: %w", k.ch, err)
+		}
+		if last.Valid && last.Int64 >= join {
+			continue // the sender writes at or above the join point: a joiner resolves the claim
+		}
+		f := Finding{
+			Code: CodeLateJoinerWindow, Severity: CodeLateJoinerWindow.Severity(), Topic: chName,
+			Coordinates: slices.Compact(slices.Sorted(slices.Values(c.carriers))),
+			Action:      CodeLateJoinerWindow.Action(), Count: len(c.carriers),
+		}
+		lastTxt := "no record seen"
+		if last.Valid {
+			lastTxt = fmt.Sprintf("last record at offset %d", last.Int64)
+		}
+		if claimedOff.Valid {
+			claimed := headers.Coordinate{Channel: k.ch, Offset: claimedOff.Int64}
+			f.Coordinates = append(f.Coordinates, claimed.String())
+			f.SafeJoin = map[string]int64{k.ch.String(): claimedOff.Int64}
+			f.Summary = fmt.Sprintf("sequence claim on %s (topic %q) of sender %s up to seq %d still circulates (%s); the sender's %s, below the last stable offset %d (log end %d): a consumer joining at either holds forever; safe join offset %d",
+				k.ch, chName, k.sender, c.seq, strings.Join(c.carriers, ", "), lastTxt, join, end, claimedOff.Int64)
+		} else {
+			f.Summary = fmt.Sprintf("sequence claim on %s (topic %q) of sender %s up to seq %d still circulates (%s); the sender's %s, below the last stable offset %d (log end %d), and the claimed record was never seen: no safe join offset is known",
+				k.ch, chName, k.sender, c.seq, strings.Join(c.carriers, ", "), lastTxt, join, end)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+func (s *Store) recordByID(ctx context.Context, id int64) (*Record, error) {
+	r, err := scanRecord(s.db.QueryRowContext(ctx, `SELECT `+recordCols+recordFrom+`WHERE r.id = ?`, id))
+	if err != nil {
+		return nil, fmt.Errorf("observer: record #%d: %w", id, err)
+	}
+	return r, nil
+}
+
+// growth compares mean stamp width and header bytes across the four
+// quarters (by time) of each topic's stamped records. It reads the
+// per-run statistics (64 offsets a run), or, for a topic with fewer than
+// growthFineBelow runs, the records themselves, so small topics are judged
+// as finely as large ones.
+func (s *Store) growth(ctx context.Context, _ map[headers.Channel]ChannelOffsets) ([]Finding, error) {
+	byTopic := map[string][]part{}
+	var names []string
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT ch.name, st.n_stamped, st.sum_entries, st.sum_bytes, st.min_ts, st.first_stamped, st.last_stamped
+		FROM chan_stats st JOIN channels ch ON ch.id = st.ch
+		WHERE st.n_stamped > 0 ORDER BY ch.topic, st.min_ts, st.first_stamped`)
+	if err != nil {
+		return nil, fmt.Errorf("observer: find stamp growth: %w", err)
+	}
+	for rows.Next() {
+		var name string
+		var p part
+		if err := rows.Scan(&name, &p.n, &p.entries, &p.bytes, &p.ts, &p.first, &p.last); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("observer: find stamp growth: %w", err)
+		}
+		if _, ok := byTopic[name]; !ok {
+			names = append(names, name)
+		}
+		byTopic[name] = append(byTopic[name], p)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("observer: find stamp growth: %w", err)
+	}
+	var out []Finding
+	for _, name := range names {
+		parts := byTopic[name]
+		var total float64
+		for _, p := range parts {
+			total += p.n
+		}
+		if total < growthMinRecords {
+			continue
+		}
+		if len(parts) < growthFineBelow {
+			if parts, err = s.recordParts(ctx, name); err != nil {
+				return nil, err
+			}
+		}
+		slices.SortStableFunc(parts, func(a, b part) int { return cmp.Or(cmp.Compare(a.ts, b.ts), cmp.Compare(a.first, b.first)) })
+		// Quarters by cumulative record count.
+		var qs [4]struct {
+			n, entries, bytes float64
+			first, last       int64
+		}
+		var seen float64
+		for _, p := range parts {
+			q := min(3, int(4*seen/total))
+			seen += p.n
+			if qs[q].n == 0 {
+				qs[q].first = p.first
+			}
+			qs[q].n += p.n
+			qs[q].entries += p.entries
+			qs[q].bytes += p.bytes
+			qs[q].last = p.last
+		}
+		var mean, bytes [4]float64
+		rising := true
+		for i := range qs {
+			if qs[i].n == 0 {
+				rising = false
+				break
+			}
+			mean[i], bytes[i] = qs[i].entries/qs[i].n, qs[i].bytes/qs[i].n
+			if i > 0 && (mean[i] < mean[i-1] || bytes[i] < bytes[i-1]) {
+				rising = false
+			}
+		}
+		if !rising || mean[3] < growthRatio*mean[0]+1 {
+			continue
+		}
+		first, _, err := s.coordOfRec(ctx, qs[0].first)
+		if err != nil {
+			return nil, err
+		}
+		last, _, err := s.coordOfRec(ctx, qs[3].last)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Finding{
+			Code: CodeStampGrowth, Severity: CodeStampGrowth.Severity(), Topic: name,
+			Coordinates: []string{last.String(), first.String()},
+			Summary: fmt.Sprintf("topic %q: mean stamp entries per record rose %.1f → %.1f → %.1f → %.1f and header bytes %.0f → %.0f over %.0f records (quarters by time)",
+				name, mean[0], mean[1], mean[2], mean[3], bytes[0], bytes[3], total),
+			Action: CodeStampGrowth.Action(), Count: int(total),
+		})
+	}
+	return out, nil
+}
+
+// part is a stretch of a topic's stamped records: a statistics run, or
+// one record.
+type part struct {
+	n, entries, bytes float64
+	ts                int64
+	first, last       int64 // record ids
+}
+
+// growthFineBelow: a topic with fewer statistics runs than this is judged
+// record by record.
+const growthFineBelow = 64
+
+// recordParts returns a topic's stamped records as one-record parts.
+func (s *Store) recordParts(ctx context.Context, name string) ([]part, error) {
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT r.n_off + r.n_seq, r.hdr_bytes, r.ts, r.id FROM records r JOIN channels ch ON ch.id = r.ch
+		WHERE ch.name = ? AND r.kind = 0 AND r.stamped AND r.err IS NULL`, name)
+	if err != nil {
+		return nil, fmt.Errorf("observer: stamp growth of %q: %w", name, err)
+	}
+	defer rows.Close()
+	var out []part
+	for rows.Next() {
+		var e, b, ts, id int64
+		if err := rows.Scan(&e, &b, &ts, &id); err != nil {
+			return nil, fmt.Errorf("observer: stamp growth of %q: %w", name, err)
+		}
+		out = append(out, part{1, float64(e), float64(b), ts, id, id})
+	}
+	return out, rows.Err()
+}
