@@ -128,3 +128,60 @@ func TestNilsAndTimestamps(t *testing.T) {
 		t.Fatalf("overridden timestamp %v, want %v", byVal[`"k" #2`].Timestamp, override)
 	}
 }
+
+// TestStagesShareAnApplication: three stages in one application — a chain
+// (in → mid → out) and a second consumer of the chain's source — each
+// process every record exactly once, and the chain's end sees causes first.
+func TestStagesShareAnApplication(t *testing.T) {
+	e := newEnv(t, broker.Topic{Name: "in", Partitions: 2}, broker.Topic{Name: "mid", Partitions: 2},
+		broker.Topic{Name: "out", Partitions: 2}, broker.Topic{Name: "audit", Partitions: 2})
+	in, mid := NewTopic("in", String(), String()), NewTopic("mid", String(), String())
+	out, audit := NewTopic("out", String(), String()), NewTopic("audit", String(), String())
+	a := On(Named("a"), in, func(m Message[string, string]) ([]Emission, error) {
+		return []Emission{mid.Send(m.Key, "a("+m.Value+")")}, nil
+	}).Into(mid).MustBuild()
+	b := On(Named("b"), mid, func(m Message[string, string]) ([]Emission, error) {
+		return []Emission{out.Send(m.Key, "b("+m.Value+")")}, nil
+	}).Into(out).MustBuild()
+	seen := &collector{}
+	c := On(On(Named("c"), in, func(m Message[string, string]) ([]Emission, error) {
+		seen.add("in " + m.Value)
+		return []Emission{audit.Send(m.Key, m.Value)}, nil
+	}), mid, func(m Message[string, string]) ([]Emission, error) {
+		seen.add("mid " + m.Value)
+		return nil, nil
+	}).Into(audit).MustBuild()
+	e.changelogs(2, a, b, c)
+	r := e.start(e.config("i1"), a, b, c)
+	var recs []*kgo.Record
+	for i := range 30 {
+		recs = append(recs, rec("in", int32(i%2), fmt.Sprintf("k%d", i%2), fmt.Sprintf("v%d", i)))
+	}
+	e.produce(recs...)
+	outs := e.readExactly("out", 30, 30*time.Second)
+	e.readExactly("audit", 30, 30*time.Second)
+	waitFor(t, 10*time.Second, "stage c to see every mid record", func() bool { return seen.len() == 60 })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := values(outs)
+	slices.Sort(got)
+	var want []string
+	for i := range 30 {
+		want = append(want, fmt.Sprintf("b(a(v%d))", i))
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("out = %q, want %q", got, want)
+	}
+	pos := map[string]int{}
+	for i, s := range seen.snapshot() {
+		pos[s] = i
+	}
+	for i := range 30 {
+		v := fmt.Sprintf("v%d", i)
+		if pos["mid a("+v+")"] < pos["in "+v] {
+			t.Fatalf("stage c got a(%s) before %s", v, v)
+		}
+	}
+}
