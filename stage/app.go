@@ -16,7 +16,6 @@ import (
 
 	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/internal/state"
-	"github.com/parsley-go/parsley/protocol"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -63,6 +62,8 @@ type App struct {
 	xfails  uint // consecutive steps whose external sinks did not settle
 
 	hooks hooks
+
+	ops appOps // ticks, hold diagnosis, metrics, health (ops.go)
 }
 
 // hooks are test seams. Each is nil in production.
@@ -105,6 +106,9 @@ func New(cfg Config, stages ...*Stage) (*App, error) {
 			a.bySource[b.topic] = append(a.bySource[b.topic], i)
 		}
 	}
+	if err := a.wireOps(); err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -125,13 +129,15 @@ func (a *App) Run(ctx context.Context) error {
 	if !a.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: App.Run called twice", ErrInvalidConfig)
 	}
+	a.ops.started.Store(true)
+	defer a.ops.stopped.Store(true)
 	boot, err := kgo.NewClient(a.baseOpts()...)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	defer boot.Close()
 	a.boot, a.admin = boot, kadm.NewClient(boot)
-	if err := a.checkTopology(ctx); err != nil {
+	if err := errors.Join(a.checkTopology(ctx), a.checkTickTopics(ctx)); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(a.cfg.StateDir, 0o755); err != nil {
@@ -231,6 +237,7 @@ func (a *App) session(ctx context.Context) error {
 		a.gen++
 		a.amu.Unlock()
 		sess.Close() // leaves the group
+		a.sessionEnded()
 	}()
 	// Loading the producer ID fences every earlier incarnation of this
 	// instance and aborts its open transaction now, so restores do not wait
@@ -259,7 +266,8 @@ func (a *App) session(ctx context.Context) error {
 		if err := a.reconcile(ctx); err != nil {
 			return err
 		}
-		if fs.NumRecords() == 0 && !a.needsStep() {
+		if fs.NumRecords() == 0 && !a.needsStep() && !a.opsDue() {
+			a.observe()
 			continue
 		}
 		if err := a.step(ctx, sess, fs); err != nil {
@@ -368,6 +376,7 @@ func (a *App) openTask(ctx context.Context, id taskID) (*task, error) {
 	for _, k := range st.sinks {
 		t.sinks = append(t.sinks, a.topics[k.topicName()].id)
 	}
+	a.openTicks(t)
 	return t, nil
 }
 
@@ -386,6 +395,8 @@ func (a *App) closeTasks() {
 // written; otherwise every task's node is rebuilt from committed state and
 // the client rewinds to the committed offsets.
 func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.Fetches) error {
+	committed := false
+	defer func(start time.Time) { a.stepEnded(start, committed) }(time.Now())
 	// The step runs to its end even if ctx ends meanwhile: a half-done
 	// step is aborted, never committed.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.stepTimeout())
@@ -415,7 +426,8 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	if commit && a.hooks.beforeEnd != nil && a.hooks.beforeEnd(a.steps.Load()) {
 		commit = false
 	}
-	committed, endErr := sess.End(sctx, kgo.TransactionEndTry(commit))
+	var endErr error
+	committed, endErr = sess.End(sctx, kgo.TransactionEndTry(commit))
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -424,6 +436,7 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 			if err := t.commit(sctx); err != nil {
 				return &fatal{err}
 			}
+			t.opsCommitted()
 		}
 		a.steps.Add(1)
 		a.xfails = 0
@@ -502,9 +515,7 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 	for _, id := range ids {
 		t := a.tasks[id]
 		if t.node != nil {
-			if time.Since(t.swept) >= a.cfg.TruncateInterval {
-				t.sweep(ctx)
-			}
+			t.sweepIfDue(ctx) // before feeding, so the step's stamps are swept
 			continue
 		}
 		if starts == nil {
@@ -513,6 +524,9 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 				if a.tasks[id].node == nil {
 					for _, b := range a.tasks[id].st.sources {
 						need[b.topic] = append(need[b.topic], id.partition)
+					}
+					if tk := a.ops.tickTopic[id.stage]; tk != "" {
+						need[tk] = append(need[tk], id.partition) // ticks.go
 					}
 				}
 			}
@@ -546,6 +560,9 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 		}
 	}
 	for _, id := range ids {
+		if err := a.tasks[id].inStep(ctx, sess); err != nil {
+			return err
+		}
 		if err := a.tasks[id].flush(ctx, sess); err != nil {
 			return err
 		}
@@ -744,41 +761,6 @@ func (a *App) listOffsets(ctx context.Context, id headers.TopicID, list func(con
 		}
 	}
 	return out, true, nil
-}
-
-// TaskHolds is the hold diagnosis of one task.
-type TaskHolds struct {
-	Stage     string
-	Partition int32
-	Holds     []protocol.Hold
-}
-
-// ExplainHolds returns, per running task, every head waiting at the gate
-// and the claims it waits on. It waits for the current step to finish.
-func (a *App) ExplainHolds() ([]TaskHolds, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []TaskHolds
-	for _, t := range a.tasks {
-		if t.node == nil {
-			continue
-		}
-		hs, err := t.node.ExplainHolds()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, TaskHolds{Stage: t.st.name, Partition: t.partition, Holds: hs})
-	}
-	slices.SortFunc(out, func(x, y TaskHolds) int {
-		if x.Stage != y.Stage {
-			if x.Stage < y.Stage {
-				return -1
-			}
-			return 1
-		}
-		return int(x.Partition - y.Partition)
-	})
-	return out, nil
 }
 
 // TaskInfo describes a task this instance runs.

@@ -80,6 +80,7 @@ type Stage struct {
 	sinks    []Sink
 	sinkSet  map[string]bool
 	hasState bool
+	tick     *tickSpec // ticks.go
 	// externals are sinks outside Kafka (IntoExternal).
 	externals []External
 }
@@ -115,6 +116,7 @@ func ChangelogTopic(appID, stage string) string { return appID + "-" + stage + "
 type binding struct {
 	topic  string
 	fold   bool
+	tick   bool // the stage's tick topic: a fold uses the tick slot (ticks.go)
 	invoke func(m *rawMessage, st stateIO) ([]Emission, error)
 }
 
@@ -150,6 +152,7 @@ type Builder struct {
 	sinks    []Sink
 	state    any // *stateDecl[S]
 	hasState bool
+	tick     *tickDecl // ticks.go
 	errs     []error
 	// externals are sinks outside Kafka (IntoExternal).
 	externals []External
@@ -326,6 +329,11 @@ func (b *Builder) Build() (*Stage, error) {
 			folds++
 		}
 		s.sources = append(s.sources, bd)
+	}
+	if err := b.buildTick(s); err != nil {
+		errs = append(errs, err)
+	} else if s.tick != nil && s.tick.fold {
+		folds++
 	}
 	if b.hasState && folds == 0 {
 		errs = append(errs, fmt.Errorf("%w: stage %q declares state but no source folds over it", ErrInvalidStage, b.name))

@@ -68,7 +68,9 @@ type Config struct {
 	// TruncateInterval is how often each task drops from its stamps the
 	// claims below the log start of the topics they name, which keeps stamp
 	// width bounded by retention instead of growing with the transitive
-	// upstream (default 5m; also done whenever a task starts).
+	// upstream (default 10m, as in the reference; also done whenever a
+	// task starts). It runs on Config.WallClock; a failed sweep skips its
+	// cycle and is counted (truncate.go).
 	TruncateInterval time.Duration
 
 	// ClientOpts are extra franz-go options for every client the
@@ -81,6 +83,9 @@ type Config struct {
 
 	// Logger receives operational messages (default slog.Default()).
 	Logger *slog.Logger
+
+	// Operations (ops.go): hold warnings, the truncation sweep, the clock.
+	OpsConfig
 }
 
 func (c *Config) withDefaults() Config {
@@ -95,11 +100,12 @@ func (c *Config) withDefaults() Config {
 		d.PollInterval = 250 * time.Millisecond
 	}
 	if d.TruncateInterval <= 0 {
-		d.TruncateInterval = 5 * time.Minute
+		d.TruncateInterval = 10 * time.Minute
 	}
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
+	d.OpsConfig = d.OpsConfig.withDefaults()
 	return d
 }
 

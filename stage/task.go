@@ -36,19 +36,21 @@ type task struct {
 	batch  *protocol.Batch
 	clNext int64 // one past the last changelog offset produced in the step; -1 none
 	stamp  headers.Stamp
-	swept  time.Time  // last truncation sweep
 	msg    rawMessage // the delivery being processed, reused
 	fold   foldState  // its state view, reused
 
 	// heldOnArrival counts records that were not deliverable when fetched
 	// and waited at the gate (committed or not): a seam for hold metrics.
 	heldOnArrival uint64
+
+	ops taskOps // ticks, sweeps, hold tracking, committed counts (ops.go)
 }
 
 // reset drops the node and the step's writes; the next step rebuilds the
 // node from the committed store.
 func (t *task) reset() {
 	t.node = nil
+	t.opsAborted()
 	if t.batch != nil {
 		t.batch.Discard()
 	}
@@ -92,7 +94,8 @@ func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts
 		return t.initErr(err)
 	}
 	t.node = n
-	t.sweep(ctx)
+	t.opsBuilt()
+	t.sweep(ctx, t.app.cfg.WallClock()) // a task's stamps shrink as soon as it starts
 	ds, err := n.Release()
 	if err != nil {
 		return t.stepErr("", -1, err)
@@ -115,16 +118,7 @@ func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts
 			return err
 		}
 	}
-	return nil
-}
-
-// sweep drops stamp claims below the log starts of the topics they name.
-// A failed sweep changes nothing and is retried at the next interval.
-func (t *task) sweep(ctx context.Context) {
-	t.swept = time.Now()
-	if err := t.node.TruncateToLogStarts(ctx); err != nil {
-		t.app.log.Warn("stage: truncation sweep failed", "stage", t.st.name, "partition", t.partition, "err", err)
-	}
+	return t.tickToStart(ctx, sess, starts)
 }
 
 func (t *task) stepErr(topic string, offset int64, err error) error {
@@ -207,7 +201,11 @@ func (t *task) deliver(ctx context.Context, sess *kgo.GroupTransactSession, ds [
 		}
 		var io stateIO
 		if b.fold {
-			t.fold = foldState{batch: t.batch, key: foldKey(d.Key)}
+			key := foldKey(d.Key)
+			if b.tick {
+				key = tickSlot
+			}
+			t.fold = foldState{batch: t.batch, key: key}
 			io = &t.fold
 		}
 		es, err := b.invoke(m, io)

@@ -1,0 +1,48 @@
+package stage
+
+// Read-only views for tooling (stagetest's probes, deploy checks): what an
+// application declares, without running it.
+
+// ApplicationID returns the application's ID.
+func (a *App) ApplicationID() string { return a.cfg.ApplicationID }
+
+// Stages returns the application's stages in declaration order.
+func (a *App) Stages() []*Stage { return append([]*Stage(nil), a.stages...) }
+
+// SinkTopics returns the stage's declared sinks in declaration order. Each
+// is a *Topic[K, V]; its CheckRecord decodes a record with its codecs.
+func (s *Stage) SinkTopics() []Sink { return append([]Sink(nil), s.sinks...) }
+
+// CheckRecord decodes a fetched record's key and value with t's codecs, as
+// the next hop's consumer will, and checks the key codec is canonical on
+// it: re-encoding the decoded key gives the same bytes. A nil key or value
+// is not decoded. The error names the topic and the part that failed.
+func (t *Topic[K, V]) CheckRecord(key, value []byte) (err error) {
+	defer catch(&err)
+	if key != nil {
+		k, err := t.key.Decode(key)
+		if err != nil {
+			return &CodecError{Topic: t.name, Part: "key", Op: "decode", Err: err}
+		}
+		again, err := t.key.Encode(k)
+		if err != nil {
+			return &CodecError{Topic: t.name, Part: "key", Op: "encode", Err: err}
+		}
+		if string(again) != string(key) {
+			return &CodecError{Topic: t.name, Part: "key", Op: "re-encode", Err: errNotCanonical}
+		}
+	}
+	if value != nil {
+		if _, err := t.value.Decode(value); err != nil {
+			return &CodecError{Topic: t.name, Part: "value", Op: "decode", Err: err}
+		}
+	}
+	return nil
+}
+
+// errNotCanonical: decoding a key and encoding it again gave other bytes.
+var errNotCanonical = errorString("decoding and re-encoding the key gives different bytes; the key codec is not canonical")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
