@@ -1,0 +1,19 @@
+// Package state is the local, changelogged key/value store behind a stage
+// task: a SQLite file that holds the task's protocol state, held records and
+// fold state, plus the changelog machinery that makes the Kafka transaction
+// the single commit point.
+//
+// SQLite cannot join a Kafka transaction. So every write of a step is also
+// produced, inside the step's transaction, to a compacted changelog topic
+// (one partition per task), and the SQLite write transaction commits only
+// after Kafka committed, together with the changelog offset it reflects:
+// the checkpoint. A task that starts — after a crash, on another instance,
+// or with its file deleted — first replays the changelog from its checkpoint
+// to the end (Restore), so a crash between the Kafka commit and the SQLite
+// commit loses nothing.
+//
+// The store runs in WAL mode with synchronous=NORMAL (durability comes from
+// the changelog) over a single connection: one writer, and a task is never
+// used by two goroutines. The schema is versioned with SQLite's user_version;
+// a file written by an unknown version is refused with ErrUnknownSchema.
+package state

@@ -1,0 +1,256 @@
+package state
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+
+	"github.com/parsley-go/parsley/protocol"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// SchemaVersion is the layout this build writes and reads.
+const SchemaVersion = 1
+
+// ErrUnknownSchema: the file was written by a schema version this build
+// does not know. The task stops rather than guess.
+var ErrUnknownSchema = errors.New("state: unknown schema version")
+
+// Store is one task's SQLite file. Reads see committed data only: a step
+// stages its writes in a protocol.Batch over the Store and Apply commits
+// them once Kafka has committed.
+//
+// A Store is not safe for concurrent use.
+type Store struct {
+	path       string
+	db         *sql.DB
+	get        *sql.Stmt
+	checkpoint int64
+}
+
+// Open opens (creating if needed) the store at path.
+func Open(ctx context.Context, path string) (*Store, error) {
+	q := url.Values{}
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "busy_timeout(5000)")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("state: open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(1) // one writer; a task is single-threaded
+	s := &Store{path: path, db: db}
+	if err := s.init(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("state: open %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func (s *Store) init(ctx context.Context) error {
+	var v int
+	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return err
+	}
+	switch v {
+	case 0:
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		for _, q := range []string{
+			"CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID",
+			"CREATE TABLE meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL)",
+			"INSERT INTO meta (k, v) VALUES ('checkpoint', 0)",
+			fmt.Sprintf("PRAGMA user_version = %d", SchemaVersion),
+		} {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+	case SchemaVersion:
+	default:
+		return fmt.Errorf("%w: file has version %d, this build knows %d", ErrUnknownSchema, v, SchemaVersion)
+	}
+	if err := s.db.QueryRowContext(ctx, "SELECT v FROM meta WHERE k = 'checkpoint'").Scan(&s.checkpoint); err != nil {
+		return fmt.Errorf("read checkpoint: %w", err)
+	}
+	var err error
+	s.get, err = s.db.PrepareContext(ctx, "SELECT v FROM kv WHERE k = ?")
+	return err
+}
+
+// Path returns the file's path.
+func (s *Store) Path() string { return s.path }
+
+// Checkpoint returns the changelog offset the committed contents reflect:
+// every changelog record below it is applied.
+func (s *Store) Checkpoint() int64 { return s.checkpoint }
+
+// Close closes the file.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Get implements protocol.Store over the committed contents.
+func (s *Store) Get(key string) ([]byte, bool, error) {
+	var v []byte
+	err := s.get.QueryRow([]byte(key)).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("state: get %q: %w", key, err)
+	}
+	if v == nil {
+		v = []byte{}
+	}
+	return v, true, nil
+}
+
+// Put is refused: writes go through a protocol.Batch and Apply.
+func (s *Store) Put(key string, _ []byte) error {
+	return fmt.Errorf("state: put %q outside a batch", key)
+}
+
+// Delete is refused: writes go through a protocol.Batch and Apply.
+func (s *Store) Delete(key string) error {
+	return fmt.Errorf("state: delete %q outside a batch", key)
+}
+
+// Scan implements protocol.Store. Rows are read fully before fn runs, so fn
+// may call Get.
+func (s *Store) Scan(prefix string, fn func(key string, value []byte) error) error {
+	var rows *sql.Rows
+	var err error
+	lo := []byte(prefix)
+	if hi := successor(lo); hi != nil {
+		rows, err = s.db.Query("SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k", lo, hi)
+	} else {
+		rows, err = s.db.Query("SELECT k, v FROM kv WHERE k >= ? ORDER BY k", lo)
+	}
+	if err != nil {
+		return fmt.Errorf("state: scan %q: %w", prefix, err)
+	}
+	type kv struct {
+		k string
+		v []byte
+	}
+	var all []kv
+	for rows.Next() {
+		var k, v []byte
+		if err := rows.Scan(&k, &v); err != nil {
+			rows.Close()
+			return fmt.Errorf("state: scan %q: %w", prefix, err)
+		}
+		if v == nil {
+			v = []byte{}
+		}
+		all = append(all, kv{string(k), v})
+	}
+	if err := rows.Close(); err != nil {
+		return fmt.Errorf("state: scan %q: %w", prefix, err)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("state: scan %q: %w", prefix, err)
+	}
+	for _, e := range all {
+		if err := fn(e.k, e.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// successor returns the smallest byte string greater than every string
+// with prefix p, or nil when there is none (p empty or all 0xff).
+func successor(p []byte) []byte {
+	q := bytes.Clone(p)
+	for i := len(q) - 1; i >= 0; i-- {
+		if q[i] < 0xff {
+			q[i]++
+			return q[:i+1]
+		}
+	}
+	return nil
+}
+
+// Apply commits muts and the new checkpoint in one SQLite transaction.
+// A checkpoint below the current one is kept at the current one.
+func (s *Store) Apply(ctx context.Context, muts []protocol.Mutation, checkpoint int64) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("state: begin: %w", err)
+	}
+	defer tx.Rollback()
+	put, err := tx.PrepareContext(ctx, "INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v")
+	if err != nil {
+		return fmt.Errorf("state: prepare: %w", err)
+	}
+	defer put.Close()
+	del, err := tx.PrepareContext(ctx, "DELETE FROM kv WHERE k = ?")
+	if err != nil {
+		return fmt.Errorf("state: prepare: %w", err)
+	}
+	defer del.Close()
+	for _, m := range muts {
+		if m.Delete {
+			_, err = del.ExecContext(ctx, []byte(m.Key))
+		} else {
+			v := m.Value
+			if v == nil {
+				v = []byte{}
+			}
+			_, err = put.ExecContext(ctx, []byte(m.Key), v)
+		}
+		if err != nil {
+			return fmt.Errorf("state: write %q: %w", m.Key, err)
+		}
+	}
+	cp := max(checkpoint, s.checkpoint)
+	if _, err := tx.ExecContext(ctx, "UPDATE meta SET v = ? WHERE k = 'checkpoint'", cp); err != nil {
+		return fmt.Errorf("state: write checkpoint: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("state: commit: %w", err)
+	}
+	s.checkpoint = cp
+	return nil
+}
+
+// Reset deletes every key and sets the checkpoint to zero, for a replay of
+// the whole changelog.
+func (s *Store) Reset(ctx context.Context) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "DELETE FROM kv"); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE meta SET v = 0 WHERE k = 'checkpoint'"); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	s.checkpoint = 0
+	return nil
+}
+
+// Entries returns every committed key and value in key order (tests and
+// diagnostics).
+func (s *Store) Entries() ([]protocol.Mutation, error) {
+	var out []protocol.Mutation
+	err := s.Scan("", func(k string, v []byte) error {
+		out = append(out, protocol.Mutation{Key: k, Value: v})
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,195 @@
+package stage
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ErrorPolicy says what Run does after a step failed (a handler error, a
+// panic, a codec failure, a corrupt stamp, an emission to an undeclared
+// sink). Either way the step's transaction aborted and nothing it did is
+// visible.
+type ErrorPolicy int
+
+const (
+	// StopOnError stops Run with the *StepError, which names the stage and
+	// the record. The default: a deterministic failure recurs on every
+	// retry, and a stopped application is loud and recoverable by
+	// deploying fixed logic.
+	StopOnError ErrorPolicy = iota
+	// RetryOnError logs the failure, waits Config.RetryBackoff and
+	// processes the same records again from committed state. Suits
+	// transient failures (a remote lookup in a codec); a deterministic
+	// failure blocks its partition, retrying forever.
+	RetryOnError
+)
+
+// Config configures an application.
+type Config struct {
+	// ApplicationID names the application: its consumer group, the prefix
+	// of its changelog topics and its transactional IDs, and part of every
+	// task's sender identity. Keep it stable.
+	ApplicationID string
+	// InstanceID names this instance among the application's instances. It
+	// must be unique and stable across restarts of the same instance: the
+	// transactional ID is "<ApplicationID>-<InstanceID>", so a restarted
+	// instance fences its previous incarnation and aborts its open
+	// transaction at once, instead of waiting for the transaction timeout.
+	InstanceID string
+	// Brokers are the seed brokers.
+	Brokers []string
+	// StateDir is the directory of this instance's task stores (one SQLite
+	// file per task). Deleting it loses nothing: stores restore from the
+	// changelogs.
+	StateDir string
+
+	// OnStepError is the policy after a failed step (default StopOnError).
+	OnStepError ErrorPolicy
+	// RetryBackoff is the pause before a failed step is retried under
+	// RetryOnError, and before a new client is built after a fatal client
+	// error (default 1s).
+	RetryBackoff time.Duration
+
+	// MaxPollRecords bounds the records of one step (default 500).
+	MaxPollRecords int
+	// PollInterval bounds how long one poll waits for records before the
+	// loop checks for assignment changes and shutdown (default 250ms).
+	PollInterval time.Duration
+	// SessionTimeout, RebalanceTimeout and TransactionTimeout are passed to
+	// the client when non-zero.
+	SessionTimeout     time.Duration
+	RebalanceTimeout   time.Duration
+	TransactionTimeout time.Duration
+
+	// ClientOpts are extra franz-go options for every client the
+	// application builds (TLS, SASL, logging, timeouts). Options the
+	// runtime owns — the consumer group, consumed topics, balancers,
+	// transactional ID, partitioner — and options that weaken exactly-once
+	// processing (read_uncommitted, non-idempotent writes, acks other than
+	// all) are refused with ErrInvalidConfig.
+	ClientOpts []kgo.Opt
+
+	// Logger receives operational messages (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (c *Config) withDefaults() Config {
+	d := *c
+	if d.RetryBackoff <= 0 {
+		d.RetryBackoff = time.Second
+	}
+	if d.MaxPollRecords <= 0 {
+		d.MaxPollRecords = 500
+	}
+	if d.PollInterval <= 0 {
+		d.PollInterval = 250 * time.Millisecond
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	return d
+}
+
+func (c *Config) validate(stages []*Stage) error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	if err := checkName(c.ApplicationID); err != nil {
+		bad("ApplicationID: %v", err)
+	}
+	if err := checkName(c.InstanceID); err != nil {
+		bad("InstanceID: %v", err)
+	}
+	if len(c.Brokers) == 0 {
+		bad("no Brokers")
+	}
+	if c.StateDir == "" {
+		bad("no StateDir")
+	}
+	if c.OnStepError != StopOnError && c.OnStepError != RetryOnError {
+		bad("unknown OnStepError policy %d", c.OnStepError)
+	}
+	if len(stages) == 0 {
+		bad("no stages")
+	}
+	names := make(map[string]bool)
+	for i, s := range stages {
+		if s == nil {
+			bad("stage %d is nil (did Build fail?)", i)
+			continue
+		}
+		if names[s.name] {
+			bad("two stages named %q", s.name)
+		}
+		names[s.name] = true
+	}
+	if err := checkClientOpts(c.ClientOpts); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// checkClientOpts refuses user options the runtime owns or that would
+// weaken exactly-once processing. It reads them back from a client that is
+// built but never used.
+func checkClientOpts(opts []kgo.Opt) error {
+	if len(opts) == 0 {
+		return nil
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("%w: ClientOpts: %w", ErrInvalidConfig, err)
+	}
+	defer cl.Close()
+	var errs []error
+	refuse := func(what string) {
+		errs = append(errs, fmt.Errorf("%w: ClientOpts: %s", ErrInvalidConfig, what))
+	}
+	if v, ok := cl.OptValue(kgo.FetchIsolationLevel).(kgo.IsolationLevel); ok && v != kgo.ReadUncommitted() && v != kgo.ReadCommitted() {
+		refuse("unknown isolation level")
+	} else if ok && v == kgo.ReadUncommitted() && isSet(opts, kgo.FetchIsolationLevel) {
+		refuse("read_uncommitted would expose aborted steps; stages read committed only")
+	}
+	if b, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool); b {
+		refuse("DisableIdempotentWrite weakens exactly-once")
+	}
+	if a, ok := cl.OptValue(kgo.RequiredAcks).(kgo.Acks); ok && a != kgo.AllISRAcks() {
+		refuse("RequiredAcks other than all ISR weakens exactly-once")
+	}
+	if vs := cl.OptValues(kgo.TransactionalID); len(vs) == 2 && vs[1] == true {
+		refuse("TransactionalID is derived from ApplicationID and InstanceID")
+	}
+	if g, _ := cl.OptValue(kgo.ConsumerGroup).(string); g != "" {
+		refuse("ConsumerGroup is the ApplicationID")
+	}
+	if ts, _ := cl.OptValue(kgo.ConsumeTopics).([]string); len(ts) > 0 {
+		refuse("ConsumeTopics are the stages' sources")
+	}
+	if ps, _ := cl.OptValue(kgo.ConsumePartitions).(map[string]map[int32]kgo.Offset); len(ps) > 0 {
+		refuse("ConsumePartitions conflicts with the group")
+	}
+	return errors.Join(errs...)
+}
+
+// isSet reports whether the user passed an option of opt's kind. The
+// isolation level's default is read_uncommitted, so its value alone cannot
+// tell an explicit weakening from no option.
+func isSet(opts []kgo.Opt, opt any) bool {
+	cl, err := kgo.NewClient(kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		return true
+	}
+	defer cl.Close()
+	base := cl.OptValue(opt)
+	cl2, err := kgo.NewClient(append([]kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted())}, opts...)...)
+	if err != nil {
+		return true
+	}
+	defer cl2.Close()
+	return cl2.OptValue(opt) != base
+}

@@ -1,0 +1,123 @@
+package stage
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/parsley-go/parsley/internal/broker"
+)
+
+// The crash test re-executes the test binary as the stage process. These
+// variables tell the child what to run.
+const (
+	envChild   = "PARSLEY_STAGE_CRASH_CHILD"
+	envBrokers = "PARSLEY_STAGE_CRASH_BROKERS"
+	envDir     = "PARSLEY_STAGE_CRASH_DIR"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envChild) != "" {
+		os.Exit(crashChild())
+	}
+	os.Exit(m.Run())
+}
+
+// crashChild runs the counter stage until it is killed (or interrupted),
+// with small steps and a pause before each End so a kill lands inside a
+// transaction.
+func crashChild() int {
+	in, out := NewTopic("in", String(), String()), NewTopic("out", String(), String())
+	cfg := Config{
+		ApplicationID:      "app",
+		InstanceID:         "crashy",
+		Brokers:            strings.Split(os.Getenv(envBrokers), ","),
+		StateDir:           os.Getenv(envDir),
+		PollInterval:       50 * time.Millisecond,
+		SessionTimeout:     2 * time.Second,
+		RebalanceTimeout:   3 * time.Second,
+		TransactionTimeout: 5 * time.Second,
+		RetryBackoff:       50 * time.Millisecond,
+		MaxPollRecords:     5,
+		Logger:             testLogger(),
+	}
+	a, err := New(cfg, counterStage(in, out))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	a.hooks.beforeEnd = func(int64) bool {
+		time.Sleep(3 * time.Millisecond)
+		return false
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := a.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// TestCrashWithSIGKILL runs the stage as a separate OS process, kills it
+// with SIGKILL while it is processing, and restarts it — once with its
+// SQLite files deleted — several times. The read_committed outputs have no
+// duplicate and no gap, and the fold state is a pure fold over the inputs.
+func TestCrashWithSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	e := newEnv(t, broker.Topic{Name: "in", Partitions: 2}, broker.Topic{Name: "out", Partitions: 2})
+	in, out := NewTopic("in", String(), String()), NewTopic("out", String(), String())
+	e.changelogs(2, counterStage(in, out))
+	dir := t.TempDir()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spawn := func() *exec.Cmd {
+		cmd := exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), envChild+"=1", envBrokers+"="+strings.Join(e.c.Addrs(), ","), envDir+"="+dir)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	want := make(map[string][]string)
+	produced := 0
+	const rounds, batch = 4, 150
+	for round := range rounds {
+		if round == 2 {
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := len(e.readCommitted("out", produced, 500*time.Millisecond))
+		cmd := spawn()
+		merge(want, e.inputs("in", batch, 6, 2, produced))
+		produced += batch
+		// Kill once the child is visibly past where it started, while the
+		// rest of the batch is still being processed.
+		e.readCommitted("out", before+10, 30*time.Second)
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Wait()
+		t.Logf("round %d: killed with %d of %d outputs committed", round, len(e.readCommitted("out", produced, 300*time.Millisecond)), produced)
+	}
+	cmd := spawn()
+	outs := e.readExactly("out", produced, 60*time.Second)
+	cmd.Process.Signal(os.Interrupt)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child exited with %v after an interrupt", err)
+	}
+	checkCounts(t, outs, want)
+	checkStates(t, foldStates(t, dir), want)
+}

@@ -1,0 +1,298 @@
+package stage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/parsley-go/parsley/headers"
+	"github.com/parsley-go/parsley/internal/state"
+	"github.com/parsley-go/parsley/protocol"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// task is one (stage, partition): a causal node over partition p of each
+// source, the SQLite store, and the step's staged writes.
+//
+// The node's Store is the batch: reads see the step's writes over the
+// committed file, and the batch's mutations are the step's changelog. After
+// a commit they are written to the file and the batch empties; after an
+// abort the batch is dropped and the node rebuilt.
+type task struct {
+	app       *App
+	st        *Stage
+	id        taskID
+	partition int32
+	changelog string
+	kv        *state.Store
+
+	inputs []headers.Channel
+	chanOf []headers.Channel // per source binding index
+	sinks  []headers.TopicID
+	byID   map[headers.TopicID]*binding
+
+	node   *protocol.Node // nil: rebuild at the next step
+	batch  *protocol.Batch
+	clNext int64 // one past the last changelog offset produced in the step; -1 none
+	stamp  headers.Stamp
+
+	// heldOnArrival counts records that were not deliverable when fetched
+	// and waited at the gate (committed or not).
+	heldOnArrival uint64
+}
+
+// reset drops the node and the step's writes; the next step rebuilds the
+// node from the committed store.
+func (t *task) reset() {
+	t.node = nil
+	if t.batch != nil {
+		t.batch.Discard()
+	}
+	t.clNext = -1
+}
+
+func (t *task) close() {
+	t.reset()
+	if err := t.kv.Close(); err != nil {
+		t.app.log.Warn("stage: close store", "stage", t.st.name, "partition", t.partition, "err", err)
+	}
+}
+
+// initErr classifies a node init failure: state this build cannot use
+// stops the application; anything else (a broker answer) is retried with a
+// new client.
+func (t *task) initErr(err error) error {
+	for _, e := range []error{protocol.ErrUnknownStateFormat, protocol.ErrCorruptState, protocol.ErrHeldOnRemovedInput, protocol.ErrInvalidConfig, protocol.ErrSinkMissing} {
+		if errors.Is(err, e) {
+			return &fatal{t.stepErr("", -1, err)}
+		}
+	}
+	return fmt.Errorf("stage %q partition %d: init: %w", t.st.name, t.partition, err)
+}
+
+// build makes a node from committed state (host duty H5) and processes
+// what its first Release delivers. Init writes go to the step's batch.
+func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession) error {
+	t.batch = protocol.NewBatch(t.kv)
+	t.clNext = -1
+	n, err := protocol.New(ctx, protocol.Config{
+		ApplicationID: t.app.cfg.ApplicationID,
+		Stage:         t.st.name,
+		Partition:     t.partition,
+		Inputs:        t.inputs,
+		Sinks:         t.sinks,
+		Store:         t.batch,
+		Offsets:       brokerOffsets{t.app},
+	})
+	if err != nil {
+		return t.initErr(err)
+	}
+	t.node = n
+	ds, err := n.Release()
+	if err != nil {
+		return t.stepErr("", -1, err)
+	}
+	return t.deliver(ctx, sess, ds)
+}
+
+func (t *task) stepErr(topic string, offset int64, err error) error {
+	return &StepError{Stage: t.st.name, Topic: topic, Partition: t.partition, Offset: offset, Err: err}
+}
+
+// feed hands one partition's fetched records to the node in offset order,
+// then reports the consumer position past the last of them (host duties H1,
+// H2). Control records only move the position: they are never delivered.
+func (t *task) feed(ctx context.Context, sess *kgo.GroupTransactSession, topic string, recs []*kgo.Record) error {
+	ch := headers.Channel{Topic: t.app.topics[topic].id, Partition: t.partition}
+	last := int64(-1)
+	for _, r := range recs {
+		last = r.Offset
+		if r.Attrs.IsControl() {
+			continue
+		}
+		hs := make([]headers.Header, len(r.Headers))
+		for i, h := range r.Headers {
+			hs[i] = headers.Header(h)
+		}
+		rec := protocol.Record{
+			Coordinate: headers.Coordinate{Channel: ch, Offset: r.Offset},
+			Timestamp:  r.Timestamp.UnixMilli(),
+			Key:        r.Key,
+			Value:      r.Value,
+			Headers:    hs,
+		}
+		ds, err := t.node.OnRecord(&rec)
+		if err != nil {
+			return t.stepErr(topic, r.Offset, err)
+		}
+		if !delivered(ds, rec.Coordinate) {
+			t.heldOnArrival++
+		}
+		if err := t.deliver(ctx, sess, ds); err != nil {
+			return err
+		}
+	}
+	if last >= 0 {
+		ds, err := t.node.PositionAdvance(ch, last+1)
+		if err != nil {
+			return t.stepErr(topic, last+1, err)
+		}
+		return t.deliver(ctx, sess, ds)
+	}
+	return nil
+}
+
+func delivered(ds []protocol.Delivery, c headers.Coordinate) bool {
+	for i := range ds {
+		if ds[i].Coordinate == c {
+			return true
+		}
+	}
+	return false
+}
+
+// deliver runs user logic on each delivery, in order, and sends its
+// emissions. The deliveries slice belongs to the node until its next call
+// that returns deliveries; PrepareSend is not such a call.
+func (t *task) deliver(ctx context.Context, sess *kgo.GroupTransactSession, ds []protocol.Delivery) error {
+	for i := range ds {
+		d := &ds[i]
+		b := t.byID[d.Topic]
+		if b == nil {
+			return t.stepErr("", d.Offset, fmt.Errorf("delivery on undeclared channel %s", d.Channel))
+		}
+		m := rawMessage{
+			topic: b.topic, partition: d.Partition, offset: d.Offset, coord: d.Coordinate,
+			ts: time.UnixMilli(d.Timestamp), key: d.Key, value: d.Value, headers: d.Headers,
+		}
+		var io stateIO
+		if b.fold {
+			io = foldState{batch: t.batch, key: foldKey(d.Key)}
+		}
+		es, err := b.invoke(&m, io)
+		if err != nil {
+			return t.stepErr(b.topic, d.Offset, err)
+		}
+		for _, e := range es {
+			if err := t.emit(ctx, sess, &m, e); err != nil {
+				return t.stepErr(b.topic, d.Offset, err)
+			}
+		}
+	}
+	return nil
+}
+
+// emit encodes, partitions, stamps (for exactly the destination partition,
+// host duty H4) and produces one emission inside the transaction.
+func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawMessage, e Emission) (err error) {
+	if e.sink == nil {
+		return fmt.Errorf("%w: the zero Emission has no topic", ErrUndeclaredSink)
+	}
+	name := e.sink.name
+	if t.st.sinkSet[name] == nil {
+		return fmt.Errorf("%w: topic %q (stage sinks: %q)", ErrUndeclaredSink, name, t.st.Sinks())
+	}
+	if err := headers.CheckReserved(e.headers); err != nil {
+		return fmt.Errorf("emission to %q: %w", name, err)
+	}
+	defer catch(&err)
+	var k, v []byte
+	if !e.nilKey {
+		if k, err = e.sink.encKey(e.key); err != nil {
+			return &CodecError{Topic: name, Part: "key", Op: "encode", Err: err}
+		}
+		if k == nil {
+			k = []byte{}
+		}
+	}
+	if !e.nilValue {
+		if v, err = e.sink.encVal(e.value); err != nil {
+			return &CodecError{Topic: name, Part: "value", Op: "encode", Err: err}
+		}
+		if v == nil {
+			v = []byte{}
+		}
+	}
+	meta := t.app.topics[name]
+	p := partitionFor(k, e.nilKey, meta.partitions, t.partition)
+	if err := t.node.PrepareSendInto(&t.stamp, headers.Channel{Topic: meta.id, Partition: p}); err != nil {
+		return err
+	}
+	hs := make([]kgo.RecordHeader, 0, len(e.headers)+3)
+	for _, h := range e.headers {
+		hs = append(hs, kgo.RecordHeader(h))
+	}
+	if hs, err = headers.AppendStamp(hs, &t.stamp, headers.DialectVC); err != nil {
+		return err
+	}
+	ts := m.ts
+	if e.hasTS {
+		ts = e.ts
+	}
+	sess.Produce(ctx, &kgo.Record{Topic: name, Partition: p, Key: k, Value: v, Headers: hs, Timestamp: ts}, t.app.promise)
+	return nil
+}
+
+// flush writes the node's changed state into the batch and produces the
+// step's mutations to the changelog, last write per key.
+func (t *task) flush(ctx context.Context, sess *kgo.GroupTransactSession) error {
+	if t.node == nil {
+		return nil
+	}
+	if err := t.node.Flush(); err != nil {
+		return t.stepErr("", -1, err)
+	}
+	for _, m := range t.batch.Mutations() {
+		sess.Produce(ctx, state.Record(t.changelog, t.partition, m), t.changelogPromise)
+	}
+	return nil
+}
+
+func (t *task) changelogPromise(r *kgo.Record, err error) {
+	t.app.promise(r, err)
+	if err == nil {
+		t.app.pmu.Lock()
+		t.clNext = max(t.clNext, r.Offset+1)
+		t.app.pmu.Unlock()
+	}
+}
+
+// commit writes the committed step's mutations and checkpoint to SQLite.
+func (t *task) commit(ctx context.Context) error {
+	if t.node == nil || t.batch == nil {
+		return nil
+	}
+	muts := t.batch.Mutations()
+	t.app.pmu.Lock()
+	cp := t.clNext
+	t.app.pmu.Unlock()
+	if len(muts) == 0 && cp < 0 {
+		return nil
+	}
+	if err := t.kv.Apply(ctx, muts, cp); err != nil {
+		return fmt.Errorf("stage %q partition %d: %w", t.st.name, t.partition, err)
+	}
+	t.batch.Discard()
+	t.clNext = -1
+	return nil
+}
+
+// Fold state keys live beside the protocol's keys, which are ASCII and
+// never start with a control byte: 0x01 for the nil key, 0x02 and the
+// encoded key bytes otherwise.
+func foldKey(key []byte) string {
+	if key == nil {
+		return "\x01"
+	}
+	return "\x02" + string(key)
+}
+
+type foldState struct {
+	batch *protocol.Batch
+	key   string
+}
+
+func (f foldState) load() ([]byte, bool, error) { return f.batch.Get(f.key) }
+func (f foldState) store(b []byte) error        { return f.batch.Put(f.key, b) }
+func (f foldState) del() error                  { return f.batch.Delete(f.key) }
