@@ -1,0 +1,413 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/parsley-go/parsley/headers"
+	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/obsdemo"
+	"github.com/parsley-go/parsley/observer"
+	"github.com/urfave/cli/v2"
+)
+
+var (
+	brokersFlag = &cli.StringSliceFlag{Name: "brokers", Aliases: []string{"b"}, EnvVars: []string{"PARSLEY_BROKERS"},
+		Usage: "seed brokers, host:port (comma-separated or repeated)"}
+	topicsFlag  = &cli.StringSliceFlag{Name: "topics", Aliases: []string{"t"}, Usage: "topic names to observe"}
+	patternFlag = &cli.StringFlag{Name: "pattern", Usage: "observe every topic whose name matches this regular expression (internal topics excluded)"}
+	fromFlag    = &cli.StringFlag{Name: "from", Value: "start", Usage: "where to begin on partitions without a stored position: start or end"}
+	uncommitted = &cli.BoolFlag{Name: "read-uncommitted", Usage: "also fetch records of open and aborted transactions"}
+	depthFlag   = &cli.IntFlag{Name: "depth", Value: 1000, Usage: "maximum distance from the record"}
+	limitFlag   = &cli.IntFlag{Name: "limit", Value: 5000, Usage: "maximum records in the graph"}
+)
+
+func dbFlag(required bool) *cli.StringFlag {
+	return &cli.StringFlag{Name: "db", Required: required, EnvVars: []string{"PARSLEY_OBSERVER_DB"}, Usage: "SQLite store path"}
+}
+
+func app() *cli.App {
+	return &cli.App{
+		Name:  "parsley-observe",
+		Usage: "rebuild causal graphs from Parsley-stamped Kafka topics and flag stamp gaps and late-joiner windows",
+		Commands: []*cli.Command{
+			{
+				Name: "serve", Usage: "tail topics and serve the web UI, JSON API, /metrics and /healthz",
+				Flags: []cli.Flag{brokersFlag, topicsFlag, patternFlag, fromFlag, uncommitted, dbFlag(false),
+					&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", Usage: "HTTP listen address"},
+					&cli.DurationFlag{Name: "max-age", Usage: "prune records older than this (0: keep)"},
+					&cli.Int64Flag{Name: "max-records", Value: 5_000_000, Usage: "prune the oldest records beyond this many (0: keep)"}},
+				Action: serve,
+			},
+			{
+				Name: "scan", Usage: "read the topics once, print findings, exit 1 if any is at or above --fail-on",
+				Flags: []cli.Flag{brokersFlag, topicsFlag, patternFlag, uncommitted, dbFlag(false),
+					&cli.StringFlag{Name: "fail-on", Value: "warning", Usage: "lowest severity that fails the scan: info, warning or error"},
+					&cli.StringFlag{Name: "format", Value: "text", Usage: "text or json"},
+					&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "give up after this long"}},
+				Action: scan,
+			},
+			{
+				Name: "explain", Usage: "print a record's ancestry (or descendants) as a tree", ArgsUsage: "TOPIC/PARTITION@OFFSET",
+				Flags:  []cli.Flag{dbFlag(true), depthFlag, limitFlag, &cli.BoolFlag{Name: "descendants", Usage: "walk what the record caused instead"}},
+				Action: explain,
+			},
+			{
+				Name: "graph", Usage: "write a record's ancestry or descendants as DOT or JSON", ArgsUsage: "TOPIC/PARTITION@OFFSET",
+				Flags: []cli.Flag{dbFlag(true), depthFlag, limitFlag,
+					&cli.StringFlag{Name: "format", Value: "dot", Usage: "dot or json"},
+					&cli.StringFlag{Name: "direction", Value: "ancestry", Usage: "ancestry or descendants"}},
+				Action: graph,
+			},
+			{
+				Name: "decode", Usage: "decode a stamp given as hex or base64, or the stamp of a record by coordinate", ArgsUsage: "[VALUE]",
+				Flags: []cli.Flag{brokersFlag,
+					&cli.StringFlag{Name: "header", Usage: "the value's header: vc or parsley.causes (default: try both)"},
+					&cli.StringFlag{Name: "coord", Usage: "decode the record at TOPIC/PARTITION@OFFSET, read from the brokers"}},
+				Action: decode,
+			},
+			{
+				Name: "demo", Usage: "start an embedded broker with a small topology (a deliberate gap and a late-joiner window) and serve the UI",
+				Flags:  []cli.Flag{&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", Usage: "HTTP listen address"}},
+				Action: demo,
+			},
+		},
+	}
+}
+
+func brokers(c *cli.Context) ([]string, error) {
+	var out []string
+	for _, b := range c.StringSlice("brokers") {
+		for _, s := range strings.Split(b, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, cli.Exit("no brokers: set --brokers or PARSLEY_BROKERS", 2)
+	}
+	return out, nil
+}
+
+func config(c *cli.Context) (observer.Config, error) {
+	seeds, err := brokers(c)
+	if err != nil {
+		return observer.Config{}, err
+	}
+	cfg := observer.Config{Seeds: seeds, Topics: c.StringSlice("topics"), ReadUncommitted: c.Bool("read-uncommitted"),
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	if p := c.String("pattern"); p != "" {
+		if cfg.Pattern, err = regexp.Compile(p); err != nil {
+			return cfg, cli.Exit(fmt.Sprintf("--pattern %q: %v", p, err), 2)
+		}
+	}
+	if len(cfg.Topics) == 0 && cfg.Pattern == nil {
+		return cfg, cli.Exit("no topics: set --topics or --pattern", 2)
+	}
+	switch c.String("from") {
+	case "", "start":
+	case "end":
+		cfg.Start = observer.FromEnd
+	default:
+		return cfg, cli.Exit(fmt.Sprintf("--from %q: want start or end", c.String("from")), 2)
+	}
+	return cfg, nil
+}
+
+// openStore opens --db, or a store in a fresh temporary directory that
+// cleanup removes.
+func openStore(c *cli.Context) (*observer.Store, func(), error) {
+	path := c.String("db")
+	cleanup := func() {}
+	if path == "" {
+		dir, err := os.MkdirTemp("", "parsley-observe-")
+		if err != nil {
+			return nil, nil, err
+		}
+		path, cleanup = filepath.Join(dir, "observer.db"), func() { os.RemoveAll(dir) }
+	} else if c.Command.Name != "serve" && c.Command.Name != "scan" {
+		if _, err := os.Stat(path); err != nil {
+			return nil, nil, cli.Exit(fmt.Sprintf("--db %s: %v (build one with `parsley-observe scan --db` or `serve --db`)", path, err), 2)
+		}
+	}
+	st, err := observer.OpenStore(c.Context, path)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return st, func() { st.Close(); cleanup() }, nil
+}
+
+func scan(c *cli.Context) error {
+	failOn, err := observer.ParseSeverity(c.String("fail-on"))
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	format := c.String("format")
+	if format != "text" && format != "json" {
+		return cli.Exit(fmt.Sprintf("--format %q: want text or json", format), 2)
+	}
+	cfg, err := config(c)
+	if err != nil {
+		return err
+	}
+	st, done, err := openStore(c)
+	if err != nil {
+		return err
+	}
+	defer done()
+	o, err := observer.New(cfg, st)
+	if err != nil {
+		return err
+	}
+	defer o.Close()
+	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+	defer cancel()
+	if err := o.Scan(ctx); err != nil {
+		return err
+	}
+	fs, err := o.Findings(ctx)
+	if err != nil {
+		return err
+	}
+	failed := 0
+	for _, f := range fs {
+		if f.Severity >= failOn {
+			failed++
+		}
+	}
+	w := c.App.Writer
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if fs == nil {
+			fs = []observer.Finding{}
+		}
+		enc.Encode(fs)
+	} else {
+		for _, f := range fs {
+			fmt.Fprintf(w, "%-7s %-23s %s\n        coordinates: %s\n        action: %s\n", f.Severity, f.Code, f.Summary, strings.Join(f.Coordinates, " "), f.Action)
+		}
+		fmt.Fprintf(w, "%d findings, %d at or above %s\n", len(fs), failed, failOn)
+	}
+	if failed > 0 {
+		return cli.Exit("", 1)
+	}
+	return nil
+}
+
+func serve(c *cli.Context) error {
+	cfg, err := config(c)
+	if err != nil {
+		return err
+	}
+	cfg.MaxAge, cfg.MaxRecords = c.Duration("max-age"), c.Int64("max-records")
+	path := c.String("db")
+	if path == "" {
+		path = "parsley-observer.db"
+	}
+	st, err := observer.OpenStore(c.Context, path)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	o, err := observer.New(cfg, st)
+	if err != nil {
+		return err
+	}
+	defer o.Close()
+	return runServer(c.Context, c.String("listen"), o, c.App.Writer)
+}
+
+// runServer serves o's handler while o tails, until ctx ends.
+func runServer(ctx context.Context, addr string, o *observer.Observer, out io.Writer) error {
+	h, err := o.Handler()
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(out, "parsley-observe: serving http://%s/\n", ln.Addr())
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- o.Run(ctx) }()
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(shut)
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func parseTarget(c *cli.Context, st *observer.Store) (headers.Coordinate, error) {
+	if c.NArg() != 1 {
+		return headers.Coordinate{}, cli.Exit("want one argument: TOPIC/PARTITION@OFFSET", 2)
+	}
+	ref, err := observer.ParseRef(c.Args().First())
+	if err != nil {
+		return headers.Coordinate{}, cli.Exit(err.Error(), 2)
+	}
+	return st.Resolve(c.Context, ref)
+}
+
+func explain(c *cli.Context) error {
+	st, done, err := openStore(c)
+	if err != nil {
+		return err
+	}
+	defer done()
+	at, err := parseTarget(c, st)
+	if err != nil {
+		return err
+	}
+	lim := observer.Limits{Depth: c.Int("depth"), Nodes: c.Int("limit")}
+	walk := st.Ancestry
+	if c.Bool("descendants") {
+		walk = st.Descendants
+	}
+	g, err := walk(c.Context, at, lim)
+	if err != nil {
+		return err
+	}
+	return g.WriteTree(c.App.Writer)
+}
+
+func graph(c *cli.Context) error {
+	st, done, err := openStore(c)
+	if err != nil {
+		return err
+	}
+	defer done()
+	at, err := parseTarget(c, st)
+	if err != nil {
+		return err
+	}
+	lim := observer.Limits{Depth: c.Int("depth"), Nodes: c.Int("limit")}
+	var g *observer.Graph
+	switch d := c.String("direction"); d {
+	case "ancestry":
+		g, err = st.Ancestry(c.Context, at, lim)
+	case "descendants":
+		g, err = st.Descendants(c.Context, at, lim)
+	default:
+		return cli.Exit(fmt.Sprintf("--direction %q: want ancestry or descendants", d), 2)
+	}
+	if err != nil {
+		return err
+	}
+	switch f := c.String("format"); f {
+	case "dot":
+		return g.WriteDOT(c.App.Writer)
+	case "json":
+		return g.WriteJSON(c.App.Writer)
+	default:
+		return cli.Exit(fmt.Sprintf("--format %q: want dot or json", f), 2)
+	}
+}
+
+func decode(c *cli.Context) error {
+	w := c.App.Writer
+	noName := func(headers.TopicID) string { return "" }
+	if coord := c.String("coord"); coord != "" {
+		if c.NArg() > 0 {
+			return cli.Exit("give either a VALUE or --coord, not both", 2)
+		}
+		seeds, err := brokers(c)
+		if err != nil {
+			return err
+		}
+		ref, err := observer.ParseRef(coord)
+		if err != nil {
+			return cli.Exit(err.Error(), 2)
+		}
+		rec, err := observer.FetchRecord(c.Context, seeds, ref)
+		if err != nil {
+			return err
+		}
+		var st headers.Stamp
+		if err := headers.ReadStamp(&st, rec.Headers); err != nil {
+			fmt.Fprintf(w, "record %s: undecodable stamp: %v\n", ref, err)
+			for _, h := range rec.Headers {
+				if headers.IsReserved(h.Key) {
+					fmt.Fprintf(w, "  header %s = %x\n", h.Key, h.Value)
+				}
+			}
+			return cli.Exit("", 1)
+		}
+		fmt.Fprintf(w, "record %s (topic %q)\n", ref, rec.Topic)
+		if st.Tagged {
+			fmt.Fprintf(w, "sender %s seq %d\n", st.Sender, st.Seq)
+		}
+		return observer.WriteClock(w, &st.Clock, noName)
+	}
+	if c.NArg() != 1 {
+		return cli.Exit("want a stamp VALUE (hex or base64) or --coord TOPIC/PARTITION@OFFSET", 2)
+	}
+	clk, hdr, err := observer.DecodeValue(c.Args().First(), c.String("header"))
+	if err != nil {
+		fmt.Fprintln(w, err)
+		return cli.Exit("", 1)
+	}
+	fmt.Fprintf(w, "%s: ", hdr)
+	return observer.WriteClock(w, clk, noName)
+}
+
+func demo(c *cli.Context) error {
+	ctx := c.Context
+	cl, err := broker.Start(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	b, err := obsdemo.NewBuilder(cl)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if _, err := b.Clean(ctx, 20); err != nil {
+		return err
+	}
+	if _, err := b.Faulty(ctx); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "parsley-observe-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	st, err := observer.OpenStore(ctx, filepath.Join(dir, "observer.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	o, err := observer.New(observer.Config{Seeds: cl.Addrs(), Pattern: regexp.MustCompile(".*")}, st)
+	if err != nil {
+		return err
+	}
+	defer o.Close()
+	if err := o.Scan(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "parsley-observe demo: embedded broker at %s; topics orders, shipments (clean) and gap, regress, claims, mixed, bad, up, down, grow (one finding each)\n", strings.Join(cl.Addrs(), ","))
+	return runServer(ctx, c.String("listen"), o, c.App.Writer)
+}

@@ -1,0 +1,43 @@
+// Command parsley-observe tails Kafka topics, rebuilds the causal graph
+// from Parsley stamps, and reports what will make consumers hold or wedge.
+//
+//	parsley-observe serve   --brokers HOST:PORT --pattern '.*'     web UI, JSON API, /metrics, /healthz
+//	parsley-observe scan    --brokers HOST:PORT --topics a,b       one pass; exit 1 on findings (for CI)
+//	parsley-observe explain --db observer.db orders/0@42           ancestry as a tree
+//	parsley-observe graph   --db observer.db --format dot orders/0@42
+//	parsley-observe decode  0100000001...                          a stamp value, hex or base64
+//	parsley-observe demo                                           embedded broker, faulty topology, UI
+//
+// Brokers come from --brokers or PARSLEY_BROKERS. Exit status: 0 success
+// (and, for scan, no finding at or above --fail-on), 1 findings, 2 error.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := app().RunContext(ctx, os.Args)
+	stop()
+	var ec cli.ExitCoder
+	switch {
+	case err == nil:
+	case errors.As(err, &ec):
+		if msg := ec.Error(); msg != "" {
+			fmt.Fprintln(os.Stderr, "parsley-observe:", msg)
+		}
+		os.Exit(ec.ExitCode())
+	default:
+		fmt.Fprintln(os.Stderr, "parsley-observe:", err)
+		os.Exit(2)
+	}
+}

@@ -1,0 +1,134 @@
+package observer
+
+import (
+	"context"
+	"io"
+	"path/filepath"
+	"testing"
+
+	"github.com/parsley-go/parsley/headers"
+)
+
+// synthetic returns n tagged records on channel 0 of topic "bench", each
+// stamped with entries offset entries: one on the previous record of its
+// own channel, so the records form a chain, and entries-1 on other
+// channels, of which changed-1 advance with every record (the inputs a
+// stage just consumed) and the rest stay put (inputs that were quiet).
+func synthetic(n, entries, changed int) []Incoming {
+	self := headers.Channel{Topic: headers.TopicID{0xbe, 0xec}, Partition: 0}
+	sender := headers.SenderID{0x5e, 1}
+	out := make([]Incoming, n)
+	for i := range n {
+		st := headers.Stamp{Tagged: true, Sender: sender, Seq: int64(i + 1)}
+		if i > 0 {
+			st.Clock.SetOffset(self, int64(i-1))
+		}
+		for p := 1; p < entries; p++ {
+			v := int64(0)
+			if p < changed {
+				v = int64(i)
+			}
+			st.Clock.SetOffset(headers.Channel{Topic: headers.TopicID{0xbe, 0xed}, Partition: int32(p)}, v)
+		}
+		hs, err := headers.AppendStamp([]headers.Header(nil), &st, headers.DialectVC)
+		if err != nil {
+			panic(err)
+		}
+		if entries == 0 {
+			hs = nil
+		}
+		out[i] = Incoming{Channel: self, Topic: "bench", Offset: int64(i), Timestamp: int64(i), Headers: hs}
+	}
+	return out
+}
+
+func benchStore(b *testing.B) (*Store, *writer) {
+	ctx := context.Background()
+	st, err := OpenStore(ctx, filepath.Join(b.TempDir(), "bench.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	w, err := newWriter(ctx, st)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(w.close)
+	return st, w
+}
+
+// BenchmarkIngest stores records in batches of 1,000, as one poll would
+// bring them: 16-entry stamps, and unstamped records as the control.
+func BenchmarkIngest(b *testing.B) {
+	for _, bc := range []struct {
+		name             string
+		entries, changed int
+	}{{"unstamped", 0, 0}, {"entries=16/changed=2", 16, 2}, {"entries=16/changed=16", 16, 16}} {
+		b.Run(bc.name, func(b *testing.B) {
+			const batch = 1000
+			recs := synthetic(batch*20, bc.entries, bc.changed)
+			_, w := benchStore(b)
+			ctx := context.Background()
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				if n+batch > len(recs) {
+					// Continue the channel beyond the prepared records.
+					for i := range recs {
+						recs[i].Offset += int64(len(recs))
+					}
+					n = 0
+				}
+				if err := w.ingest(ctx, recs[n:n+batch]); err != nil {
+					b.Fatal(err)
+				}
+				n += batch
+			}
+			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}
+
+// BenchmarkExplain walks a 1,009-record ancestry and renders it as a
+// tree: 16 channels of 64 records each, every record's 16-entry stamp
+// claiming the previous record of every channel, so the last record of
+// channel 0 descends from 63 records of each channel.
+func BenchmarkExplain(b *testing.B) {
+	st, w := benchStore(b)
+	ctx := context.Background()
+	const chans, depth = 16, 64
+	ch := func(p int) headers.Channel { return headers.Channel{Topic: headers.TopicID{0xe7}, Partition: int32(p)} }
+	var recs []Incoming
+	for i := range depth {
+		for p := range chans {
+			var st headers.Stamp
+			if i > 0 {
+				for q := range chans {
+					st.Clock.SetOffset(ch(q), int64(i-1))
+				}
+			}
+			hs, err := headers.AppendStamp([]headers.Header(nil), &st, headers.DialectVC)
+			if err != nil {
+				b.Fatal(err)
+			}
+			recs = append(recs, Incoming{Channel: ch(p), Topic: "grid", Offset: int64(i), Timestamp: int64(i), Headers: hs})
+		}
+	}
+	if err := w.ingest(ctx, recs); err != nil {
+		b.Fatal(err)
+	}
+	last := headers.Coordinate{Channel: ch(0), Offset: depth - 1}
+	b.ReportAllocs()
+	for b.Loop() {
+		g, err := st.Ancestry(ctx, last, Limits{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(g.Nodes) != 1+chans*(depth-1) || len(g.Edges) != chans*chans*(depth-2)+chans || g.Truncated {
+			b.Fatalf("ancestry has %d nodes and %d edges (truncated %v)", len(g.Nodes), len(g.Edges), g.Truncated)
+		}
+		if err := g.WriteTree(io.Discard); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,364 @@
+package observer
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/parsley-go/parsley/headers"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+//go:embed assets
+var assetFS embed.FS
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+// OffsetsFunc returns the brokers' current offsets per channel.
+type OffsetsFunc func(context.Context) (map[headers.Channel]ChannelOffsets, error)
+
+// Server serves the web UI, the JSON API, /metrics and /healthz over a
+// store. It only reads.
+type Server struct {
+	store   *Store
+	offsets OffsetsFunc
+	metrics *Metrics
+	mux     *http.ServeMux
+	pages   map[string]*template.Template
+}
+
+// NewServer returns a server over st. offsets (nil: none) feeds the
+// findings that need broker offsets; metrics (nil: a fresh set) is served
+// at /metrics.
+func NewServer(st *Store, offsets OffsetsFunc, metrics *Metrics) (*Server, error) {
+	if metrics == nil {
+		metrics = newMetrics()
+	}
+	s := &Server{store: st, offsets: offsets, metrics: metrics, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
+	funcs := template.FuncMap{
+		"hasPrefix": strings.HasPrefix,
+		"pct":       func(f float64) string { return strconv.FormatFloat(f*100, 'f', 1, 64) + "%" },
+	}
+	for _, p := range []string{"findings", "topics", "record"} {
+		t, err := template.New(p).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+p+".html")
+		if err != nil {
+			return nil, fmt.Errorf("observer: parse template %s: %w", p, err)
+		}
+		s.pages[p] = t
+	}
+	assets, _ := fs.Sub(assetFS, "assets")
+	s.mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.mux.HandleFunc("GET /api/findings", s.apiFindings)
+	s.mux.HandleFunc("GET /api/topics", s.apiTopics)
+	s.mux.HandleFunc("GET /api/records/{coord...}", s.apiRecord)
+	s.mux.HandleFunc("GET /api/graph/{coord...}", s.apiGraph)
+	s.mux.HandleFunc("GET /{$}", s.uiFindings)
+	s.mux.HandleFunc("GET /topics", s.uiTopics)
+	s.mux.HandleFunc("GET /record/{coord...}", s.uiRecord)
+	return s, nil
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// badRequest is an error that is the client's fault: it becomes a 400.
+type badRequest struct{ err error }
+
+func (b badRequest) Error() string { return b.err.Error() }
+func (b badRequest) Unwrap() error { return b.err }
+
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	var br badRequest
+	switch {
+	case errors.As(err, &br), errors.Is(err, ErrBadCoordinate), errors.Is(err, ErrBadSeverity):
+		code = http.StatusBadRequest
+	case errors.Is(err, ErrNotFound):
+		code = http.StatusNotFound
+	}
+	http.Error(w, err.Error(), code)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	if err := s.store.db.PingContext(r.Context()); err != nil {
+		http.Error(w, "store: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.Write([]byte("ok\n"))
+}
+
+type findingFilter struct {
+	Code     string
+	Severity string
+	Topic    string
+}
+
+func parseFindingFilter(r *http.Request) (findingFilter, error) {
+	q := r.URL.Query()
+	f := findingFilter{Code: q.Get("code"), Severity: q.Get("severity"), Topic: q.Get("topic")}
+	if f.Code != "" && codeInfo[Code(f.Code)].action == "" {
+		return f, badRequest{fmt.Errorf("unknown finding code %q", f.Code)}
+	}
+	if f.Severity != "" {
+		if _, err := ParseSeverity(f.Severity); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
+}
+
+// findings evaluates every finding, publishes the counts as metrics and
+// applies the filter.
+func (s *Server) findings(ctx context.Context, f findingFilter) ([]Finding, error) {
+	var offs map[headers.Channel]ChannelOffsets
+	if s.offsets != nil {
+		var err error
+		if offs, err = s.offsets(ctx); err != nil {
+			return nil, err
+		}
+	}
+	all, err := s.store.Findings(ctx, offs)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.setFindings(all)
+	min, _ := ParseSeverity(f.Severity)
+	out := []Finding{}
+	for _, x := range all {
+		if (f.Code == "" || string(x.Code) == f.Code) && x.Severity >= min && (f.Topic == "" || x.Topic == f.Topic) {
+			out = append(out, x)
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) apiFindings(w http.ResponseWriter, r *http.Request) {
+	f, err := parseFindingFilter(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	fs, err := s.findings(r.Context(), f)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, fs)
+}
+
+func (s *Server) apiTopics(w http.ResponseWriter, r *http.Request) {
+	ts, err := s.store.Topics(r.Context())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if ts == nil {
+		ts = []TopicStats{}
+	}
+	writeJSON(w, ts)
+}
+
+// graphParams reads the coordinate and the depth and limit parameters.
+func (s *Server) graphParams(r *http.Request) (headers.Coordinate, Limits, error) {
+	ref, err := ParseRef(r.PathValue("coord"))
+	if err != nil {
+		return headers.Coordinate{}, Limits{}, err
+	}
+	var lim Limits
+	for _, p := range []struct {
+		name string
+		dst  *int
+		def  int
+	}{{"depth", &lim.Depth, 6}, {"limit", &lim.Nodes, 200}} {
+		v := r.URL.Query().Get(p.name)
+		if v == "" {
+			*p.dst = p.def
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10000 {
+			return headers.Coordinate{}, Limits{}, badRequest{fmt.Errorf("parameter %s=%q: want an integer from 1 to 10000", p.name, v)}
+		}
+		*p.dst = n
+	}
+	c, err := s.store.Resolve(r.Context(), ref)
+	return c, lim, err
+}
+
+// both merges a record's ancestry and descendants into one graph.
+func (s *Server) both(ctx context.Context, c headers.Coordinate, lim Limits) (*Graph, error) {
+	up, err := s.store.Ancestry(ctx, c, lim)
+	if err != nil {
+		return nil, err
+	}
+	down, err := s.store.Descendants(ctx, c, lim)
+	if err != nil {
+		return nil, err
+	}
+	g := &Graph{Root: up.Root, Direction: "both", Nodes: up.Nodes, Edges: up.Edges, Truncated: up.Truncated || down.Truncated}
+	have := map[string]bool{}
+	for _, n := range up.Nodes {
+		have[n.ID] = true
+	}
+	for _, n := range down.Nodes {
+		if !have[n.ID] {
+			g.Nodes = append(g.Nodes, n)
+		}
+	}
+	g.Edges = append(g.Edges, down.Edges...)
+	return g, nil
+}
+
+func (s *Server) apiRecord(w http.ResponseWriter, r *http.Request) {
+	c, lim, err := s.graphParams(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	rec, err := s.store.Record(r.Context(), c)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	up, err := s.store.Ancestry(r.Context(), c, lim)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	down, err := s.store.Descendants(r.Context(), c, lim)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, map[string]any{"record": recordJSON(rec), "ancestry": up, "descendants": down})
+}
+
+func recordJSON(r *Record) map[string]any {
+	m := map[string]any{
+		"coordinate": r.Coordinate.String(), "topic": r.Topic, "timestamp": r.Timestamp, "control": r.Control,
+		"stamped": r.Stamped, "offset_entries": r.Offsets, "seq_entries": r.Seqs, "header_bytes": r.HeaderSize,
+	}
+	if r.Tagged {
+		m["sender"], m["seq"] = r.Sender.String(), r.Seq
+	}
+	if r.Err != "" {
+		m["error"] = r.Err
+	}
+	return m
+}
+
+func (s *Server) apiGraph(w http.ResponseWriter, r *http.Request) {
+	c, lim, err := s.graphParams(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	var g *Graph
+	switch dir := r.URL.Query().Get("direction"); dir {
+	case "", "both":
+		g, err = s.both(r.Context(), c, lim)
+	case "ancestry":
+		g, err = s.store.Ancestry(r.Context(), c, lim)
+	case "descendants":
+		g, err = s.store.Descendants(r.Context(), c, lim)
+	default:
+		err = badRequest{fmt.Errorf("parameter direction=%q: want ancestry, descendants or both", dir)}
+	}
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	switch f := r.URL.Query().Get("format"); f {
+	case "", "json":
+		writeJSON(w, g)
+	case "dot":
+		w.Header().Set("Content-Type", "text/vnd.graphviz")
+		g.WriteDOT(w)
+	default:
+		s.fail(w, badRequest{fmt.Errorf("parameter format=%q: want json or dot", f)})
+	}
+}
+
+func (s *Server) render(w http.ResponseWriter, page string, data any) {
+	var b strings.Builder
+	if err := s.pages[page].ExecuteTemplate(&b, page+".html", data); err != nil {
+		s.fail(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Write([]byte(b.String()))
+}
+
+func (s *Server) uiFindings(w http.ResponseWriter, r *http.Request) {
+	f, err := parseFindingFilter(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	fs, err := s.findings(r.Context(), f)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.render(w, "findings", map[string]any{
+		"Title": "Findings", "Findings": fs, "Codes": Codes,
+		"Severities": []Severity{SeverityInfo, SeverityWarning, SeverityError},
+		"Code":       f.Code, "Severity": f.Severity, "Topic": f.Topic,
+	})
+}
+
+func (s *Server) uiTopics(w http.ResponseWriter, r *http.Request) {
+	ts, err := s.store.Topics(r.Context())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.render(w, "topics", map[string]any{"Title": "Topics", "Topics": ts})
+}
+
+func (s *Server) uiRecord(w http.ResponseWriter, r *http.Request) {
+	c, lim, err := s.graphParams(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	rec, err := s.store.Record(r.Context(), c)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	g, err := s.both(r.Context(), c, lim)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	var clk strings.Builder
+	if rec.Err == "" && rec.Stamped {
+		if st, err := rec.Stamp(); err == nil {
+			WriteClock(&clk, &st.Clock, func(id headers.TopicID) string { return s.store.TopicName(r.Context(), id) })
+		}
+	} else if !rec.Stamped {
+		clk.WriteString("no stamp: claims nothing")
+	}
+	s.render(w, "record", map[string]any{
+		"Title": "Record " + c.String(), "Record": rec, "Graph": g, "Clock": clk.String(),
+		"Time": time.UnixMilli(rec.Timestamp).UTC().Format(time.RFC3339Nano), "Depth": lim.Depth, "Limit": lim.Nodes,
+	})
+}

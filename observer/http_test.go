@@ -1,0 +1,172 @@
+package observer_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/obsdemo"
+	"github.com/parsley-go/parsley/observer"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func get(t *testing.T, srv *httptest.Server, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(srv.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// writeKeys are the requests that change a cluster's data or membership.
+var writeKeys = map[int16]bool{
+	kmsg.Produce.Int16(): true, kmsg.OffsetCommit.Int16(): true, kmsg.CreateTopics.Int16(): true,
+	kmsg.DeleteTopics.Int16(): true, kmsg.DeleteRecords.Int16(): true, kmsg.InitProducerID.Int16(): true,
+	kmsg.AddPartitionsToTxn.Int16(): true, kmsg.EndTxn.Int16(): true, kmsg.TxnOffsetCommit.Int16(): true,
+	kmsg.CreatePartitions.Int16(): true, kmsg.AlterConfigs.Int16(): true, kmsg.IncrementalAlterConfigs.Int16(): true,
+	kmsg.JoinGroup.Int16(): true,
+}
+
+func TestServerAndReadOnly(t *testing.T) {
+	ctx := ctxFor(t)
+	c := broker.New(t)
+	b := builder(t, c)
+	want, err := b.Faulty(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// From here on, every request the cluster receives comes from the
+	// observer and the server: none may write.
+	var mu sync.Mutex
+	var writes []string
+	c.Fake().Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if writeKeys[req.Key()] {
+			mu.Lock()
+			writes = append(writes, kmsg.NameForKey(req.Key()))
+			mu.Unlock()
+		}
+		return nil, nil, false
+	})
+	_, o := scan(t, ctx, c)
+	h, err := o.Handler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	code, body := get(t, srv, "/api/findings")
+	var fs []observer.Finding
+	if err := json.Unmarshal([]byte(body), &fs); code != 200 || err != nil || len(fs) != len(want) {
+		t.Fatalf("/api/findings: %d %v: %d findings, want %d\n%s", code, err, len(fs), len(want), body)
+	}
+	code, body = get(t, srv, "/api/findings?code=sequence-gap")
+	if err := json.Unmarshal([]byte(body), &fs); code != 200 || err != nil || len(fs) != 1 || fs[0].Code != observer.CodeSequenceGap {
+		t.Errorf("/api/findings?code=sequence-gap: %d %v %+v", code, err, fs)
+	}
+	code, body = get(t, srv, "/api/findings?severity=error")
+	if err := json.Unmarshal([]byte(body), &fs); code != 200 || err != nil || len(fs) != 6 {
+		t.Errorf("/api/findings?severity=error: %d %v: %d findings, want 6 (gap, regression, 3 unsettleable, undecodable)", code, err, len(fs))
+	}
+	code, body = get(t, srv, "/metrics")
+	if code != 200 || !strings.Contains(body, `parsley_observer_findings{code="unsettleable-claim"} 3`) || !strings.Contains(body, "parsley_observer_records_ingested_total") {
+		t.Errorf("/metrics: %d\n%s", code, body)
+	}
+	if code, body := get(t, srv, "/healthz"); code != 200 || body != "ok\n" {
+		t.Errorf("/healthz: %d %q", code, body)
+	}
+	code, body = get(t, srv, "/")
+	if code != 200 || strings.Count(body, `<tr class="finding"`) != len(want) {
+		t.Errorf("/: %d, %d finding rows, want %d", code, strings.Count(body, `<tr class="finding"`), len(want))
+	}
+	code, body = get(t, srv, "/?code=late-joiner-window")
+	if code != 200 || strings.Count(body, `<tr class="finding"`) != 1 || !strings.Contains(body, "safe join") {
+		t.Errorf("/?code=late-joiner-window: %d\n%s", code, body)
+	}
+	if code, body := get(t, srv, "/topics"); code != 200 || !strings.Contains(body, "<td>grow</td>") {
+		t.Errorf("/topics: %d", code)
+	}
+	down := want[len(want)-2].Coordinates[0] // the late-joiner carrier
+	code, body = get(t, srv, "/api/records/"+down)
+	var rec struct {
+		Record   map[string]any
+		Ancestry observer.Graph
+	}
+	if err := json.Unmarshal([]byte(body), &rec); code != 200 || err != nil || len(rec.Ancestry.Edges) != 1 || rec.Ancestry.Edges[0].Kind != "seq" {
+		t.Errorf("/api/records/%s: %d %v\n%s", down, code, err, body)
+	}
+	if code, body := get(t, srv, "/record/down/0@0"); code != 200 || !strings.Contains(body, `id="graph-data"`) {
+		t.Errorf("/record/down/0@0: %d", code)
+	}
+	if code, body := get(t, srv, "/api/graph/down/0@0?format=dot"); code != 200 || !strings.HasPrefix(body, "digraph") {
+		t.Errorf("/api/graph?format=dot: %d %s", code, body)
+	}
+
+	// Malformed input is the client's fault: 400 with a message, never 500.
+	for _, tc := range []struct {
+		path string
+		code int
+	}{
+		{"/api/findings?code=no-such-code", 400},
+		{"/api/findings?severity=loud", 400},
+		{"/?severity=loud", 400},
+		{"/api/records/down", 400},
+		{"/api/records/down/0@", 400},
+		{"/api/records/down/-1@0", 400},
+		{"/api/records/down/0@99999999999999999999", 400},
+		{"/api/records/" + url.PathEscape("do wn") + "/0@0", 400},
+		{"/api/records/down/0@0?depth=x", 400},
+		{"/api/records/down/0@0?depth=0", 400},
+		{"/api/records/down/0@0?limit=100000", 400},
+		{"/api/graph/down/0@0?direction=sideways", 400},
+		{"/api/graph/down/0@0?format=png", 400},
+		{"/record/down/0@0?depth=-3", 400},
+		{"/api/records/down/0@5", 404},
+		{"/api/records/nosuchtopic/0@0", 404},
+		{"/record/00000000-0000-0000-0000-000000000000/0@0", 400},
+	} {
+		code, body := get(t, srv, tc.path)
+		if code != tc.code || strings.TrimSpace(body) == "" {
+			t.Errorf("GET %s: %d %q, want %d with a message", tc.path, code, body, tc.code)
+		}
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(writes) > 0 {
+		t.Errorf("the observer sent write requests to the cluster it observes: %v", writes)
+	}
+}
+
+// TestReadOnlyGuardWorks proves the write detector above sees a write.
+func TestReadOnlyGuardWorks(t *testing.T) {
+	ctx := ctxFor(t)
+	c := broker.New(t)
+	b := builder(t, c)
+	var seen bool
+	c.Fake().Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if writeKeys[req.Key()] {
+			seen = true
+		}
+		return nil, nil, false
+	})
+	if err := b.Create(ctx, 1, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Produce(ctx, "x", 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !seen {
+		t.Error("a produce went unseen by the write detector")
+	}
+	_ = obsdemo.Want{}
+}

@@ -1,0 +1,461 @@
+package observer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/parsley-go/parsley/headers"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ErrNoTopics is wrapped when the configured names and pattern match no
+// topic on the cluster.
+var ErrNoTopics = errors.New("no topics to observe")
+
+// StartAt says where to begin consuming a channel the store has no
+// position for.
+type StartAt int
+
+const (
+	// FromStart consumes from the log start.
+	FromStart StartAt = iota
+	// FromEnd consumes only records appended after the observer starts.
+	FromEnd
+)
+
+// Config configures an Observer.
+type Config struct {
+	// Seeds are the brokers to bootstrap from.
+	Seeds []string
+	// Topics are topic names to observe.
+	Topics []string
+	// Pattern, if set, observes every topic whose name it matches, in
+	// addition to Topics. Internal topics (a leading "__") are never
+	// matched.
+	Pattern *regexp.Regexp
+	// Start says where to begin on a channel without a stored position.
+	Start StartAt
+	// ReadUncommitted fetches records of open and aborted transactions too,
+	// so aborted stamps are stored and analysed. The default is
+	// read_committed, which is what Parsley consumers see.
+	ReadUncommitted bool
+	// MaxAge and MaxRecords bound the stored graph; zero means unbounded.
+	// Findings detected at ingest outlive the records they name.
+	MaxAge     time.Duration
+	MaxRecords int64
+	// Refresh is how often Run looks for new matching topics and
+	// partitions (default 30s); PruneEvery how often it prunes the store
+	// and re-evaluates findings for the metrics (default 1m).
+	Refresh, PruneEvery time.Duration
+	// ClientOpts are extra franz-go options (TLS, SASL, …).
+	ClientOpts []kgo.Opt
+	// Logger receives progress and errors; nil discards them.
+	Logger *slog.Logger
+}
+
+// Observer tails topics into a Store and derives findings.
+type Observer struct {
+	cfg     Config
+	store   *Store
+	client  *kgo.Client
+	admin   *kadm.Client
+	log     *slog.Logger
+	metrics *Metrics
+
+	mu     sync.Mutex // guards w and the ingest path
+	w      *writer
+	topics map[string]headers.TopicID // observed topic name → ID
+}
+
+// New returns an observer writing to store. It connects to the brokers
+// lazily; Close releases the client (not the store).
+func New(cfg Config, store *Store) (*Observer, error) {
+	if len(cfg.Seeds) == 0 {
+		return nil, errors.New("observer: no brokers: set --brokers or PARSLEY_BROKERS")
+	}
+	if len(cfg.Topics) == 0 && cfg.Pattern == nil {
+		return nil, fmt.Errorf("observer: no topics or pattern configured: %w", ErrNoTopics)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	iso := kgo.ReadCommitted()
+	if cfg.ReadUncommitted {
+		iso = kgo.ReadUncommitted()
+	}
+	// No consumer group and no producer: the observer reads partitions
+	// directly and never commits or writes anything to the cluster.
+	cl, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.SeedBrokers(cfg.Seeds...),
+		kgo.FetchIsolationLevel(iso),
+		kgo.KeepControlRecords(),
+		kgo.MetadataMinAge(time.Second),
+		kgo.FetchMaxWait(500 * time.Millisecond),
+	}, cfg.ClientOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("observer: connect to %v: %w", cfg.Seeds, err)
+	}
+	o := &Observer{cfg: cfg, store: store, client: cl, admin: kadm.NewClient(cl), log: log, metrics: newMetrics(), topics: map[string]headers.TopicID{}}
+	return o, nil
+}
+
+// Close closes the observer's Kafka client.
+func (o *Observer) Close() {
+	o.client.Close()
+	o.mu.Lock()
+	if o.w != nil {
+		o.w.close()
+	}
+	o.mu.Unlock()
+}
+
+// Store returns the observer's store.
+func (o *Observer) Store() *Store { return o.store }
+
+// Metrics returns the observer's Prometheus metrics.
+func (o *Observer) Metrics() *Metrics { return o.metrics }
+
+// selectTopics lists the cluster's topics and returns those to observe.
+func (o *Observer) selectTopics(ctx context.Context) (kadm.TopicDetails, error) {
+	all, err := o.admin.ListTopics(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("observer: list topics: %w", err)
+	}
+	sel := kadm.TopicDetails{}
+	for name, td := range all {
+		if td.IsInternal || strings.HasPrefix(name, "__") {
+			continue
+		}
+		if slices.Contains(o.cfg.Topics, name) || (o.cfg.Pattern != nil && o.cfg.Pattern.MatchString(name)) {
+			if td.Err != nil {
+				return nil, fmt.Errorf("observer: topic %q: %w", name, td.Err)
+			}
+			sel[name] = td
+		}
+	}
+	for _, name := range o.cfg.Topics {
+		if _, ok := sel[name]; !ok {
+			return nil, fmt.Errorf("observer: topic %q does not exist: %w", name, ErrNoTopics)
+		}
+	}
+	if len(sel) == 0 {
+		return nil, fmt.Errorf("observer: pattern %q matches no topic: %w", o.cfg.Pattern, ErrNoTopics)
+	}
+	return sel, nil
+}
+
+// assign starts consuming every partition of the selected topics not yet
+// consumed, from its stored position or the configured start.
+func (o *Observer) assign(ctx context.Context, sel kadm.TopicDetails) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.w == nil {
+		w, err := newWriter(ctx, o.store)
+		if err != nil {
+			return err
+		}
+		o.w = w
+	}
+	var starts kadm.ListedOffsets
+	add := map[string]map[int32]kgo.Offset{}
+	for name, td := range sel {
+		id := headers.TopicID(td.ID)
+		if id.IsZero() {
+			return fmt.Errorf("observer: topic %q has no topic ID (brokers older than Kafka 2.8 cannot carry causal claims)", name)
+		}
+		if old, ok := o.topics[name]; ok && old == id {
+			continue
+		}
+		o.topics[name] = id
+		for p := range td.Partitions {
+			ch := headers.Channel{Topic: id, Partition: p}
+			if cs, ok := o.w.chans[ch]; ok && cs.next >= 0 {
+				if add[name] == nil {
+					add[name] = map[int32]kgo.Offset{}
+				}
+				add[name][p] = kgo.NewOffset().At(cs.next)
+				continue
+			}
+			if starts == nil {
+				var err error
+				if o.cfg.Start == FromEnd {
+					starts, err = o.admin.ListEndOffsets(ctx, sel.Names()...)
+				} else {
+					starts, err = o.admin.ListStartOffsets(ctx, sel.Names()...)
+				}
+				if err == nil {
+					err = starts.Error()
+				}
+				if err != nil {
+					return fmt.Errorf("observer: list start offsets: %w", err)
+				}
+			}
+			lo, ok := starts.Lookup(name, p)
+			if !ok {
+				return fmt.Errorf("observer: no start offset for %q partition %d", name, p)
+			}
+			if err := o.w.markConsumed(ctx, ch, name, lo.Offset); err != nil {
+				return err
+			}
+			if add[name] == nil {
+				add[name] = map[int32]kgo.Offset{}
+			}
+			add[name][p] = kgo.NewOffset().At(lo.Offset)
+		}
+	}
+	if len(add) > 0 {
+		o.client.AddConsumePartitions(add)
+	}
+	return nil
+}
+
+// Poll fetches once and ingests what came back. It returns the number of
+// records (markers included) stored.
+func (o *Observer) poll(ctx context.Context) (int, error) {
+	// Wait at most a second for data, so the caller's loop keeps turning
+	// (new topics, pruning) on a quiet cluster.
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	fs := o.client.PollRecords(pctx, 10000)
+	cancel()
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	var batch []Incoming
+	var ferr error
+	fs.EachError(func(t string, p int32, err error) {
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			ferr = errors.Join(ferr, fmt.Errorf("observer: fetch %q partition %d: %w", t, p, err))
+		}
+	})
+	if ferr != nil {
+		o.log.Warn("fetch error", "err", ferr)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	fs.EachTopic(func(t kgo.FetchTopic) {
+		id, ok := o.topics[t.Topic]
+		if !ok {
+			return
+		}
+		if tid := headers.TopicID(t.TopicID); !tid.IsZero() && tid != id {
+			// A recreated topic: these records belong to the new incarnation.
+			id = tid
+		}
+		for _, p := range t.Partitions {
+			ch := headers.Channel{Topic: id, Partition: p.Partition}
+			if len(p.Records) > 0 {
+				o.metrics.lag.WithLabelValues(t.Topic, itoa(int64(p.Partition))).Set(float64(max(0, p.HighWatermark-lastOffset(p.Records)-1)))
+			}
+			for _, r := range p.Records {
+				in := Incoming{Channel: ch, Topic: r.Topic, Offset: r.Offset, Timestamp: r.Timestamp.UnixMilli(), Control: r.Attrs.IsControl()}
+				in.Headers = make([]headers.Header, len(r.Headers))
+				for i, h := range r.Headers {
+					in.Headers[i] = headers.Header(h)
+				}
+				batch = append(batch, in)
+			}
+		}
+	})
+	if len(batch) == 0 {
+		return 0, nil
+	}
+	if err := o.w.ingest(ctx, batch); err != nil {
+		return 0, err
+	}
+	o.metrics.ingested.Add(float64(len(batch)))
+	return len(batch), nil
+}
+
+func lastOffset(rs []*kgo.Record) int64 {
+	if len(rs) == 0 {
+		return -1
+	}
+	return rs[len(rs)-1].Offset
+}
+
+// Scan consumes every selected topic once, up to the last stable offsets
+// (or high watermarks with ReadUncommitted) listed when it starts, and
+// returns. It is what `parsley-observe scan` runs.
+func (o *Observer) Scan(ctx context.Context) error {
+	sel, err := o.selectTopics(ctx)
+	if err != nil {
+		return err
+	}
+	var ends kadm.ListedOffsets
+	if o.cfg.ReadUncommitted {
+		ends, err = o.admin.ListEndOffsets(ctx, sel.Names()...)
+	} else {
+		ends, err = o.admin.ListCommittedOffsets(ctx, sel.Names()...)
+	}
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("observer: list end offsets: %w", err)
+	}
+	if err := o.assign(ctx, sel); err != nil {
+		return err
+	}
+	for !o.caughtUp(ends) {
+		if _, err := o.poll(ctx); err != nil {
+			return fmt.Errorf("observer: scan: %w", err)
+		}
+	}
+	return nil
+}
+
+func (o *Observer) caughtUp(ends kadm.ListedOffsets) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	done := true
+	ends.Each(func(lo kadm.ListedOffset) {
+		id := o.topics[lo.Topic]
+		cs, ok := o.w.chans[headers.Channel{Topic: id, Partition: lo.Partition}]
+		if !ok || cs.next < lo.Offset {
+			done = false
+		}
+	})
+	return done
+}
+
+// Run tails the selected topics until ctx ends, picking up new matching
+// topics and partitions and pruning the store to its bounds every
+// minute. It returns nil when ctx ends.
+func (o *Observer) Run(ctx context.Context) error {
+	sel, err := o.selectTopics(ctx)
+	if err != nil {
+		return err
+	}
+	if err := o.assign(ctx, sel); err != nil {
+		return err
+	}
+	refresh := time.NewTicker(cmp.Or(o.cfg.Refresh, 30*time.Second))
+	defer refresh.Stop()
+	prune := time.NewTicker(cmp.Or(o.cfg.PruneEvery, time.Minute))
+	defer prune.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-refresh.C:
+			if sel, err := o.selectTopics(ctx); err == nil {
+				if err := o.assign(ctx, sel); err != nil {
+					o.log.Warn("assign new topics", "err", err)
+				}
+			}
+		case <-prune.C:
+			o.prune(ctx)
+			if _, err := o.Findings(ctx); err != nil && ctx.Err() == nil {
+				o.log.Warn("evaluate findings", "err", err)
+			}
+		default:
+		}
+		if _, err := o.poll(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			o.log.Error("ingest", "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+func (o *Observer) prune(ctx context.Context) {
+	if o.cfg.MaxAge <= 0 && o.cfg.MaxRecords <= 0 {
+		return
+	}
+	var minTS int64
+	if o.cfg.MaxAge > 0 {
+		minTS = time.Now().Add(-o.cfg.MaxAge).UnixMilli()
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if n, err := o.store.Prune(ctx, minTS, o.cfg.MaxRecords); err != nil {
+		o.log.Warn("prune", "err", err)
+	} else if n > 0 {
+		o.log.Info("pruned records", "n", n)
+	}
+}
+
+// Offsets returns the brokers' current log start, last stable and end
+// offsets of every channel the store knows whose topic still exists.
+func (o *Observer) Offsets(ctx context.Context) (map[headers.Channel]ChannelOffsets, error) {
+	return ListOffsets(ctx, o.admin)
+}
+
+// ListOffsets asks the cluster for the log start, last stable and end
+// offsets of every topic.
+func ListOffsets(ctx context.Context, admin *kadm.Client) (map[headers.Channel]ChannelOffsets, error) {
+	tds, err := admin.ListTopics(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("observer: list topics: %w", err)
+	}
+	names := tds.Names()
+	out := map[headers.Channel]ChannelOffsets{}
+	if len(names) == 0 {
+		return out, nil
+	}
+	starts, err := admin.ListStartOffsets(ctx, names...)
+	if err != nil {
+		return nil, fmt.Errorf("observer: list start offsets: %w", err)
+	}
+	lsos, err := admin.ListCommittedOffsets(ctx, names...)
+	if err != nil {
+		return nil, fmt.Errorf("observer: list last stable offsets: %w", err)
+	}
+	hwms, err := admin.ListEndOffsets(ctx, names...)
+	if err != nil {
+		return nil, fmt.Errorf("observer: list end offsets: %w", err)
+	}
+	hwms.Each(func(lo kadm.ListedOffset) {
+		if lo.Err != nil {
+			return
+		}
+		td := tds[lo.Topic]
+		ch := headers.Channel{Topic: headers.TopicID(td.ID), Partition: lo.Partition}
+		co := ChannelOffsets{Name: lo.Topic, End: lo.Offset, Stable: lo.Offset}
+		if s, ok := starts.Lookup(lo.Topic, lo.Partition); ok && s.Err == nil {
+			co.Start = s.Offset
+		}
+		if s, ok := lsos.Lookup(lo.Topic, lo.Partition); ok && s.Err == nil {
+			co.Stable = s.Offset
+		}
+		out[ch] = co
+	})
+	return out, nil
+}
+
+// Handler returns the web UI, JSON API, /metrics and /healthz over the
+// observer's store, with findings judged against live broker offsets.
+func (o *Observer) Handler() (*Server, error) {
+	return NewServer(o.store, o.Offsets, o.metrics)
+}
+
+// Findings evaluates every finding against the brokers' current offsets
+// and publishes the counts per code as metrics.
+func (o *Observer) Findings(ctx context.Context) ([]Finding, error) {
+	offs, err := o.Offsets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	fs, err := o.store.Findings(ctx, offs)
+	if err != nil {
+		return nil, err
+	}
+	o.metrics.setFindings(fs)
+	return fs, nil
+}

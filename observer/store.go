@@ -1,0 +1,362 @@
+package observer
+
+import (
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/parsley-go/parsley/headers"
+	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, pure Go
+)
+
+// schemaVersion is bumped on every incompatible schema change; a store
+// written by another version is refused rather than misread.
+const schemaVersion = "1"
+
+// ErrSchemaVersion is wrapped when a store was written by an incompatible
+// version of the observer.
+var ErrSchemaVersion = errors.New("unsupported store schema version")
+
+// Record kinds.
+const (
+	kindData    = 0
+	kindControl = 1 // a transaction marker
+)
+
+const schema = `
+CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS channels(
+	id INTEGER PRIMARY KEY,
+	topic BLOB NOT NULL,
+	part INTEGER NOT NULL,
+	name TEXT NOT NULL DEFAULT '',
+	start_off INTEGER NOT NULL DEFAULT -1,  -- first position consumed from; -1: not consumed
+	next_off INTEGER NOT NULL DEFAULT -1,   -- position: everything below was fetched or skipped
+	pruned_below INTEGER NOT NULL DEFAULT 0,
+	UNIQUE(topic, part));
+CREATE TABLE IF NOT EXISTS senders(id INTEGER PRIMARY KEY, sender BLOB NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS records(
+	id INTEGER PRIMARY KEY,
+	ch INTEGER NOT NULL,
+	off INTEGER NOT NULL,
+	ts INTEGER NOT NULL,
+	kind INTEGER NOT NULL,
+	stamped INTEGER NOT NULL,
+	tagged INTEGER NOT NULL,
+	sender INTEGER NOT NULL,
+	seq INTEGER NOT NULL,
+	n_off INTEGER NOT NULL,
+	n_seq INTEGER NOT NULL,
+	hdr_bytes INTEGER NOT NULL,
+	stamp BLOB,
+	err TEXT);
+CREATE UNIQUE INDEX IF NOT EXISTS records_at ON records(ch, off);
+CREATE INDEX IF NOT EXISTS records_seq ON records(ch, sender, seq) WHERE tagged;
+CREATE TABLE IF NOT EXISTS claims(ch INTEGER NOT NULL, value INTEGER NOT NULL, rec INTEGER NOT NULL,
+	PRIMARY KEY(ch, value, rec)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS seq_claims(ch INTEGER NOT NULL, sender INTEGER NOT NULL, value INTEGER NOT NULL, rec INTEGER NOT NULL,
+	PRIMARY KEY(ch, sender, value, rec)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sender_state(ch INTEGER NOT NULL, sender INTEGER NOT NULL, last_seq INTEGER NOT NULL, last_rec INTEGER NOT NULL,
+	PRIMARY KEY(ch, sender)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS findings(
+	id INTEGER PRIMARY KEY,
+	key TEXT NOT NULL UNIQUE,
+	code TEXT NOT NULL,
+	severity INTEGER NOT NULL,
+	topic TEXT NOT NULL,
+	coords TEXT NOT NULL,
+	summary TEXT NOT NULL,
+	count INTEGER NOT NULL DEFAULT 1);
+`
+
+// Store is the observer's SQLite database: channels, records, claims,
+// sender state and the findings detected at ingest. One Observer writes
+// it; any number of readers may query it.
+type Store struct {
+	db   *sql.DB
+	path string
+}
+
+// OpenStore opens (creating if needed) the store at path. WAL mode with
+// synchronous=NORMAL: the store is a cache of what the topics hold, so a
+// lost tail is re-read from the brokers.
+func OpenStore(ctx context.Context, path string) (*Store, error) {
+	q := url.Values{}
+	for _, p := range []string{"journal_mode(WAL)", "synchronous(NORMAL)", "busy_timeout(10000)", "cache_size(-32000)"} {
+		q.Add("_pragma", p)
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("observer: open store %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(4)
+	s := &Store{db: db, path: path}
+	if err := s.init(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) init(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, schema); err != nil {
+		return fmt.Errorf("observer: create schema in %s: %w", s.path, err)
+	}
+	var v string
+	err := s.db.QueryRowContext(ctx, `SELECT v FROM meta WHERE k='schema'`).Scan(&v)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		_, err = s.db.ExecContext(ctx, `INSERT INTO meta(k, v) VALUES('schema', ?)`, schemaVersion)
+		if err != nil {
+			return fmt.Errorf("observer: write schema version in %s: %w", s.path, err)
+		}
+	case err != nil:
+		return fmt.Errorf("observer: read schema version in %s: %w", s.path, err)
+	case v != schemaVersion:
+		return fmt.Errorf("observer: store %s has schema version %q, this observer reads %q: %w", s.path, v, schemaVersion, ErrSchemaVersion)
+	}
+	return nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// DB returns the underlying database, for ad-hoc queries.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// encodeStampHeaders keeps a record's stamp headers verbatim, in order,
+// duplicates included, so an undecodable stamp can be shown and decoded
+// again later: per header a uvarint key length, the key, a uvarint value
+// length, the value.
+func encodeStampHeaders[H headers.HeaderLike](dst []byte, hs []H) []byte {
+	for _, h := range hs {
+		hh := headers.Header(h)
+		if !isStampHeader(hh.Key) {
+			continue
+		}
+		dst = binary.AppendUvarint(dst, uint64(len(hh.Key)))
+		dst = append(dst, hh.Key...)
+		dst = binary.AppendUvarint(dst, uint64(len(hh.Value)))
+		dst = append(dst, hh.Value...)
+	}
+	return dst
+}
+
+func isStampHeader(k string) bool {
+	return k == headers.HeaderVC || k == headers.HeaderVCSender || k == headers.HeaderVCSeq || k == headers.HeaderCauses
+}
+
+// errCorruptStore is wrapped when the store's own encoding does not parse.
+var errCorruptStore = errors.New("corrupt stamp headers in store")
+
+func decodeStampHeaders(b []byte) ([]headers.Header, error) {
+	var hs []headers.Header
+	for len(b) > 0 {
+		kl, n := binary.Uvarint(b)
+		if n <= 0 || uint64(len(b)-n) < kl {
+			return nil, errCorruptStore
+		}
+		k := string(b[n : n+int(kl)])
+		b = b[n+int(kl):]
+		vl, n := binary.Uvarint(b)
+		if n <= 0 || uint64(len(b)-n) < vl {
+			return nil, errCorruptStore
+		}
+		hs = append(hs, headers.Header{Key: k, Value: b[n : n+int(vl)]})
+		b = b[n+int(vl):]
+	}
+	return hs, nil
+}
+
+// ChannelInfo is what the store knows about one channel.
+type ChannelInfo struct {
+	Channel headers.Channel
+	Name    string // topic name, when known
+	Start   int64  // first position consumed from; -1 if not consumed
+	Next    int64  // position: everything below was fetched or skipped; -1 if not consumed
+	Pruned  int64  // records below this offset may have been pruned
+}
+
+// Channels returns every channel the store knows, consumed or only
+// claimed, in channel order.
+func (s *Store) Channels(ctx context.Context) ([]ChannelInfo, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT topic, part, name, start_off, next_off, pruned_below FROM channels`)
+	if err != nil {
+		return nil, fmt.Errorf("observer: list channels: %w", err)
+	}
+	defer rows.Close()
+	var out []ChannelInfo
+	for rows.Next() {
+		var ci ChannelInfo
+		var topic []byte
+		if err := rows.Scan(&topic, &ci.Channel.Partition, &ci.Name, &ci.Start, &ci.Next, &ci.Pruned); err != nil {
+			return nil, fmt.Errorf("observer: list channels: %w", err)
+		}
+		copy(ci.Channel.Topic[:], topic)
+		out = append(out, ci)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("observer: list channels: %w", err)
+	}
+	sortChannels(out)
+	return out, nil
+}
+
+// Record is one stored record: its coordinate and what its stamp said.
+type Record struct {
+	Coordinate headers.Coordinate
+	Topic      string // topic name, when known
+	Timestamp  int64  // milliseconds since the epoch
+	Control    bool   // a transaction marker
+	Stamped    bool   // carries stamp headers
+	Tagged     bool
+	Sender     headers.SenderID
+	Seq        int64
+	Offsets    int // offset entries in its clock
+	Seqs       int // sequence entries in its clock
+	HeaderSize int // bytes of stamp headers (keys and values)
+	Headers    []headers.Header
+	Err        string // why the stamp does not decode, if it does not
+	id         int64
+}
+
+// Stamp decodes the record's stamp again from its stored headers.
+func (r *Record) Stamp() (*headers.Stamp, error) {
+	var st headers.Stamp
+	if err := headers.ReadStamp(&st, r.Headers); err != nil {
+		return nil, fmt.Errorf("observer: stamp of %s: %w", r.Coordinate, err)
+	}
+	return &st, nil
+}
+
+// ErrNotFound is wrapped when a record or topic is not in the store.
+var ErrNotFound = errors.New("not found")
+
+const recordCols = `r.id, c.topic, c.part, c.name, r.off, r.ts, r.kind, r.stamped, r.tagged, coalesce(s.sender, x''), r.seq, r.n_off, r.n_seq, r.hdr_bytes, r.stamp, coalesce(r.err, '')`
+const recordFrom = ` FROM records r JOIN channels c ON c.id = r.ch LEFT JOIN senders s ON s.id = r.sender AND r.tagged `
+
+type scanner interface{ Scan(...any) error }
+
+func scanRecord(sc scanner) (*Record, error) {
+	var r Record
+	var topic, sender, stamp []byte
+	var kind int
+	if err := sc.Scan(&r.id, &topic, &r.Coordinate.Partition, &r.Topic, &r.Coordinate.Offset, &r.Timestamp, &kind,
+		&r.Stamped, &r.Tagged, &sender, &r.Seq, &r.Offsets, &r.Seqs, &r.HeaderSize, &stamp, &r.Err); err != nil {
+		return nil, err
+	}
+	copy(r.Coordinate.Topic[:], topic)
+	copy(r.Sender[:], sender)
+	r.Control = kind == kindControl
+	hs, err := decodeStampHeaders(stamp)
+	if err != nil {
+		return nil, fmt.Errorf("observer: record %s: %w", r.Coordinate, err)
+	}
+	r.Headers = hs
+	return &r, nil
+}
+
+// Record returns the stored record at c, or an error wrapping ErrNotFound.
+func (s *Store) Record(ctx context.Context, c headers.Coordinate) (*Record, error) {
+	row := s.db.QueryRowContext(ctx, `SELECT `+recordCols+recordFrom+`WHERE c.topic = ? AND c.part = ? AND r.off = ?`,
+		c.Topic[:], c.Partition, c.Offset)
+	r, err := scanRecord(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("observer: record %s: %w", c, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("observer: read record %s: %w", c, err)
+	}
+	return r, nil
+}
+
+// Resolve turns a Ref into a coordinate, looking a topic name up among the
+// channels the store knows.
+func (s *Store) Resolve(ctx context.Context, r Ref) (headers.Coordinate, error) {
+	if r.ByID {
+		return headers.Coordinate{Channel: headers.Channel{Topic: r.ID, Partition: r.Partition}, Offset: r.Offset}, nil
+	}
+	var topic []byte
+	err := s.db.QueryRowContext(ctx, `SELECT topic FROM channels WHERE name = ? ORDER BY start_off >= 0 DESC, id DESC LIMIT 1`, r.Topic).Scan(&topic)
+	if errors.Is(err, sql.ErrNoRows) {
+		return headers.Coordinate{}, fmt.Errorf("observer: topic %q: %w", r.Topic, ErrNotFound)
+	}
+	if err != nil {
+		return headers.Coordinate{}, fmt.Errorf("observer: look up topic %q: %w", r.Topic, err)
+	}
+	var c headers.Coordinate
+	copy(c.Topic[:], topic)
+	c.Partition, c.Offset = r.Partition, r.Offset
+	return c, nil
+}
+
+// TopicName returns the stored name of a topic ID, or "" if unknown.
+func (s *Store) TopicName(ctx context.Context, id headers.TopicID) string {
+	var name string
+	_ = s.db.QueryRowContext(ctx, `SELECT name FROM channels WHERE topic = ? AND name != '' LIMIT 1`, id[:]).Scan(&name)
+	return name
+}
+
+// Prune deletes records older than minTS (milliseconds; 0 for no age
+// bound) and, beyond that, the oldest records until at most maxRecords
+// remain (0 for no size bound), with their claims. Findings stay.
+func (s *Store) Prune(ctx context.Context, minTS int64, maxRecords int64) (int64, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("observer: prune: %w", err)
+	}
+	defer tx.Rollback()
+	var cut int64 // delete records with id < cut
+	if minTS > 0 {
+		var id sql.NullInt64
+		if err := tx.QueryRowContext(ctx, `SELECT max(id) FROM records WHERE ts < ?`, minTS).Scan(&id); err != nil {
+			return 0, fmt.Errorf("observer: prune: %w", err)
+		}
+		if id.Valid {
+			cut = id.Int64 + 1
+		}
+	}
+	if maxRecords > 0 {
+		var maxID sql.NullInt64
+		if err := tx.QueryRowContext(ctx, `SELECT max(id) FROM records`).Scan(&maxID); err != nil {
+			return 0, fmt.Errorf("observer: prune: %w", err)
+		}
+		if maxID.Valid && maxID.Int64-maxRecords+1 > cut {
+			cut = maxID.Int64 - maxRecords + 1
+		}
+	}
+	if cut <= 0 {
+		return 0, nil
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE channels SET pruned_below = max(pruned_below,
+		coalesce((SELECT max(off) + 1 FROM records r WHERE r.ch = channels.id AND r.id < ?), 0))`, cut); err != nil {
+		return 0, fmt.Errorf("observer: prune: %w", err)
+	}
+	for _, q := range []string{`DELETE FROM claims WHERE rec < ?`, `DELETE FROM seq_claims WHERE rec < ?`} {
+		if _, err := tx.ExecContext(ctx, q, cut); err != nil {
+			return 0, fmt.Errorf("observer: prune: %w", err)
+		}
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM records WHERE id < ? AND id NOT IN (SELECT last_rec FROM sender_state)`, cut)
+	if err != nil {
+		return 0, fmt.Errorf("observer: prune: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("observer: prune: %w", err)
+	}
+	return n, nil
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// placeholders returns "(?,?,?),(?,?,?)…" for n rows of k columns.
+func placeholders(n, k int) string {
+	row := "(" + strings.TrimSuffix(strings.Repeat("?,", k), ",") + ")"
+	return strings.TrimSuffix(strings.Repeat(row+",", n), ",")
+}
