@@ -153,7 +153,7 @@ func run(ctx context.Context, out io.Writer, brokers string, n int) error {
 // order stays in an open transaction for a moment, so its payment is
 // visible to the settlement stage first and must be held.
 func produce(ctx context.Context, out io.Writer, cl *excluster.Cluster, a *stage.App, n int) error {
-	txn, err := cl.NewClient(kgo.TransactionalID(app+"-order-writer"))
+	txn, err := cl.NewClient(kgo.TransactionalID(app + "-order-writer"))
 	if err != nil {
 		return err
 	}

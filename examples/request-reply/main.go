@@ -47,7 +47,7 @@ func run(ctx context.Context, out io.Writer, brokers string, n int) error {
 	bank := stage.On(stage.Named("bank"), transfers, func(m stage.Message[string, int64]) ([]stage.Emission, error) {
 		return []stage.Emission{
 			ledger.Send(m.Key, fmt.Sprintf("debit %d", m.Value)), // the effect first
-			replies.Send(m.Key, "ok"),                             // then the reply
+			replies.Send(m.Key, "ok"),                            // then the reply
 		}, nil
 	}).Into(ledger, replies).MustBuild()
 
