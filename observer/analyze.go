@@ -99,6 +99,9 @@ func (s *Store) unsettleable(ctx context.Context, offs map[headers.Channel]Chann
 		rec     int64
 		n       int
 		why     string
+		// bridged: the claimed offset is a marker or a skipped record,
+		// which a consumer settles from its position (see below).
+		bridged bool
 	}
 	var hits []hit
 	collect := func(q string, args ...any) error {
@@ -123,11 +126,11 @@ func (s *Store) unsettleable(ctx context.Context, offs map[headers.Channel]Chann
 			}
 			switch {
 			case kind.Valid && kind.Int64 == kindControl:
-				h.why = "a transaction marker"
+				h.why, h.bridged = "a transaction marker", true
 			case kind.Valid && kind.Int64 == kindAborted:
-				h.why = "a record of an aborted transaction"
+				h.why, h.bridged = "a record of an aborted transaction", true
 			case start >= 0 && v >= max(start, pruned) && v < next:
-				h.why = "an offset no committed record occupies (an aborted or skipped record)"
+				h.why, h.bridged = "an offset no committed record occupies (an aborted or skipped record)", true
 			case known && v >= co.End:
 				h.why = fmt.Sprintf("an offset at or past the log end (%d)", co.End)
 			default:
@@ -182,12 +185,25 @@ func (s *Store) unsettleable(ctx context.Context, offs map[headers.Channel]Chann
 		if h.n > 1 {
 			more = fmt.Sprintf(" (and %d more records)", h.n-1)
 		}
-		out = append(out, Finding{
+		f := Finding{
 			Code: CodeUnsettleableClaim, Severity: CodeUnsettleableClaim.Severity(), Topic: byTopic,
 			Coordinates: []string{by.String(), h.claimed.String()},
 			Summary:     fmt.Sprintf("record %s (topic %q)%s claims %s (topic %q), %s", by, byTopic, more, h.claimed, h.name, h.why),
 			Action:      CodeUnsettleableClaim.Action(), Count: h.n,
-		})
+		}
+		if h.bridged {
+			// A read_committed consumer's position moves past markers and
+			// aborted records, and a Parsley consumer settles claims on them
+			// from that position (position-advance bridging): Parsley
+			// stages themselves write such claims, from a frontier folded
+			// up to a marker or from sink end offsets. Only a reader that
+			// settles claims on records alone (a strict parsley.causes v1
+			// reader) waits here, so this is information, not an error.
+			f.Severity = SeverityInfo
+			f.Summary += "; consumers that track their position (Parsley stages, the bridge) settle it once they read past it"
+			f.Action = "nothing for Parsley consumers; a reader that settles claims only on records holds the claiming record until a later record on that channel arrives — have such writers claim only committed record offsets"
+		}
+		out = append(out, f)
 	}
 	return out, nil
 }

@@ -73,9 +73,23 @@ func TestServerAndReadOnly(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &fs); code != 200 || err != nil || len(fs) != 1 || fs[0].Code != observer.CodeSequenceGap {
 		t.Errorf("/api/findings?code=sequence-gap: %d %v %+v", code, err, fs)
 	}
+	// Claims on a marker or an aborted record are information: Parsley
+	// consumers settle them from their position. The claim past the log
+	// end is the one unsettleable error.
+	code, body = get(t, srv, "/api/findings?code=unsettleable-claim")
+	if err := json.Unmarshal([]byte(body), &fs); code != 200 || err != nil || len(fs) != 3 {
+		t.Fatalf("/api/findings?code=unsettleable-claim: %d %v: %d findings, want 3", code, err, len(fs))
+	}
+	bySeverity := map[observer.Severity]int{}
+	for _, f := range fs {
+		bySeverity[f.Severity]++
+	}
+	if bySeverity[observer.SeverityInfo] != 2 || bySeverity[observer.SeverityError] != 1 {
+		t.Errorf("unsettleable claims by severity = %v, want 2 info (marker, aborted) and 1 error (past the log end)", bySeverity)
+	}
 	code, body = get(t, srv, "/api/findings?severity=error")
-	if err := json.Unmarshal([]byte(body), &fs); code != 200 || err != nil || len(fs) != 6 {
-		t.Errorf("/api/findings?severity=error: %d %v: %d findings, want 6 (gap, regression, 3 unsettleable, undecodable)", code, err, len(fs))
+	if err := json.Unmarshal([]byte(body), &fs); code != 200 || err != nil || len(fs) != 4 {
+		t.Errorf("/api/findings?severity=error: %d %v: %d findings, want 4 (gap, regression, unsettleable past the log end, undecodable)", code, err, len(fs))
 	}
 	code, body = get(t, srv, "/metrics")
 	if code != 200 || !strings.Contains(body, `parsley_observer_findings{code="unsettleable-claim"} 3`) || !strings.Contains(body, "parsley_observer_records_ingested_total") {

@@ -1,0 +1,295 @@
+// Command quickstart runs a small causal pipeline end to end on the embedded
+// Kafka broker (or a real cluster with --brokers) and prints what happened.
+//
+// A plain franz-go producer writes orders and, once each order is
+// acknowledged, a payment stamped as caused by it (package clock). The first
+// order is left in an open transaction for a moment, so its payment is
+// visible to consumers first. Two stages follow:
+//
+//	orders ─┐
+//	        ├─► settlement (stateful fold) ─► settlements ─► notify ─► notifications
+//	payments┘
+//
+// The settlement stage holds the early payment until its order commits and
+// is delivered, so no payment is ever settled before its order. Finally the
+// observer scans every topic's stamps and prints its findings.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/parsley-go/parsley/clock"
+	"github.com/parsley-go/parsley/examples/internal/excluster"
+	"github.com/parsley-go/parsley/observer"
+	"github.com/parsley-go/parsley/stage"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+const app = "quickstart"
+
+func main() {
+	brokers := flag.String("brokers", os.Getenv("PARSLEY_BROKERS"), "comma-separated seed brokers; empty runs the embedded broker")
+	orders := flag.Int("orders", 5, "how many orders to place")
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := run(ctx, os.Stdout, *brokers, *orders); err != nil {
+		fmt.Fprintln(os.Stderr, "quickstart:", err)
+		os.Exit(1)
+	}
+}
+
+type account struct {
+	Ordered bool
+	Paid    bool
+}
+
+func run(ctx context.Context, out io.Writer, brokers string, n int) error {
+	ordersT := stage.NewTopic("orders", stage.String(), stage.String())
+	paymentsT := stage.NewTopic("payments", stage.String(), stage.String())
+	settlementsT := stage.NewTopic("settlements", stage.String(), stage.String())
+	notificationsT := stage.NewTopic("notifications", stage.String(), stage.String())
+
+	// settlement folds orders and payments per order ID. A payment
+	// delivered before its order would settle as "EARLY".
+	b := stage.WithState(stage.Named("settlement"), stage.JSON[account](), account{})
+	stage.OnFold(b, ordersT, func(s account, m stage.Message[string, string]) (stage.Step[account], error) {
+		s.Ordered = true
+		return stage.Next(s, settlementsT.Send(m.Key, "order "+m.Value+" received")), nil
+	})
+	stage.OnFold(b, paymentsT, func(s account, m stage.Message[string, string]) (stage.Step[account], error) {
+		if !s.Ordered {
+			return stage.Next(s, settlementsT.Send(m.Key, "EARLY payment "+m.Value)), nil
+		}
+		s.Paid = true
+		return stage.Next(s, settlementsT.Send(m.Key, "payment "+m.Value+" settled")), nil
+	})
+	settlement := b.Into(settlementsT).MustBuild()
+
+	notify := stage.On(stage.Named("notify"), settlementsT, func(m stage.Message[string, string]) ([]stage.Emission, error) {
+		return []stage.Emission{notificationsT.Send(m.Key, "tell customer of "+m.Key+": "+m.Value)}, nil
+	}).Into(notificationsT).MustBuild()
+
+	const parts = 2
+	cl, err := excluster.Open(ctx, brokers,
+		excluster.Topic{Name: "orders", Partitions: parts},
+		excluster.Topic{Name: "payments", Partitions: parts},
+		excluster.Topic{Name: "settlements", Partitions: parts},
+		excluster.Topic{Name: "notifications", Partitions: parts},
+		excluster.Topic{Name: stage.ChangelogTopic(app, "settlement"), Partitions: parts, Compact: true},
+		excluster.Topic{Name: stage.ChangelogTopic(app, "notify"), Partitions: parts, Compact: true},
+	)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	where := "the embedded broker"
+	if !cl.Embedded {
+		where = strings.Join(cl.Addrs, ",")
+	}
+	fmt.Fprintf(out, "running on %s\n", where)
+
+	dir, err := os.MkdirTemp("", "parsley-quickstart-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	a, err := stage.New(stage.Config{
+		ApplicationID:      app,
+		InstanceID:         "instance-1",
+		Brokers:            cl.Addrs,
+		StateDir:           filepath.Join(dir, "state"),
+		PollInterval:       50 * time.Millisecond,
+		SessionTimeout:     6 * time.Second,
+		RebalanceTimeout:   6 * time.Second,
+		TransactionTimeout: 10 * time.Second,
+		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}, settlement, notify)
+	if err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- a.Run(runCtx) }()
+	defer func() { stop(); <-runErr }()
+
+	if err := produce(ctx, out, cl, a, n); err != nil {
+		return err
+	}
+
+	// Every order yields two settlements and two notifications.
+	got, err := readCommitted(ctx, cl, "notifications", 2*n)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "notifications, in delivered order per order ID:")
+	early := 0
+	for _, r := range got {
+		fmt.Fprintf(out, "  %s\n", r.Value)
+		if strings.Contains(string(r.Value), "EARLY") {
+			early++
+		}
+	}
+	if early > 0 {
+		return fmt.Errorf("%d payments were settled before their order", early)
+	}
+	fmt.Fprintf(out, "causal order held: all %d payments were delivered after their orders\n", n)
+
+	return scan(ctx, out, cl, dir)
+}
+
+// produce places n orders. Each payment is stamped with the producer's
+// clock after its order was acknowledged, so it claims the order. The first
+// order stays in an open transaction for a moment, so its payment is
+// visible to the settlement stage first and must be held.
+func produce(ctx context.Context, out io.Writer, cl *excluster.Cluster, a *stage.App, n int) error {
+	txn, err := cl.NewClient(kgo.TransactionalID(app + "-order-writer"))
+	if err != nil {
+		return err
+	}
+	defer txn.Close()
+	plain, err := cl.NewClient()
+	if err != nil {
+		return err
+	}
+	defer plain.Close()
+	clk := clock.New(cl.Admin)
+
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprintf("o-%d", i)
+		if err := txn.BeginTransaction(); err != nil {
+			return err
+		}
+		order := &kgo.Record{Topic: "orders", Key: []byte(id), Value: []byte(fmt.Sprintf("#%d", i))}
+		if err := clk.Stamp(ctx, order); err != nil {
+			return err
+		}
+		if err := txn.ProduceSync(ctx, order).FirstErr(); err != nil {
+			return err
+		}
+		if err := clk.RecordProduced(order); err != nil {
+			return err
+		}
+		pay := &kgo.Record{Topic: "payments", Key: []byte(id), Value: []byte(fmt.Sprintf("$%d", 10*i))}
+		if err := clk.Stamp(ctx, pay); err != nil {
+			return err
+		}
+		if err := plain.ProduceSync(ctx, pay).FirstErr(); err != nil {
+			return err
+		}
+		if err := clk.RecordProduced(pay); err != nil {
+			return err
+		}
+		if i == 1 {
+			fmt.Fprintf(out, "producer: order %s is in an open transaction; its payment (claiming orders/%d@%d) is already visible\n", id, order.Partition, order.Offset)
+			if err := waitForHold(ctx, out, a); err != nil {
+				return err
+			}
+		}
+		if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "producer: placed %d orders and %d payments\n", n, n)
+	return nil
+}
+
+// waitForHold polls the application's hold diagnosis until the settlement
+// stage reports the early payment held, and prints why it is held.
+func waitForHold(ctx context.Context, out io.Writer, a *stage.App) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, h := range a.ExplainHolds() {
+			if h.Stage == "settlement" && h.Topic == "payments" {
+				fmt.Fprintf(out, "settlement/%d holds %s/%d@%d: %s\n", h.Partition, h.Topic, h.Coordinate.Partition, h.Offset, h.Diagnosis)
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return errors.New("the settlement stage never held the early payment")
+}
+
+// readCommitted reads want records of topic as a read_committed consumer,
+// ordered by partition then offset.
+func readCommitted(ctx context.Context, cl *excluster.Cluster, topic string, want int) ([]*kgo.Record, error) {
+	c, err := cl.NewClient(kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	byPart := map[int32][]*kgo.Record{}
+	got := 0
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for got < want {
+		fs := c.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("read %s: %d of %d records: %w", topic, got, want, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			byPart[r.Partition] = append(byPart[r.Partition], r)
+			got++
+		})
+	}
+	var all []*kgo.Record
+	for p := int32(0); len(all) < got; p++ {
+		all = append(all, byPart[p]...)
+	}
+	return all, nil
+}
+
+// scan runs the observer once over every topic and prints its findings.
+func scan(ctx context.Context, out io.Writer, cl *excluster.Cluster, dir string) error {
+	st, err := observer.OpenStore(ctx, filepath.Join(dir, "observer.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	o, err := observer.New(observer.Config{Seeds: cl.Addrs, Topics: []string{"orders", "payments", "settlements", "notifications"}}, st)
+	if err != nil {
+		return err
+	}
+	defer o.Close()
+	if err := o.Scan(ctx); err != nil {
+		return err
+	}
+	fs, err := o.Findings(ctx)
+	if err != nil {
+		return err
+	}
+	var problems, notes []observer.Finding
+	for _, f := range fs {
+		if f.Severity >= observer.SeverityWarning {
+			problems = append(problems, f)
+		} else {
+			notes = append(notes, f)
+		}
+	}
+	fmt.Fprintf(out, "observer: %d problems, %d notes\n", len(problems), len(notes))
+	for _, f := range problems {
+		fmt.Fprintf(out, "  %s\n", f)
+	}
+	for _, f := range notes {
+		fmt.Fprintf(out, "  note: %s: %s claims %s\n", f.Code, f.Coordinates[0], f.Coordinates[len(f.Coordinates)-1])
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("the observer found %d problems", len(problems))
+	}
+	return nil
+}

@@ -1,0 +1,153 @@
+// Command request-reply shows effect before reply. A "bank" stage consumes
+// transfer requests and, for each, first writes the effect (a ledger entry)
+// and then the reply. Its stamps order one task's sends across all its
+// sinks, so any processor that consumes both the ledger and the replies —
+// here an "audit" stage — sees every ledger entry before the reply that
+// announced it, even though they travel on different topics.
+//
+//	transfers ─► bank ─┬─► ledger ──┐
+//	                   └─► replies ─┴─► audit ─► audit-log
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/parsley-go/parsley/examples/internal/excluster"
+	"github.com/parsley-go/parsley/stage"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+const app = "request-reply"
+
+func main() {
+	brokers := flag.String("brokers", os.Getenv("PARSLEY_BROKERS"), "comma-separated seed brokers; empty runs the embedded broker")
+	n := flag.Int("requests", 6, "how many transfer requests to send")
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := run(ctx, os.Stdout, *brokers, *n); err != nil {
+		fmt.Fprintln(os.Stderr, "request-reply:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, out io.Writer, brokers string, n int) error {
+	transfers := stage.NewTopic("transfers", stage.String(), stage.Int64())
+	ledger := stage.NewTopic("ledger", stage.String(), stage.String())
+	replies := stage.NewTopic("replies", stage.String(), stage.String())
+	auditLog := stage.NewTopic("audit-log", stage.String(), stage.String())
+
+	bank := stage.On(stage.Named("bank"), transfers, func(m stage.Message[string, int64]) ([]stage.Emission, error) {
+		return []stage.Emission{
+			ledger.Send(m.Key, fmt.Sprintf("debit %d", m.Value)), // the effect first
+			replies.Send(m.Key, "ok"),                            // then the reply
+		}, nil
+	}).Into(ledger, replies).MustBuild()
+
+	ab := stage.Named("audit")
+	stage.On(ab, ledger, func(m stage.Message[string, string]) ([]stage.Emission, error) {
+		return []stage.Emission{auditLog.Send(m.Key, "ledger "+m.Value)}, nil
+	})
+	stage.On(ab, replies, func(m stage.Message[string, string]) ([]stage.Emission, error) {
+		return []stage.Emission{auditLog.Send(m.Key, "reply "+m.Value)}, nil
+	})
+	audit := ab.Into(auditLog).MustBuild()
+
+	const parts = 2
+	cl, err := excluster.Open(ctx, brokers,
+		excluster.Topic{Name: "transfers", Partitions: parts},
+		excluster.Topic{Name: "ledger", Partitions: parts},
+		excluster.Topic{Name: "replies", Partitions: parts},
+		excluster.Topic{Name: "audit-log", Partitions: parts},
+		excluster.Topic{Name: stage.ChangelogTopic(app, "bank"), Partitions: parts, Compact: true},
+		excluster.Topic{Name: stage.ChangelogTopic(app, "audit"), Partitions: parts, Compact: true},
+	)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	dir, err := os.MkdirTemp("", "parsley-request-reply-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	a, err := stage.New(stage.Config{
+		ApplicationID: app, InstanceID: "instance-1", Brokers: cl.Addrs,
+		StateDir:     filepath.Join(dir, "state"),
+		PollInterval: 50 * time.Millisecond, SessionTimeout: 6 * time.Second,
+		RebalanceTimeout: 6 * time.Second, TransactionTimeout: 10 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}, bank, audit)
+	if err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- a.Run(runCtx) }()
+	defer func() { stop(); <-runErr }()
+
+	// The requester is a plain client: it sends requests and reads replies.
+	req, err := cl.NewClient(kgo.ConsumeTopics("replies"), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return err
+	}
+	defer req.Close()
+	for i := 1; i <= n; i++ {
+		v, _ := stage.Int64().Encode(int64(100 * i))
+		r := &kgo.Record{Topic: "transfers", Key: []byte(fmt.Sprintf("t-%d", i)), Value: v}
+		if err := req.ProduceSync(ctx, r).FirstErr(); err != nil {
+			return err
+		}
+	}
+	for got := 0; got < n; {
+		fs := req.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("waiting for replies: %w", err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			fmt.Fprintf(out, "requester: reply for %s: %s\n", r.Key, r.Value)
+			got++
+		})
+	}
+
+	// The audit stage saw each ledger entry before its reply.
+	log, err := cl.NewClient(kgo.ConsumeTopics("audit-log"), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	seenLedger := map[string]bool{}
+	for got := 0; got < 2*n; {
+		fs := log.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("waiting for the audit log: %w", err)
+		}
+		var bad error
+		fs.EachRecord(func(r *kgo.Record) {
+			got++
+			k, v := string(r.Key), string(r.Value)
+			fmt.Fprintf(out, "audit: %s %s\n", k, v)
+			switch {
+			case len(v) > 7 && v[:7] == "ledger ":
+				seenLedger[k] = true
+			case !seenLedger[k]:
+				bad = fmt.Errorf("audit saw the reply for %s before its ledger entry", k)
+			}
+		})
+		if bad != nil {
+			return bad
+		}
+	}
+	fmt.Fprintf(out, "effect before reply held for all %d requests\n", n)
+	return nil
+}

@@ -1,0 +1,228 @@
+// Command settlements shows a stateful fan-in. Three plain services write
+// three topics: billing writes invoices; a payer consumes invoices and pays
+// each one; a refunder consumes payments and refunds every second one. The
+// payer and refunder fold what they consume into their clocks (package
+// clock) before producing, so a refund claims its payment and, through it,
+// the invoice.
+//
+//	billing ─► invoices ─► payer ─► payments ─► refunder ─► refunds
+//	              │                    │                       │
+//	              └────────────────────┴──► ledger (fold) ◄────┘ ─► balances
+//
+// The ledger stage starts only after everything was written, so it fetches
+// the three topics in whatever order the broker serves them; the causal gate
+// still folds every invoice before its payment and every payment before its
+// refund.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/parsley-go/parsley/clock"
+	"github.com/parsley-go/parsley/examples/internal/excluster"
+	"github.com/parsley-go/parsley/stage"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+const app = "settlements"
+
+func main() {
+	brokers := flag.String("brokers", os.Getenv("PARSLEY_BROKERS"), "comma-separated seed brokers; empty runs the embedded broker")
+	n := flag.Int("invoices", 30, "how many invoices to write")
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := run(ctx, os.Stdout, *brokers, *n); err != nil {
+		fmt.Fprintln(os.Stderr, "settlements:", err)
+		os.Exit(1)
+	}
+}
+
+// account is the ledger's state per invoice.
+type account struct {
+	Invoiced, Paid, Refunded bool
+}
+
+func run(ctx context.Context, out io.Writer, brokers string, n int) error {
+	invoices := stage.NewTopic("invoices", stage.String(), stage.Int64())
+	payments := stage.NewTopic("payments", stage.String(), stage.Int64())
+	refunds := stage.NewTopic("refunds", stage.String(), stage.Int64())
+	balances := stage.NewTopic("balances", stage.String(), stage.String())
+
+	b := stage.WithState(stage.Named("ledger"), stage.JSON[account](), account{})
+	stage.OnFold(b, invoices, func(s account, m stage.Message[string, int64]) (stage.Step[account], error) {
+		s.Invoiced = true
+		return stage.Next(s, balances.Send(m.Key, fmt.Sprintf("owes %d", m.Value))), nil
+	})
+	stage.OnFold(b, payments, func(s account, m stage.Message[string, int64]) (stage.Step[account], error) {
+		if !s.Invoiced {
+			return stage.Next(s, balances.Send(m.Key, "VIOLATION: paid before invoiced")), nil
+		}
+		s.Paid = true
+		return stage.Next(s, balances.Send(m.Key, "settled")), nil
+	})
+	stage.OnFold(b, refunds, func(s account, m stage.Message[string, int64]) (stage.Step[account], error) {
+		if !s.Paid {
+			return stage.Next(s, balances.Send(m.Key, "VIOLATION: refunded before paid")), nil
+		}
+		s.Refunded = true
+		return stage.Next(s, balances.Send(m.Key, fmt.Sprintf("refunded %d", m.Value))), nil
+	})
+	ledger := b.Into(balances).MustBuild()
+
+	const parts = 3
+	cl, err := excluster.Open(ctx, brokers,
+		excluster.Topic{Name: "invoices", Partitions: parts},
+		excluster.Topic{Name: "payments", Partitions: parts},
+		excluster.Topic{Name: "refunds", Partitions: parts},
+		excluster.Topic{Name: "balances", Partitions: parts},
+		excluster.Topic{Name: stage.ChangelogTopic(app, "ledger"), Partitions: parts, Compact: true},
+	)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+
+	if err := billing(ctx, cl, n); err != nil {
+		return fmt.Errorf("billing: %w", err)
+	}
+	paid, err := relay(ctx, cl, "invoices", "payments", n, func(r *kgo.Record) bool { return true })
+	if err != nil {
+		return fmt.Errorf("payer: %w", err)
+	}
+	refunded, err := relay(ctx, cl, "payments", "refunds", paid, func(r *kgo.Record) bool {
+		var i int
+		fmt.Sscanf(string(r.Key), "inv-%d", &i)
+		return i%2 == 0
+	})
+	if err != nil {
+		return fmt.Errorf("refunder: %w", err)
+	}
+	fmt.Fprintf(out, "written: %d invoices, %d payments, %d refunds\n", n, paid, refunded)
+
+	dir, err := os.MkdirTemp("", "parsley-settlements-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	a, err := stage.New(stage.Config{
+		ApplicationID: app, InstanceID: "instance-1", Brokers: cl.Addrs,
+		StateDir:     filepath.Join(dir, "state"),
+		PollInterval: 50 * time.Millisecond, SessionTimeout: 6 * time.Second,
+		RebalanceTimeout: 6 * time.Second, TransactionTimeout: 10 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}, ledger)
+	if err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- a.Run(runCtx) }()
+	defer func() { stop(); <-runErr }()
+
+	want := n + paid + refunded
+	c, err := cl.NewClient(kgo.ConsumeTopics("balances"), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	last := map[string]string{}
+	violations := 0
+	for got := 0; got < want; {
+		fs := c.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("balances: %d of %d: %w", got, want, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			got++
+			last[string(r.Key)] = string(r.Value)
+			if strings.HasPrefix(string(r.Value), "VIOLATION") {
+				violations++
+				fmt.Fprintf(out, "%s: %s\n", r.Key, r.Value)
+			}
+		})
+	}
+	for _, k := range []string{"inv-1", "inv-2", fmt.Sprintf("inv-%d", n)} {
+		fmt.Fprintf(out, "final balance %s: %s\n", k, last[k])
+	}
+	fmt.Fprintf(out, "ledger folded %d events, %d out of causal order\n", want, violations)
+	if violations > 0 {
+		return fmt.Errorf("%d events were folded before their causes", violations)
+	}
+	return nil
+}
+
+// billing writes n invoices from a sequential, stamped producer.
+func billing(ctx context.Context, cl *excluster.Cluster, n int) error {
+	p, err := cl.NewClient()
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	clk := clock.New(cl.Admin)
+	for i := 1; i <= n; i++ {
+		v, _ := stage.Int64().Encode(int64(10 * i))
+		r := &kgo.Record{Topic: "invoices", Key: []byte(fmt.Sprintf("inv-%d", i)), Value: v}
+		if err := clk.Stamp(ctx, r); err != nil {
+			return err
+		}
+		if err := p.ProduceSync(ctx, r).FirstErr(); err != nil {
+			return err
+		}
+		if err := clk.RecordProduced(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// relay consumes want records of from and, for each that keep accepts,
+// writes one record to to, stamped after folding the consumed record. It
+// returns how many it wrote.
+func relay(ctx context.Context, cl *excluster.Cluster, from, to string, want int, keep func(*kgo.Record) bool) (int, error) {
+	c, err := cl.NewClient(kgo.ConsumeTopics(from), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	clk := clock.New(cl.Admin)
+	wrote := 0
+	for got := 0; got < want; {
+		fs := c.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return wrote, err
+		}
+		for it := fs.RecordIter(); !it.Done(); {
+			in := it.Next()
+			got++
+			if err := clk.Observe(in); err != nil {
+				return wrote, err
+			}
+			if !keep(in) {
+				continue
+			}
+			r := &kgo.Record{Topic: to, Key: in.Key, Value: in.Value}
+			if err := clk.Stamp(ctx, r); err != nil {
+				return wrote, err
+			}
+			if err := c.ProduceSync(ctx, r).FirstErr(); err != nil {
+				return wrote, err
+			}
+			if err := clk.RecordProduced(r); err != nil {
+				return wrote, err
+			}
+			wrote++
+		}
+	}
+	return wrote, nil
+}
