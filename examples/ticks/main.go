@@ -1,0 +1,150 @@
+// Command ticks shows time entering pure logic safely. A "tills" stage
+// keeps a running total per till and, every interval, closes a window: its
+// tick fold counts the windows in the stage's reserved per-partition tick
+// slot and reports each one.
+//
+// A tick is an ordinary stamped record on the stage's own tick topic
+// (<app>-<stage>-ticks), emitted inside a step and delivered back through the
+// causal gate. Its stamp is a cut of everything the task had received when
+// the interval fired, so a consumer of both the totals and the window
+// reports — here the "audit" stage — sees every total a window covers
+// before the window's report.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/parsley-go/parsley/examples/internal/excluster"
+	"github.com/parsley-go/parsley/stage"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+const app = "ticks"
+
+func main() {
+	brokers := flag.String("brokers", os.Getenv("PARSLEY_BROKERS"), "comma-separated seed brokers; empty runs the embedded broker")
+	every := flag.Duration("every", 300*time.Millisecond, "tick interval")
+	windows := flag.Int("windows", 4, "how many windows to close before stopping")
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := run(ctx, os.Stdout, *brokers, *every, *windows); err != nil {
+		fmt.Fprintln(os.Stderr, "ticks:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, out io.Writer, brokers string, every time.Duration, windows int) error {
+	sales := stage.NewTopic("sales", stage.String(), stage.Int64())
+	totals := stage.NewTopic("totals", stage.String(), stage.Int64())
+	reports := stage.NewTopic("window-reports", stage.String(), stage.String())
+	auditLog := stage.NewTopic("audit-log", stage.String(), stage.String())
+
+	// One state type serves every till's total and the tick slot's window
+	// count: the tick slot is distinct from every key.
+	b := stage.WithState(stage.Named("tills"), stage.Int64(), 0)
+	stage.OnFold(b, sales, func(total int64, m stage.Message[string, int64]) (stage.Step[int64], error) {
+		total += m.Value
+		return stage.Next(total, totals.Send(m.Key, total)), nil
+	})
+	stage.TicksFold(b, every, func(window int64, t stage.Tick) (stage.Step[int64], error) {
+		window++
+		return stage.Next(window, reports.Send(fmt.Sprint(t.Partition), fmt.Sprintf("window %d closed", window))), nil
+	})
+	tills := b.Into(totals, reports).MustBuild()
+
+	ab := stage.Named("audit")
+	stage.On(ab, totals, func(m stage.Message[string, int64]) ([]stage.Emission, error) {
+		return []stage.Emission{auditLog.Send(m.Key, fmt.Sprintf("total %s=%d", m.Key, m.Value))}, nil
+	})
+	stage.On(ab, reports, func(m stage.Message[string, string]) ([]stage.Emission, error) {
+		return []stage.Emission{auditLog.Send(m.Key, m.Value)}, nil
+	})
+	audit := ab.Into(auditLog).MustBuild()
+
+	// One partition keeps the printed story in one order.
+	cl, err := excluster.Open(ctx, brokers,
+		excluster.Topic{Name: "sales", Partitions: 1},
+		excluster.Topic{Name: "totals", Partitions: 1},
+		excluster.Topic{Name: "window-reports", Partitions: 1},
+		excluster.Topic{Name: "audit-log", Partitions: 1},
+		excluster.Topic{Name: stage.TickTopic(app, "tills"), Partitions: 1},
+		excluster.Topic{Name: stage.ChangelogTopic(app, "tills"), Partitions: 1, Compact: true},
+		excluster.Topic{Name: stage.ChangelogTopic(app, "audit"), Partitions: 1, Compact: true},
+	)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	dir, err := os.MkdirTemp("", "parsley-ticks-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	a, err := stage.New(stage.Config{
+		ApplicationID: app, InstanceID: "instance-1", Brokers: cl.Addrs,
+		StateDir:     filepath.Join(dir, "state"),
+		PollInterval: 50 * time.Millisecond, SessionTimeout: 6 * time.Second,
+		RebalanceTimeout: 6 * time.Second, TransactionTimeout: 10 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}, tills, audit)
+	if err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- a.Run(runCtx) }()
+	defer func() { stop(); <-runErr }()
+
+	// A few sales per window, from a plain producer.
+	p, err := cl.NewClient()
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	sent := 0
+	for w := 0; w < windows; w++ {
+		for _, till := range []string{"north", "south"} {
+			v, _ := stage.Int64().Encode(int64(10 + w))
+			if err := p.ProduceSync(ctx, &kgo.Record{Topic: "sales", Key: []byte(till), Value: v}).FirstErr(); err != nil {
+				return err
+			}
+			sent++
+		}
+		time.Sleep(every)
+	}
+
+	c, err := cl.NewClient(kgo.ConsumeTopics("audit-log"), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	totalsSeen, windowsSeen := 0, 0
+	for totalsSeen < sent || windowsSeen < windows {
+		fs := c.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("audit log: %d totals and %d windows seen: %w", totalsSeen, windowsSeen, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			v := string(r.Value)
+			if strings.HasPrefix(v, "window ") {
+				windowsSeen++
+				fmt.Fprintf(out, "audit: %s (after %d totals)\n", v, totalsSeen)
+				return
+			}
+			totalsSeen++
+			fmt.Fprintf(out, "audit: %s\n", v)
+		})
+	}
+	fmt.Fprintf(out, "%d sales totalled across %d or more windows\n", sent, windows)
+	return nil
+}
