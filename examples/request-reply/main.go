@@ -14,9 +14,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/parsley-go/parsley/examples/internal/excluster"
@@ -73,26 +72,11 @@ func run(ctx context.Context, out io.Writer, brokers string, n int) error {
 		return err
 	}
 	defer cl.Close()
-	dir, err := os.MkdirTemp("", "parsley-request-reply-")
+	_, stop, err := cl.StartApp(ctx, app, bank, audit)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-
-	a, err := stage.New(stage.Config{
-		ApplicationID: app, InstanceID: "instance-1", Brokers: cl.Addrs,
-		StateDir:     filepath.Join(dir, "state"),
-		PollInterval: 50 * time.Millisecond, SessionTimeout: 6 * time.Second,
-		RebalanceTimeout: 6 * time.Second, TransactionTimeout: 10 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, bank, audit)
-	if err != nil {
-		return err
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	runErr := make(chan error, 1)
-	go func() { runErr <- a.Run(runCtx) }()
-	defer func() { stop(); <-runErr }()
+	defer stop()
 
 	// The requester is a plain client: it sends requests and reads replies.
 	req, err := cl.NewClient(kgo.ConsumeTopics("replies"), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -120,33 +104,22 @@ func run(ctx context.Context, out io.Writer, brokers string, n int) error {
 	}
 
 	// The audit stage saw each ledger entry before its reply.
-	log, err := cl.NewClient(kgo.ConsumeTopics("audit-log"), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	seenLedger := map[string]bool{}
+	got := 0
+	err = cl.Consume(ctx, "audit-log", func(r *kgo.Record) (bool, error) {
+		got++
+		k, v := string(r.Key), string(r.Value)
+		fmt.Fprintf(out, "audit: %s %s\n", k, v)
+		switch {
+		case strings.HasPrefix(v, "ledger "):
+			seenLedger[k] = true
+		case !seenLedger[k]:
+			return true, fmt.Errorf("audit saw the reply for %s before its ledger entry", k)
+		}
+		return got == 2*n, nil
+	})
 	if err != nil {
 		return err
-	}
-	defer log.Close()
-	seenLedger := map[string]bool{}
-	for got := 0; got < 2*n; {
-		fs := log.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("waiting for the audit log: %w", err)
-		}
-		var bad error
-		fs.EachRecord(func(r *kgo.Record) {
-			got++
-			k, v := string(r.Key), string(r.Value)
-			fmt.Fprintf(out, "audit: %s %s\n", k, v)
-			switch {
-			case len(v) > 7 && v[:7] == "ledger ":
-				seenLedger[k] = true
-			case !seenLedger[k]:
-				bad = fmt.Errorf("audit saw the reply for %s before its ledger entry", k)
-			}
-		})
-		if bad != nil {
-			return bad
-		}
 	}
 	fmt.Fprintf(out, "effect before reply held for all %d requests\n", n)
 	return nil

@@ -20,9 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -108,48 +106,27 @@ func run(ctx context.Context, out io.Writer, brokers string, n int) error {
 	}
 	fmt.Fprintf(out, "written: %d invoices, %d payments, %d refunds\n", n, paid, refunded)
 
-	dir, err := os.MkdirTemp("", "parsley-settlements-")
+	_, stop, err := cl.StartApp(ctx, app, ledger)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	a, err := stage.New(stage.Config{
-		ApplicationID: app, InstanceID: "instance-1", Brokers: cl.Addrs,
-		StateDir:     filepath.Join(dir, "state"),
-		PollInterval: 50 * time.Millisecond, SessionTimeout: 6 * time.Second,
-		RebalanceTimeout: 6 * time.Second, TransactionTimeout: 10 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, ledger)
-	if err != nil {
-		return err
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	runErr := make(chan error, 1)
-	go func() { runErr <- a.Run(runCtx) }()
-	defer func() { stop(); <-runErr }()
+	defer stop()
 
 	want := n + paid + refunded
-	c, err := cl.NewClient(kgo.ConsumeTopics("balances"), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		return err
-	}
-	defer c.Close()
 	last := map[string]string{}
 	violations := 0
-	for got := 0; got < want; {
-		fs := c.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("balances: %d of %d: %w", got, want, err)
+	got := 0
+	err = cl.Consume(ctx, "balances", func(r *kgo.Record) (bool, error) {
+		got++
+		last[string(r.Key)] = string(r.Value)
+		if strings.HasPrefix(string(r.Value), "VIOLATION") {
+			violations++
+			fmt.Fprintf(out, "%s: %s\n", r.Key, r.Value)
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			got++
-			last[string(r.Key)] = string(r.Value)
-			if strings.HasPrefix(string(r.Value), "VIOLATION") {
-				violations++
-				fmt.Fprintf(out, "%s: %s\n", r.Key, r.Value)
-			}
-		})
+		return got == want, nil
+	})
+	if err != nil {
+		return err
 	}
 	for _, k := range []string{"inv-1", "inv-2", fmt.Sprintf("inv-%d", n)} {
 		fmt.Fprintf(out, "final balance %s: %s\n", k, last[k])

@@ -16,9 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -84,25 +82,11 @@ func run(ctx context.Context, out io.Writer, brokers string, every time.Duration
 		return err
 	}
 	defer cl.Close()
-	dir, err := os.MkdirTemp("", "parsley-ticks-")
+	_, stop, err := cl.StartApp(ctx, app, tills, audit)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	a, err := stage.New(stage.Config{
-		ApplicationID: app, InstanceID: "instance-1", Brokers: cl.Addrs,
-		StateDir:     filepath.Join(dir, "state"),
-		PollInterval: 50 * time.Millisecond, SessionTimeout: 6 * time.Second,
-		RebalanceTimeout: 6 * time.Second, TransactionTimeout: 10 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, tills, audit)
-	if err != nil {
-		return err
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	runErr := make(chan error, 1)
-	go func() { runErr <- a.Run(runCtx) }()
-	defer func() { stop(); <-runErr }()
+	defer stop()
 
 	// A few sales per window, from a plain producer.
 	p, err := cl.NewClient()
@@ -122,28 +106,20 @@ func run(ctx context.Context, out io.Writer, brokers string, every time.Duration
 		time.Sleep(every)
 	}
 
-	c, err := cl.NewClient(kgo.ConsumeTopics("audit-log"), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		return err
-	}
-	defer c.Close()
 	totalsSeen, windowsSeen := 0, 0
-	for totalsSeen < sent || windowsSeen < windows {
-		fs := c.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("audit log: %d totals and %d windows seen: %w", totalsSeen, windowsSeen, err)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			v := string(r.Value)
-			if strings.HasPrefix(v, "window ") {
-				windowsSeen++
-				fmt.Fprintf(out, "audit: %s (after %d totals)\n", v, totalsSeen)
-				return
-			}
+	err = cl.Consume(ctx, "audit-log", func(r *kgo.Record) (bool, error) {
+		v := string(r.Value)
+		if strings.HasPrefix(v, "window ") {
+			windowsSeen++
+			fmt.Fprintf(out, "audit: %s (after %d totals)\n", v, totalsSeen)
+		} else {
 			totalsSeen++
 			fmt.Fprintf(out, "audit: %s\n", v)
-		})
+		}
+		return totalsSeen >= sent && windowsSeen >= windows, nil
+	})
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "%d sales totalled across %d or more windows\n", sent, windows)
 	return nil

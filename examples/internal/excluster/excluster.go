@@ -8,9 +8,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/stage"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -81,5 +87,56 @@ func (c *Cluster) Close() {
 	}
 	if c.embedded != nil {
 		c.embedded.Close()
+	}
+}
+
+// StartApp runs the stages as one application instance with timeouts
+// suited to a demo, state in a temporary directory. stop cancels the run,
+// waits for it and removes the state.
+func (c *Cluster) StartApp(ctx context.Context, appID string, stages ...*stage.Stage) (app *stage.App, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "parsley-"+appID+"-")
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err := stage.New(stage.Config{
+		ApplicationID: appID, InstanceID: "instance-1", Brokers: c.Addrs,
+		StateDir:     filepath.Join(dir, "state"),
+		PollInterval: 50 * time.Millisecond, SessionTimeout: 6 * time.Second,
+		RebalanceTimeout: 6 * time.Second, TransactionTimeout: 10 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}, stages...)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = a.Run(runCtx)
+	}()
+	return a, func() { cancel(); <-done; os.RemoveAll(dir) }, nil
+}
+
+// Consume reads topic from the start as a read_committed consumer and
+// calls fn for each record until fn reports it is done.
+func (c *Cluster) Consume(ctx context.Context, topic string, fn func(*kgo.Record) (done bool, err error)) error {
+	cl, err := c.NewClient(kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	for got := 0; ; {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("read %s: stopped after %d records: %w", topic, got, err)
+		}
+		for it := fs.RecordIter(); !it.Done(); {
+			got++
+			if done, err := fn(it.Next()); done || err != nil {
+				return err
+			}
+		}
 	}
 }
