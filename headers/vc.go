@@ -38,43 +38,44 @@ func EncodeVC(c *Clock) ([]byte, error) {
 // buffer. It fails with ErrUnencodable, leaving dst's contents up to len(dst)
 // unchanged, if an entry has a negative partition, offset or sequence.
 func AppendVC(dst []byte, c *Clock) ([]byte, error) {
-	for i := range c.offsets {
-		if e := &c.offsets[i]; e.key.part < 0 || e.off < 0 {
-			return dst, &EncodeError{Dialect: HeaderVC, Reason: "negative partition or offset on channel " + e.key.channel().String()}
-		}
-	}
-	for i := range c.seqs {
-		if e := &c.seqs[i]; e.key.part < 0 || e.seq < 0 {
-			return dst, &EncodeError{Dialect: HeaderVC, Reason: "negative partition or sequence on channel " + e.key.channel().String()}
-		}
-	}
 	n := len(dst)
-	dst = slices.Grow(dst, VCSize(c))[:n+VCSize(c)]
-	b := dst[n:]
+	size := VCSize(c)
+	out := slices.Grow(dst, size)[:n+size]
+	b := out[n:]
 	b[0] = VCVersion
 	binary.BigEndian.PutUint32(b[1:], uint32(len(c.offsets)))
-	p := 5
+	b = b[5:]
+	// One pass writes and checks: on a bad entry the caller gets dst back
+	// as it was, and the bytes written past it are never visible.
 	for i := range c.offsets {
 		e := &c.offsets[i]
-		binary.BigEndian.PutUint64(b[p:], e.key.hi^signBit)
-		binary.BigEndian.PutUint64(b[p+8:], e.key.lo^signBit)
-		binary.BigEndian.PutUint32(b[p+16:], uint32(e.key.part))
-		binary.BigEndian.PutUint64(b[p+20:], uint64(e.off))
-		p += vcOffsetEntrySize
+		if e.key.part < 0 || e.off < 0 {
+			return dst, &EncodeError{Dialect: HeaderVC, Reason: "negative partition or offset on channel " + e.key.channel().String()}
+		}
+		q := b[:vcOffsetEntrySize]
+		binary.BigEndian.PutUint64(q, e.key.hi^signBit)
+		binary.BigEndian.PutUint64(q[8:], e.key.lo^signBit)
+		binary.BigEndian.PutUint32(q[16:], uint32(e.key.part))
+		binary.BigEndian.PutUint64(q[20:], uint64(e.off))
+		b = b[vcOffsetEntrySize:]
 	}
-	binary.BigEndian.PutUint32(b[p:], uint32(len(c.seqs)))
-	p += 4
+	binary.BigEndian.PutUint32(b, uint32(len(c.seqs)))
+	b = b[4:]
 	for i := range c.seqs {
 		e := &c.seqs[i]
-		binary.BigEndian.PutUint64(b[p:], e.key.hi^signBit)
-		binary.BigEndian.PutUint64(b[p+8:], e.key.lo^signBit)
-		binary.BigEndian.PutUint32(b[p+16:], uint32(e.key.part))
-		binary.BigEndian.PutUint64(b[p+20:], e.sender.hi^signBit)
-		binary.BigEndian.PutUint64(b[p+28:], e.sender.lo^signBit)
-		binary.BigEndian.PutUint64(b[p+36:], uint64(e.seq))
-		p += vcSeqEntrySize
+		if e.key.part < 0 || e.seq < 0 {
+			return dst, &EncodeError{Dialect: HeaderVC, Reason: "negative partition or sequence on channel " + e.key.channel().String()}
+		}
+		q := b[:vcSeqEntrySize]
+		binary.BigEndian.PutUint64(q, e.key.hi^signBit)
+		binary.BigEndian.PutUint64(q[8:], e.key.lo^signBit)
+		binary.BigEndian.PutUint32(q[16:], uint32(e.key.part))
+		binary.BigEndian.PutUint64(q[20:], e.sender.hi^signBit)
+		binary.BigEndian.PutUint64(q[28:], e.sender.lo^signBit)
+		binary.BigEndian.PutUint64(q[36:], uint64(e.seq))
+		b = b[vcSeqEntrySize:]
 	}
-	return dst, nil
+	return out, nil
 }
 
 // DecodeVC decodes a vc clock value.
