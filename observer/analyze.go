@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -104,58 +105,91 @@ func (s *Store) unsettleable(ctx context.Context, offs map[headers.Channel]Chann
 		bridged bool
 	}
 	var hits []hit
+	// collect reads candidate claims rows, each with the claimed channel
+	// and the values lo..hi (inclusive) that would be wrong on it, and
+	// classifies the claims in them on such values, per claimed position:
+	// the first claiming record and how many claim it.
 	collect := func(q string, args ...any) error {
 		rows, err := s.db.QueryContext(ctx, q, args...)
 		if err != nil {
 			return fmt.Errorf("observer: find unsettleable claims: %w", err)
 		}
 		defer rows.Close()
+		type pos struct{ ch, value int64 }
+		found := map[pos]*hit{}
+		var order []pos
+		var pairs []claimPair
 		for rows.Next() {
-			var topic []byte
+			var topic, blob []byte
 			var h hit
-			var start, next, pruned int64
+			var chID, lo, hi, blockLo, start, next, pruned int64
 			var kind sql.NullInt64
-			if err := rows.Scan(&topic, &h.claimed.Partition, &h.name, &start, &next, &pruned, &h.claimed.Offset, &h.rec, &h.n, &kind); err != nil {
+			if err := rows.Scan(&topic, &h.claimed.Partition, &h.name, &start, &next, &pruned, &chID, &lo, &hi, &kind, &blockLo, &blob); err != nil {
+				return fmt.Errorf("observer: find unsettleable claims: %w", err)
+			}
+			if pairs, err = decodeClaimPairs(pairs[:0], blockLo, blob); err != nil {
 				return fmt.Errorf("observer: find unsettleable claims: %w", err)
 			}
 			copy(h.claimed.Topic[:], topic)
-			v := h.claimed.Offset
-			co, known := offs[h.claimed.Channel]
-			if h.name == "" && known {
-				h.name = co.Name // a channel only claimed, never consumed
+			for _, p := range pairs {
+				if p.value < lo || p.value > hi {
+					continue
+				}
+				k := pos{chID, p.value}
+				if f, ok := found[k]; ok {
+					f.rec, f.n = min(f.rec, p.rec), f.n+1
+					continue
+				}
+				v := p.value
+				h := h
+				h.claimed.Offset, h.rec, h.n = v, p.rec, 1
+				co, known := offs[h.claimed.Channel]
+				if h.name == "" && known {
+					h.name = co.Name // a channel only claimed, never consumed
+				}
+				switch {
+				case kind.Valid && kind.Int64 == kindControl:
+					h.why, h.bridged = "a transaction marker", true
+				case kind.Valid && kind.Int64 == kindAborted:
+					h.why, h.bridged = "a record of an aborted transaction", true
+				case start >= 0 && v >= max(start, pruned) && v < next:
+					h.why, h.bridged = "an offset no committed record occupies (an aborted or skipped record)", true
+				case known && v >= co.End:
+					h.why = fmt.Sprintf("an offset at or past the log end (%d)", co.End)
+				default:
+					continue
+				}
+				found[k] = &h
+				order = append(order, k)
 			}
-			switch {
-			case kind.Valid && kind.Int64 == kindControl:
-				h.why, h.bridged = "a transaction marker", true
-			case kind.Valid && kind.Int64 == kindAborted:
-				h.why, h.bridged = "a record of an aborted transaction", true
-			case start >= 0 && v >= max(start, pruned) && v < next:
-				h.why, h.bridged = "an offset no committed record occupies (an aborted or skipped record)", true
-			case known && v >= co.End:
-				h.why = fmt.Sprintf("an offset at or past the log end (%d)", co.End)
-			default:
-				continue
-			}
-			hits = append(hits, h)
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("observer: find unsettleable claims: %w", err)
+		}
+		slices.SortFunc(order, func(a, b pos) int { return cmp.Or(cmp.Compare(a.ch, b.ch), cmp.Compare(a.value, b.value)) })
+		for _, k := range order {
+			hits = append(hits, *found[k])
+		}
+		return nil
 	}
 	// Each query below starts from the few positions that can be wrong —
 	// markers and aborted records, skipped ranges, the tail past the log
-	// end — and looks the claims on them up in the claim index, so the
-	// cost does not grow with the store.
+	// end — and looks the claims on them up in the claim index, a bounded
+	// range of its key per position, so the cost does not grow with the
+	// store.
 	if err := collect(`
-		SELECT ch.topic, ch.part, ch.name, ch.start_off, ch.next_off, ch.pruned_below, r.off, min(c.rec), count(*), r.kind
-		FROM records r JOIN channels ch ON ch.id = r.ch JOIN claims c ON c.ch = r.ch AND c.value = r.off
-		WHERE r.kind IN (1, 2)
-		GROUP BY r.ch, r.off`); err != nil {
+		SELECT ch.topic, ch.part, ch.name, ch.start_off, ch.next_off, ch.pruned_below, ch.id, r.off, r.off, r.kind, c.lo, c.pairs
+		FROM records r JOIN channels ch ON ch.id = r.ch JOIN claims c ON c.ch = r.ch
+			AND c.lo BETWEEN r.off - ` + itoa(claimSpan) + ` AND r.off AND c.hi >= r.off
+		WHERE r.kind IN (1, 2)`); err != nil {
 		return nil, err
 	}
 	if err := collect(`
-		SELECT ch.topic, ch.part, ch.name, ch.start_off, ch.next_off, ch.pruned_below, c.value, min(c.rec), count(*), NULL
+		SELECT ch.topic, ch.part, ch.name, ch.start_off, ch.next_off, ch.pruned_below, ch.id,
+			max(g.from_off, ch.pruned_below), g.to_off - 1, NULL, c.lo, c.pairs
 		FROM gaps g CROSS JOIN channels ch CROSS JOIN claims c -- gaps outermost: there are few
-		WHERE ch.id = g.ch AND c.ch = g.ch AND c.value >= max(g.from_off, ch.pruned_below) AND c.value < g.to_off
-		GROUP BY c.ch, c.value`); err != nil {
+		WHERE ch.id = g.ch AND c.ch = g.ch AND c.lo BETWEEN g.from_off - ` + itoa(claimSpan) + ` AND g.to_off - 1
+			AND c.hi >= max(g.from_off, ch.pruned_below)`); err != nil {
 		return nil, err
 	}
 	chans, err := s.Channels(ctx)
@@ -168,10 +202,10 @@ func (s *Store) unsettleable(ctx context.Context, offs map[headers.Channel]Chann
 			continue
 		}
 		if err := collect(`
-			SELECT ch.topic, ch.part, ch.name, -1, -1, 0, c.value, min(c.rec), count(*), NULL
+			SELECT ch.topic, ch.part, ch.name, -1, -1, 0, ch.id, ?, `+itoa(math.MaxInt64)+`, NULL, c.lo, c.pairs
 			FROM channels ch JOIN claims c ON c.ch = ch.id
-			WHERE ch.topic = ? AND ch.part = ? AND c.value >= ?
-			GROUP BY c.value`, ci.Channel.Topic[:], ci.Channel.Partition, co.End); err != nil {
+			WHERE ch.topic = ? AND ch.part = ? AND c.lo >= ? AND c.hi >= ?`,
+			co.End, ci.Channel.Topic[:], ci.Channel.Partition, co.End-claimSpan, co.End); err != nil {
 			return nil, err
 		}
 	}

@@ -307,9 +307,15 @@ func (s *Store) effects(ctx context.Context, q querier, r *Record, budget int) (
 		}
 		return nil
 	}
-	rows, err := q.QueryContext(ctx, `SELECT `+recordCols+recordFrom+`WHERE r.id IN (
-		SELECT cl.rec FROM claims cl WHERE cl.ch = (SELECT id FROM channels WHERE topic = ? AND part = ?) AND cl.value = ?)
-		ORDER BY r.id`, r.Coordinate.Topic[:], r.Coordinate.Partition, r.Coordinate.Offset)
+	var ch int64
+	if err := q.QueryRowContext(ctx, `SELECT id FROM channels WHERE topic = ? AND part = ?`, r.Coordinate.Topic[:], r.Coordinate.Partition).Scan(&ch); err != nil {
+		return nil, nil, fmt.Errorf("observer: effects of %s: %w", r.Coordinate, err)
+	}
+	recs, err := claimers(ctx, q, ch, r.Coordinate.Offset)
+	if err != nil {
+		return nil, nil, fmt.Errorf("observer: effects of %s: %w", r.Coordinate, err)
+	}
+	rows, err := q.QueryContext(ctx, `SELECT `+recordCols+recordFrom+`WHERE r.id IN (SELECT value FROM json_each(?)) ORDER BY r.id`, jsonInts(recs))
 	if err != nil {
 		return nil, nil, fmt.Errorf("observer: effects of %s: %w", r.Coordinate, err)
 	}

@@ -1,7 +1,6 @@
 package observer
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -63,7 +62,8 @@ type writer struct {
 	stamp    headers.Stamp
 	recArgs  []any
 	clmArgs  []any
-	claims   []claimRow // a batch's offset claims, sorted before writing
+	blocks   map[blockKey]*claimBlock // a batch's open blocks of offset claims
+	closed   []*claimBlock            // and its full ones
 	agg      map[statsKey]*stats
 	seqArgs  []any
 	stmts    map[string]*sql.Stmt
@@ -72,8 +72,6 @@ type writer struct {
 	// uncommitted: records of open and aborted transactions are fetched.
 	uncommitted bool
 }
-
-type claimRow struct{ ch, value, rec int64 }
 
 // statsKey names a run of 64 offsets of a channel.
 type statsKey struct{ ch, bucket int64 }
@@ -107,7 +105,7 @@ type storedFinding struct {
 }
 
 func newWriter(ctx context.Context, st *Store) (*writer, error) {
-	w := &writer{st: st, stmts: make(map[string]*sql.Stmt), agg: map[statsKey]*stats{}}
+	w := &writer{st: st, stmts: make(map[string]*sql.Stmt), agg: map[statsKey]*stats{}, blocks: map[blockKey]*claimBlock{}}
 	if err := w.load(ctx); err != nil {
 		return nil, err
 	}
@@ -275,8 +273,9 @@ func (w *writer) ingest(ctx context.Context, batch []incoming) (err error) {
 	defer func() {
 		if err != nil {
 			tx.Rollback()
-			w.recArgs, w.clmArgs, w.seqArgs, w.findings, w.claims = w.recArgs[:0], w.clmArgs[:0], w.seqArgs[:0], w.findings[:0], w.claims[:0]
+			w.recArgs, w.clmArgs, w.seqArgs, w.findings, w.closed = w.recArgs[:0], w.clmArgs[:0], w.seqArgs[:0], w.findings[:0], w.closed[:0]
 			clear(w.agg)
+			clear(w.blocks)
 			w.load(context.WithoutCancel(ctx))
 		}
 	}()
@@ -397,7 +396,7 @@ func (w *writer) add(ctx context.Context, tx *sql.Tx, in *incoming) error {
 		if err != nil {
 			return err
 		}
-		w.claims = append(w.claims, claimRow{tcs.id, e.Offset, id})
+		w.claim(cs.id, tcs.id, e.Offset, id)
 	}
 	for e := range st.Clock.SeqEntries() {
 		if v, ok := cs.prev.Seq(e.Channel, e.Sender); ok && v == e.Seq {
@@ -485,7 +484,7 @@ func (w *writer) finding(code Code, key, topic, summary string, coords ...string
 const (
 	recCols   = 15
 	recChunk  = 64
-	clmChunk  = 256
+	clmChunk  = 128
 	seqChunk  = 192
 	recInsert = `INSERT INTO records(id, ch, off, ts, kind, stamped, tagged, sender, seq, n_off, n_seq, hdr_bytes, stamp, err, pid) VALUES `
 )
@@ -497,18 +496,10 @@ func (w *writer) flush(ctx context.Context, tx *sql.Tx, all bool) error {
 	if w.recArgs, err = w.flushRows(ctx, tx, recInsert, w.recArgs, recCols, recChunk, all); err != nil {
 		return err
 	}
-	if all && len(w.claims) > 0 {
-		// In key order the B-tree inserts land next to each other: much
-		// cheaper than 16 scattered seeks per record.
-		slices.SortFunc(w.claims, func(a, b claimRow) int {
-			return cmp.Or(cmp.Compare(a.ch, b.ch), cmp.Compare(a.value, b.value), cmp.Compare(a.rec, b.rec))
-		})
-		for _, c := range w.claims {
-			w.clmArgs = append(w.clmArgs, c.ch, c.value, c.rec)
-		}
-		w.claims = w.claims[:0]
+	if all {
+		w.clmArgs = w.blockArgs(w.clmArgs)
 	}
-	if w.clmArgs, err = w.flushRows(ctx, tx, `INSERT OR IGNORE INTO claims(ch, value, rec) VALUES `, w.clmArgs, 3, clmChunk, all); err != nil {
+	if w.clmArgs, err = w.flushRows(ctx, tx, `INSERT INTO claims(ch, lo, rec, hi, last, pairs) VALUES `, w.clmArgs, 6, clmChunk, all); err != nil {
 		return err
 	}
 	if w.seqArgs, err = w.flushRows(ctx, tx, `INSERT OR IGNORE INTO seq_claims(ch, sender, value, rec) VALUES `, w.seqArgs, 4, seqChunk, all); err != nil {

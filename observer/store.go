@@ -16,7 +16,7 @@ import (
 
 // schemaVersion is bumped on every incompatible schema change; a store
 // written by another version is refused rather than misread.
-const schemaVersion = "1"
+const schemaVersion = "2"
 
 // ErrSchemaVersion is wrapped when a store was written by an incompatible
 // version of the observer.
@@ -65,8 +65,13 @@ CREATE INDEX IF NOT EXISTS records_holes ON records(ch, off) WHERE kind IN (1, 2
 -- Offsets a fetch skipped (aborted records under read_committed).
 CREATE TABLE IF NOT EXISTS gaps(ch INTEGER NOT NULL, from_off INTEGER NOT NULL, to_off INTEGER NOT NULL,
 	PRIMARY KEY(ch, from_off)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS claims(ch INTEGER NOT NULL, value INTEGER NOT NULL, rec INTEGER NOT NULL,
-	PRIMARY KEY(ch, value, rec)) WITHOUT ROWID;
+-- Offset claims in blocks: one row holds up to claimBlockPairs claims that
+-- one channel's records made on channel ch, all within lo..hi (hi - lo at
+-- most claimSpan), as (value, record) pairs; rec and last are its first
+-- and last record. See claimblock.go.
+CREATE TABLE IF NOT EXISTS claims(ch INTEGER NOT NULL, lo INTEGER NOT NULL, rec INTEGER NOT NULL,
+	hi INTEGER NOT NULL, last INTEGER NOT NULL, pairs BLOB NOT NULL,
+	PRIMARY KEY(ch, lo, rec)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS seq_claims(ch INTEGER NOT NULL, sender INTEGER NOT NULL, value INTEGER NOT NULL, rec INTEGER NOT NULL,
 	PRIMARY KEY(ch, sender, value, rec)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sender_state(ch INTEGER NOT NULL, sender INTEGER NOT NULL, last_seq INTEGER NOT NULL, last_rec INTEGER NOT NULL,
@@ -373,10 +378,11 @@ func (s *Store) Prune(ctx context.Context, minTS int64, maxRecords int64) (int64
 	if _, err := tx.ExecContext(ctx, `DELETE FROM gaps WHERE to_off <= (SELECT pruned_below FROM channels WHERE id = gaps.ch)`); err != nil {
 		return 0, fmt.Errorf("observer: prune: %w", err)
 	}
-	for _, q := range []string{`DELETE FROM claims WHERE rec < ?`, `DELETE FROM seq_claims WHERE rec < ?`} {
-		if _, err := tx.ExecContext(ctx, q, cut); err != nil {
-			return 0, fmt.Errorf("observer: prune: %w", err)
-		}
+	if err := pruneClaims(ctx, tx, cut); err != nil {
+		return 0, fmt.Errorf("observer: prune: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM seq_claims WHERE rec < ?`, cut); err != nil {
+		return 0, fmt.Errorf("observer: prune: %w", err)
 	}
 	res, err := tx.ExecContext(ctx, `DELETE FROM records WHERE id < ? AND id NOT IN (SELECT last_rec FROM sender_state)`, cut)
 	if err != nil {
