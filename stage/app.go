@@ -341,7 +341,15 @@ func (a *App) reconcile(ctx context.Context) error {
 		newClient := func(opts ...kgo.Opt) (*kgo.Client, error) {
 			return kgo.NewClient(append(a.baseOpts(), opts...)...)
 		}
-		if err := state.Restore(ctx, a.admin, newClient, t.changelog, t.partition, t.kv); err != nil {
+		res, err := state.Restore(ctx, a.admin, newClient, t.changelog, t.partition, t.kv, a.cfg.WallClock)
+		if res.Wiped {
+			// A store slept past the changelog's tombstone retention:
+			// replaying from its checkpoint could resurrect deleted keys.
+			a.log.Info("stage: task store wiped; restoring from the changelog start",
+				"stage", t.st.name, "partition", t.partition, "reason", res.Reason,
+				"age", res.Age, "delete_retention", res.Window, "checkpoint", res.From)
+		}
+		if err != nil {
 			if errors.Is(err, state.ErrChangelogBehind) {
 				return &fatal{fmt.Errorf("stage %q partition %d: %w", t.st.name, t.partition, err)}
 			}
@@ -397,6 +405,9 @@ func (a *App) closeTasks() {
 func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.Fetches) error {
 	committed := false
 	defer func(start time.Time) { a.stepEnded(start, committed) }(time.Now())
+	// Taken before the step writes anything: no changelog record past the
+	// checkpoints this step commits was written before it.
+	began := a.cfg.WallClock()
 	// The step runs to its end even if ctx ends meanwhile: a half-done
 	// step is aborted, never committed.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.stepTimeout())
@@ -433,7 +444,7 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	defer a.mu.Unlock()
 	if committed && endErr == nil {
 		for _, t := range a.tasks {
-			if err := t.commit(sctx); err != nil {
+			if err := t.commit(sctx, began); err != nil {
 				return &fatal{err}
 			}
 			t.opsCommitted()

@@ -23,7 +23,9 @@ type OpsConfig struct {
 	// disables the warning, leaving ExplainHolds and the metrics.
 	HoldWarningAfter time.Duration
 	// WallClock returns the current time (default time.Now). It schedules
-	// ticks and sweeps, stamps tick timestamps and ages holds;
+	// ticks and sweeps, stamps tick timestamps, ages holds, and dates the
+	// task stores' checkpoints (a store older than its changelog's
+	// delete.retention.ms is wiped at restore, state.Restore);
 	// stagetest.Driver injects a manual clock so tick timestamps are
 	// deterministic. Step latency is measured with the real clock.
 	WallClock func() time.Time

@@ -284,8 +284,17 @@ func (t *task) changelogPromise(r *kgo.Record, err error) {
 	}
 }
 
+// checkpointRefresh is how stale a task's checkpoint time may grow while
+// its steps write nothing before a commit refreshes it anyway. An idle task
+// that owned its partition through committed steps has missed nothing, and
+// a fresh time spares it a needless wipe and full restore at its next start
+// (state.Restore).
+const checkpointRefresh = time.Minute
+
 // commit writes the committed step's mutations and checkpoint to SQLite.
-func (t *task) commit(ctx context.Context) error {
+// began is the wall-clock time the step began: every changelog record past
+// the new checkpoint is written after it.
+func (t *task) commit(ctx context.Context, began time.Time) error {
 	if t.node == nil || t.batch == nil {
 		return nil
 	}
@@ -293,10 +302,10 @@ func (t *task) commit(ctx context.Context) error {
 	t.app.pmu.Lock()
 	cp := t.clNext
 	t.app.pmu.Unlock()
-	if len(muts) == 0 && cp < 0 {
+	if len(muts) == 0 && cp < 0 && began.Sub(t.kv.CheckpointTime()) < checkpointRefresh {
 		return nil
 	}
-	if err := t.kv.Apply(ctx, muts, cp); err != nil {
+	if err := t.kv.Apply(ctx, muts, cp, began); err != nil {
 		return fmt.Errorf("stage %q partition %d: %w", t.st.name, t.partition, err)
 	}
 	t.batch.Discard()

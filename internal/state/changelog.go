@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/parsley-go/parsley/protocol"
@@ -29,44 +30,117 @@ func Record(topic string, partition int32, m protocol.Mutation) *kgo.Record {
 	return r
 }
 
+// DefaultDeleteRetention is Kafka's default delete.retention.ms: how long
+// the log cleaner keeps a tombstone, at least, after it was written. Restore
+// assumes it when the changelog topic does not report the setting.
+const DefaultDeleteRetention = 24 * time.Hour
+
+// ErrBadRetention: the changelog topic's delete.retention.ms is not a
+// non-negative integer, so Restore cannot tell how old a checkpoint may be.
+var ErrBadRetention = errors.New("state: changelog has an invalid delete.retention.ms")
+
+// Restored says what a Restore did.
+type Restored struct {
+	// Wiped: the store's contents were dropped and rebuilt from the
+	// changelog's log start; Reason says why.
+	Wiped  bool
+	Reason string
+	// Age is the checkpoint's age when Restore began (zero when its time
+	// is unknown or it was not needed); Window is the changelog's
+	// delete.retention.ms, when it was read.
+	Age, Window time.Duration
+	// From is the store's checkpoint before the restore, To after it.
+	From, To int64
+}
+
+// Why a store is wiped before a replay.
+const (
+	reasonLogStart = "changelog log start is past the checkpoint"
+	reasonUnknown  = "checkpoint time unknown"
+	reasonAge      = "checkpoint older than the changelog's delete.retention.ms less the safety margin"
+)
+
+// wipeAge is the checkpoint age from which a store is wiped: the
+// changelog's delete.retention.ms less a safety margin of a tenth of it, and
+// at least a minute. The margin covers what the checkpoint age does not
+// measure: the restore's own duration (a tombstone is only safe until it is
+// read), skew between this clock and the brokers', and replication lag.
+func wipeAge(window time.Duration) time.Duration {
+	return window - max(window/10, time.Minute)
+}
+
 // Restore brings st up to date with partition p of the changelog topic:
 // it replays, read_committed, every record from the checkpoint to the last
 // stable offset and advances the checkpoint. It returns only once no
 // transaction is open on the partition (last stable offset = high
 // watermark) and everything below was applied, so a previous owner's
 // in-flight commit is never missed. newClient builds a plain (non-group)
-// client from the options it is given; admin lists offsets.
-func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt) (*kgo.Client, error), topic string, p int32, st *Store) error {
+// client from the options it is given; admin lists offsets and describes
+// the topic; now is the wall clock.
+//
+// A replay from the checkpoint is only complete if every tombstone written
+// past the checkpoint is still in the log. Compaction removes a tombstone
+// once it is delete.retention.ms old, and removes the older values it
+// deleted with it, so a store that slept longer than that would keep keys
+// that were deleted. Restore therefore first wipes the store and replays
+// from the log start when the checkpoint's age (now less CheckpointTime)
+// reaches the topic's delete.retention.ms less a safety margin (see
+// wipeAge), when that time is unknown, or when the log start is past the
+// checkpoint (records after it are gone). This is what Kafka Streams does
+// with local state whose checkpoint it cannot trust. A store at checkpoint
+// zero with no keys has nothing to wipe.
+func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt) (*kgo.Client, error), topic string, p int32, st *Store, now func() time.Time) (Restored, error) {
 	var cl *kgo.Client
 	defer func() {
 		if cl != nil {
 			cl.Close()
 		}
 	}()
+	if now == nil {
+		now = time.Now
+	}
+	res := Restored{From: st.Checkpoint(), To: st.Checkpoint()}
 	pos := st.Checkpoint()
-	for {
+	for first := true; ; first = false {
+		// Records at or past the end listed below are written after at.
+		at := now()
 		lso, hwm, start, err := bounds(ctx, admin, topic, p)
 		if err != nil {
-			return err
+			return res, err
 		}
 		if pos > hwm {
-			return fmt.Errorf("%w: %s[%d] ends at %d, checkpoint %d (%s)", ErrChangelogBehind, topic, p, hwm, pos, st.Path())
+			return res, fmt.Errorf("%w: %s[%d] ends at %d, checkpoint %d (%s)", ErrChangelogBehind, topic, p, hwm, pos, st.Path())
+		}
+		if first {
+			if err := wipeIfStale(ctx, admin, topic, p, st, start, at, &res); err != nil {
+				return res, err
+			}
+			pos = st.Checkpoint()
 		}
 		if pos < start {
+			if !first {
+				// Retention moved the log start past the replay while it
+				// ran: the records in between are gone. The next attempt
+				// finds the start past the checkpoint and wipes.
+				return res, fmt.Errorf("state: restore %s[%d]: log start %d passed the replay at %d; retry", topic, p, start, pos)
+			}
 			// Compaction or retention removed the head; what survives is
-			// the newest value per key, which is all a replay needs.
+			// the newest value per key, which is all a replay into an
+			// empty store needs (a non-empty one was wiped above).
 			pos = start
 		}
 		if pos >= lso && lso == hwm {
-			if pos > st.Checkpoint() {
-				return st.Apply(ctx, nil, pos)
+			// Caught up: nothing past pos existed at at.
+			if err := st.Apply(ctx, nil, pos, at); err != nil {
+				return res, err
 			}
-			return nil
+			res.To = st.Checkpoint()
+			return res, nil
 		}
 		if pos >= lso {
 			// A transaction is open on the partition: wait for its end.
 			if err := sleep(ctx, 50*time.Millisecond); err != nil {
-				return err
+				return res, err
 			}
 			continue
 		}
@@ -75,9 +149,12 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 				kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(pos)}}),
 				kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 				kgo.KeepControlRecords(),
+				// Never skip silently to the log start: a gap fails
+				// the restore, and the retry wipes.
+				kgo.ConsumeResetOffset(kgo.NoResetOffset()),
 			)
 			if err != nil {
-				return fmt.Errorf("state: restore %s[%d]: %w", topic, p, err)
+				return res, fmt.Errorf("state: restore %s[%d]: %w", topic, p, err)
 			}
 		}
 		for pos < lso {
@@ -85,7 +162,7 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 			fs := cl.PollFetches(pctx)
 			cancel()
 			if err := ctx.Err(); err != nil {
-				return err
+				return res, err
 			}
 			var ferr error
 			fs.EachError(func(t string, part int32, err error) {
@@ -94,7 +171,7 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 				}
 			})
 			if ferr != nil {
-				return ferr
+				return res, ferr
 			}
 			var muts []protocol.Mutation
 			next := pos
@@ -109,13 +186,80 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 				muts = append(muts, protocol.Mutation{Key: string(r.Key), Value: r.Value, Delete: r.Value == nil})
 			})
 			if next > pos {
-				if err := st.Apply(ctx, lastPerKey(muts), next); err != nil {
-					return err
+				// The zero time keeps the recorded one: these records were
+				// written at any time before now.
+				if err := st.Apply(ctx, lastPerKey(muts), next, time.Time{}); err != nil {
+					return res, err
 				}
 				pos = next
 			}
 		}
 	}
+}
+
+// wipeIfStale resets st when its checkpoint cannot be trusted (see Restore),
+// recording the decision in res.
+func wipeIfStale(ctx context.Context, admin *kadm.Client, topic string, p int32, st *Store, start int64, now time.Time, res *Restored) error {
+	cp := st.Checkpoint()
+	if cp == 0 {
+		empty, err := st.empty(ctx)
+		if err != nil {
+			return fmt.Errorf("state: restore %s[%d]: %w", topic, p, err)
+		}
+		if empty {
+			return nil
+		}
+	}
+	switch t := st.CheckpointTime(); {
+	case start > cp:
+		res.Reason = reasonLogStart
+	case t.IsZero():
+		res.Reason = reasonUnknown
+	default:
+		window, err := deleteRetention(ctx, admin, topic)
+		if err != nil {
+			return err
+		}
+		res.Age, res.Window = now.Sub(t), window
+		if res.Age >= wipeAge(window) {
+			res.Reason = reasonAge
+		}
+	}
+	if res.Reason == "" {
+		return nil
+	}
+	if err := st.Reset(ctx); err != nil {
+		return fmt.Errorf("state: restore %s[%d]: wipe %s: %w", topic, p, st.Path(), err)
+	}
+	res.Wiped = true
+	return nil
+}
+
+// deleteRetention reads the topic's delete.retention.ms, or Kafka's default
+// when the topic does not report it.
+func deleteRetention(ctx context.Context, admin *kadm.Client, topic string) (time.Duration, error) {
+	rcs, err := admin.DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("state: describe changelog %s: %w", topic, err)
+	}
+	rc, err := rcs.On(topic, nil)
+	if err == nil {
+		err = rc.Err
+	}
+	if err != nil {
+		return 0, fmt.Errorf("state: describe changelog %s: %w", topic, err)
+	}
+	for _, c := range rc.Configs {
+		if c.Key != "delete.retention.ms" || c.Value == nil {
+			continue
+		}
+		ms, err := strconv.ParseInt(*c.Value, 10, 64)
+		if err != nil || ms < 0 {
+			return 0, fmt.Errorf("%w: %s has %q", ErrBadRetention, topic, *c.Value)
+		}
+		return time.Duration(ms) * time.Millisecond, nil
+	}
+	return DefaultDeleteRetention, nil
 }
 
 // lastPerKey keeps the last mutation of each key, in first-seen order of the

@@ -10,7 +10,10 @@
 // the checkpoint. A task that starts — after a crash, on another instance,
 // or with its file deleted — first replays the changelog from its checkpoint
 // to the end (Restore), so a crash between the Kafka commit and the SQLite
-// commit loses nothing.
+// commit loses nothing. A checkpoint is only trusted while it is younger
+// than the changelog's tombstone retention (delete.retention.ms, less a
+// margin): compaction may have removed deletes written after an older one,
+// so Restore wipes such a store and replays the changelog from its start.
 //
 // The store runs in WAL mode with synchronous=NORMAL (durability comes from
 // the changelog) over a single connection: one writer, and a task is never

@@ -35,10 +35,10 @@ func TestApplyScanAndCheckpointSurviveReopen(t *testing.T) {
 		{Key: "b", Value: []byte("y")},
 		{Key: "\x02k", Value: []byte{0}},
 	}
-	if err := s.Apply(ctx, muts, 42); err != nil {
+	if err := s.Apply(ctx, muts, 42, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Apply(ctx, []protocol.Mutation{{Key: "b", Delete: true}}, 40); err != nil {
+	if err := s.Apply(ctx, []protocol.Mutation{{Key: "b", Delete: true}}, 40, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -67,7 +67,7 @@ func TestApplyScanAndCheckpointSurviveReopen(t *testing.T) {
 func TestBatchOverStore(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, filepath.Join(t.TempDir(), "t.db"))
-	if err := s.Apply(ctx, []protocol.Mutation{{Key: "k1", Value: []byte("1")}, {Key: "k3", Value: []byte("3")}}, 1); err != nil {
+	if err := s.Apply(ctx, []protocol.Mutation{{Key: "k1", Value: []byte("1")}, {Key: "k3", Value: []byte("3")}}, 1, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	b := protocol.NewBatch(s)
@@ -78,7 +78,7 @@ func TestBatchOverStore(t *testing.T) {
 	if want := []string{"k2=2", "k3=3"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("batch scan = %q, want %q", got, want)
 	}
-	if err := s.Apply(ctx, b.Mutations(), 2); err != nil {
+	if err := s.Apply(ctx, b.Mutations(), 2, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	b.Discard()
@@ -137,7 +137,7 @@ func TestRestoreReplaysCommittedChangelog(t *testing.T) {
 
 	s := open(t, filepath.Join(t.TempDir(), "t.db"))
 	newClient := func(opts ...kgo.Opt) (*kgo.Client, error) { return c.NewClient(opts...) }
-	if err := Restore(ctx, c.Admin(), newClient, "cl", 1, s); err != nil {
+	if _, err := Restore(ctx, c.Admin(), newClient, "cl", 1, s, nil); err != nil {
 		t.Fatal(err)
 	}
 	all, _ := s.Entries()
@@ -152,10 +152,10 @@ func TestRestoreReplaysCommittedChangelog(t *testing.T) {
 	if s.Checkpoint() != 10 {
 		t.Fatalf("checkpoint = %d, want 10", s.Checkpoint())
 	}
-	if err := s.Apply(ctx, nil, 50); err != nil {
+	if err := s.Apply(ctx, nil, 50, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := Restore(ctx, c.Admin(), newClient, "cl", 1, s); !errors.Is(err, ErrChangelogBehind) {
+	if _, err := Restore(ctx, c.Admin(), newClient, "cl", 1, s, nil); !errors.Is(err, ErrChangelogBehind) {
 		t.Fatalf("Restore with a checkpoint past the end = %v, want ErrChangelogBehind", err)
 	}
 }

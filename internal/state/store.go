@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"time"
 
 	"github.com/parsley-go/parsley/protocol"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -30,7 +31,9 @@ type Store struct {
 	get        *sql.Stmt
 	put, del   *sql.Stmt
 	setCP      *sql.Stmt
+	setCPTime  *sql.Stmt
 	checkpoint int64
+	cpTime     int64 // unix milliseconds; 0: unknown
 }
 
 // Open opens (creating if needed) the store at path.
@@ -68,6 +71,7 @@ func (s *Store) init(ctx context.Context) error {
 			"CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID",
 			"CREATE TABLE meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL)",
 			"INSERT INTO meta (k, v) VALUES ('checkpoint', 0)",
+			"INSERT INTO meta (k, v) VALUES ('checkpoint_time', 0)",
 			fmt.Sprintf("PRAGMA user_version = %d", SchemaVersion),
 		} {
 			if _, err := tx.ExecContext(ctx, q); err != nil {
@@ -81,8 +85,17 @@ func (s *Store) init(ctx context.Context) error {
 	default:
 		return fmt.Errorf("%w: file has version %d, this build knows %d", ErrUnknownSchema, v, SchemaVersion)
 	}
+	// Files written before the checkpoint time existed lack its row: an
+	// unknown time, which Restore treats as too old to trust. The row is
+	// additive (older builds ignore it), so the schema version stays.
+	if _, err := s.db.ExecContext(ctx, "INSERT OR IGNORE INTO meta (k, v) VALUES ('checkpoint_time', 0)"); err != nil {
+		return fmt.Errorf("add checkpoint time: %w", err)
+	}
 	if err := s.db.QueryRowContext(ctx, "SELECT v FROM meta WHERE k = 'checkpoint'").Scan(&s.checkpoint); err != nil {
 		return fmt.Errorf("read checkpoint: %w", err)
+	}
+	if err := s.db.QueryRowContext(ctx, "SELECT v FROM meta WHERE k = 'checkpoint_time'").Scan(&s.cpTime); err != nil {
+		return fmt.Errorf("read checkpoint time: %w", err)
 	}
 	for _, p := range []struct {
 		stmt **sql.Stmt
@@ -92,6 +105,7 @@ func (s *Store) init(ctx context.Context) error {
 		{&s.put, "INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v"},
 		{&s.del, "DELETE FROM kv WHERE k = ?"},
 		{&s.setCP, "UPDATE meta SET v = ? WHERE k = 'checkpoint'"},
+		{&s.setCPTime, "UPDATE meta SET v = ? WHERE k = 'checkpoint_time'"},
 	} {
 		var err error
 		if *p.stmt, err = s.db.PrepareContext(ctx, p.q); err != nil {
@@ -107,6 +121,17 @@ func (s *Store) Path() string { return s.path }
 // Checkpoint returns the changelog offset the committed contents reflect:
 // every changelog record below it is applied.
 func (s *Store) Checkpoint() int64 { return s.checkpoint }
+
+// CheckpointTime returns the wall-clock time recorded with the checkpoint:
+// every committed changelog record at or past the checkpoint was written
+// after it. The zero Time means unknown (a new or wiped file, or one
+// written before the time was recorded).
+func (s *Store) CheckpointTime() time.Time {
+	if s.cpTime == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(s.cpTime)
+}
 
 // Close closes the file.
 func (s *Store) Close() error { return s.db.Close() }
@@ -196,7 +221,13 @@ func successor(p []byte) []byte {
 
 // Apply commits muts and the new checkpoint in one SQLite transaction.
 // A checkpoint below the current one is kept at the current one.
-func (s *Store) Apply(ctx context.Context, muts []protocol.Mutation, checkpoint int64) error {
+//
+// at is a wall-clock time before which no committed changelog record at or
+// past the new checkpoint was written — for a step, a time taken before the
+// step began — and becomes the checkpoint time. The zero Time keeps the
+// recorded one, which stays valid: it held for an earlier checkpoint, so it
+// holds for every record past a later one.
+func (s *Store) Apply(ctx context.Context, muts []protocol.Mutation, checkpoint int64, at time.Time) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("state: begin: %w", err)
@@ -221,15 +252,25 @@ func (s *Store) Apply(ctx context.Context, muts []protocol.Mutation, checkpoint 
 	if _, err := tx.StmtContext(ctx, s.setCP).ExecContext(ctx, cp); err != nil {
 		return fmt.Errorf("state: write checkpoint: %w", err)
 	}
+	cpTime := s.cpTime
+	if !at.IsZero() {
+		cpTime = max(at.UnixMilli(), 1) // 0 means unknown
+		if _, err := tx.StmtContext(ctx, s.setCPTime).ExecContext(ctx, cpTime); err != nil {
+			return fmt.Errorf("state: write checkpoint time: %w", err)
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("state: commit: %w", err)
 	}
-	s.checkpoint = cp
+	s.checkpoint, s.cpTime = cp, cpTime
 	return nil
 }
 
-// Reset deletes every key and sets the checkpoint to zero, for a replay of
-// the whole changelog.
+// Reset deletes every key and sets the checkpoint to zero and its time to
+// unknown, for a replay of the whole changelog. The time must not survive:
+// a replay from the log start that stops half-way has applied old puts
+// whose tombstones may be compacted away before it resumes, so such a file
+// is wiped again rather than resumed.
 func (s *Store) Reset(ctx context.Context) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -239,14 +280,24 @@ func (s *Store) Reset(ctx context.Context) error {
 	if _, err := tx.ExecContext(ctx, "DELETE FROM kv"); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, "UPDATE meta SET v = 0 WHERE k = 'checkpoint'"); err != nil {
+	if _, err := tx.ExecContext(ctx, "UPDATE meta SET v = 0 WHERE k IN ('checkpoint', 'checkpoint_time')"); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return err
 	}
-	s.checkpoint = 0
+	s.checkpoint, s.cpTime = 0, 0
 	return nil
+}
+
+// empty reports whether the store holds no key.
+func (s *Store) empty(ctx context.Context) (bool, error) {
+	var one int
+	err := s.db.QueryRowContext(ctx, "SELECT 1 FROM kv LIMIT 1").Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return true, nil
+	}
+	return false, err
 }
 
 // Entries returns every committed key and value in key order (tests and
