@@ -227,38 +227,44 @@ func OnFold[S, K, V any](b *Builder, t *Topic[K, V], f Fold[S, K, V]) *Builder {
 			if err != nil {
 				return nil, err
 			}
-			s := sd.initial
-			raw, ok, err := io.load()
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				if s, err = sd.codec.Decode(raw); err != nil {
-					return nil, &CodecError{Part: "state", Op: "decode", Err: err}
-				}
-			}
-			step, err := f(s, msg)
-			if err != nil {
-				return nil, err
-			}
-			switch {
-			case step.keep:
-			case step.Delete || isNil(step.State):
-				err = io.del()
-			default:
-				enc, eerr := sd.codec.Encode(step.State)
-				if eerr != nil {
-					return nil, &CodecError{Part: "state", Op: "encode", Err: eerr}
-				}
-				if enc == nil {
-					enc = []byte{}
-				}
-				err = io.store(enc)
-			}
-			return step.Emissions, err
+			return applyFold(sd, io, func(s S) (Step[S], error) { return f(s, msg) })
 		}}, nil
 	})
 	return b
+}
+
+// applyFold loads a key's or the tick slot's state (or the initial value), applies step and
+// stores, deletes or keeps the result.
+func applyFold[S any](sd *stateDecl[S], io stateIO, step func(S) (Step[S], error)) ([]Emission, error) {
+	s := sd.initial
+	raw, ok, err := io.load()
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		if s, err = sd.codec.Decode(raw); err != nil {
+			return nil, &CodecError{Part: "state", Op: "decode", Err: err}
+		}
+	}
+	st, err := step(s)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case st.keep:
+	case st.Delete || isNil(st.State):
+		err = io.del()
+	default:
+		enc, eerr := sd.codec.Encode(st.State)
+		if eerr != nil {
+			return nil, &CodecError{Part: "state", Op: "encode", Err: eerr}
+		}
+		if enc == nil {
+			enc = []byte{}
+		}
+		err = io.store(enc)
+	}
+	return st.Emissions, err
 }
 
 func (b *Builder) source(t interface{ topicName() string }) bool {

@@ -146,40 +146,6 @@ func (s *Stage) TickInterval() time.Duration {
 	return s.tick.every
 }
 
-// applyFold loads the slot's state (or the initial value), applies step and
-// stores, deletes or keeps the result.
-func applyFold[S any](sd *stateDecl[S], io stateIO, step func(S) (Step[S], error)) ([]Emission, error) {
-	s := sd.initial
-	raw, ok, err := io.load()
-	if err != nil {
-		return nil, err
-	}
-	if ok {
-		if s, err = sd.codec.Decode(raw); err != nil {
-			return nil, &CodecError{Part: "state", Op: "decode", Err: err}
-		}
-	}
-	st, err := step(s)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case st.keep:
-	case st.Delete || isNil(st.State):
-		err = io.del()
-	default:
-		enc, eerr := sd.codec.Encode(st.State)
-		if eerr != nil {
-			return nil, &CodecError{Part: "state", Op: "encode", Err: eerr}
-		}
-		if enc == nil {
-			enc = []byte{}
-		}
-		err = io.store(enc)
-	}
-	return st.Emissions, err
-}
-
 // A tick record: the key is the task partition (4 bytes, big-endian), the
 // value the emission time in Unix milliseconds (8 bytes, big-endian).
 func decodeTick(m *rawMessage) (Tick, error) {
