@@ -164,9 +164,7 @@ func (w *world) play(t *testing.T, restart bool) (delivered []string, store []Mu
 	e := newEnv(t, w.chans, []headers.TopicID{tid(31)})
 	e.offs.ends[tid(31)] = []int64{0, 0}
 	n := e.node()
-	next := make([]int, len(w.chans))
-	pos := make([]int64, len(w.chans))
-	record := func(ds []Delivery) {
+	record := func(n *Node, ds []Delivery) {
 		for _, d := range ds {
 			var b bytes.Buffer
 			fmt.Fprintf(&b, "%v ts=%d key=%q/%v val=%q/%v hdrs=%v", d.Coordinate, d.Timestamp, d.Key, d.Key == nil, d.Value, d.Value == nil, d.Headers == nil)
@@ -185,36 +183,7 @@ func (w *world) play(t *testing.T, restart bool) (delivered []string, store []Mu
 			delivered = append(delivered, fmt.Sprintf("send seq=%d", s.Seq))
 		}
 	}
-	for _, ev := range w.events {
-		var ds []Delivery
-		var err error
-		if ev.fetch {
-			ds, err = n.OnRecord(w.logs[ev.ch][next[ev.ch]])
-			next[ev.ch]++
-		} else {
-			pos[ev.ch] = ev.pos
-			ds, err = n.PositionAdvance(w.chans[ev.ch], ev.pos)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		record(ds)
-		if ev.flushed {
-			flush(t, n)
-			if restart {
-				n = e.node()
-				for ch, p := range pos {
-					if p > 0 {
-						ds, err := n.PositionAdvance(w.chans[ch], p)
-						if err != nil {
-							t.Fatal(err)
-						}
-						record(ds)
-					}
-				}
-			}
-		}
-	}
+	n = w.drive(t, e, n, restart, record)
 	return delivered, e.store.Entries(), n.Counters().Held
 }
 
@@ -291,6 +260,49 @@ func maxHeldInWorld(t *testing.T, w *world) int {
 	return m
 }
 
+// drive feeds w's events to n in order and hands every call's deliveries,
+// with the node that made them, to seen. With restart, the node is rebuilt from its store after every flush
+// and told the positions its predecessor had been told, as a host does (H5).
+// It returns the node that saw the last event.
+func (w *world) drive(t *testing.T, e *env, n *Node, restart bool, seen func(*Node, []Delivery)) *Node {
+	t.Helper()
+	next := make([]int, len(w.chans))
+	pos := make([]int64, len(w.chans))
+	for _, ev := range w.events {
+		var ds []Delivery
+		var err error
+		if ev.fetch {
+			ds, err = n.OnRecord(w.logs[ev.ch][next[ev.ch]])
+			next[ev.ch]++
+		} else {
+			pos[ev.ch] = ev.pos
+			ds, err = n.PositionAdvance(w.chans[ev.ch], ev.pos)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen(n, ds)
+		if !ev.flushed {
+			continue
+		}
+		flush(t, n)
+		if !restart {
+			continue
+		}
+		n = e.node()
+		for ch, p := range pos {
+			if p > 0 {
+				ds, err := n.PositionAdvance(w.chans[ch], p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen(n, ds)
+			}
+		}
+	}
+	return n
+}
+
 // judge plays w against a node with the given sabotage, rebuilding it after
 // every flush when restart is set, and returns the first violation of causal
 // order, per-channel FIFO, no-duplicates or completeness, judged against
@@ -302,7 +314,7 @@ func (w *world) judge(t *testing.T, sab Sabotage, restart bool) string {
 	delivered := map[headers.Coordinate]bool{}
 	last := map[headers.Channel]int64{}
 	violation := ""
-	check := func(ds []Delivery) {
+	check := func(_ *Node, ds []Delivery) {
 		for _, d := range ds {
 			c := d.Coordinate
 			switch {
@@ -336,38 +348,7 @@ func (w *world) judge(t *testing.T, sab Sabotage, restart bool) string {
 			last[d.Channel] = d.Offset + 1
 		}
 	}
-	next := make([]int, len(w.chans))
-	pos := make([]int64, len(w.chans))
-	for _, ev := range w.events {
-		var ds []Delivery
-		var err error
-		if ev.fetch {
-			ds, err = n.OnRecord(w.logs[ev.ch][next[ev.ch]])
-			next[ev.ch]++
-		} else {
-			pos[ev.ch] = ev.pos
-			ds, err = n.PositionAdvance(w.chans[ev.ch], ev.pos)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		check(ds)
-		if ev.flushed {
-			flush(t, n)
-			if restart {
-				n = e.node()
-				for ch, p := range pos {
-					if p > 0 {
-						ds, err := n.PositionAdvance(w.chans[ch], p)
-						if err != nil {
-							t.Fatal(err)
-						}
-						check(ds)
-					}
-				}
-			}
-		}
-	}
+	w.drive(t, e, n, restart, check)
 	if violation != "" {
 		return violation
 	}
