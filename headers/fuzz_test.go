@@ -29,29 +29,39 @@ func FuzzDecodeVC(f *testing.F) {
 	seedHex(f, "01 00000000 00000000")
 	seedHex(f, "01 ffffffff 00000000")
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c, err := DecodeVC(b)
-		reused := dirty()
-		errInto := DecodeVCInto(reused, b)
-		if (err == nil) != (errInto == nil) {
-			t.Fatalf("DecodeVC and DecodeVCInto disagree: %v / %v", err, errInto)
-		}
-		if err != nil {
-			if !reused.IsEmpty() {
-				t.Fatal("failed decode left entries behind")
-			}
-			return
-		}
-		if !reused.Equal(c) {
-			t.Fatal("decoding into a reused clock differs from a fresh decode")
-		}
-		enc, err := EncodeVC(c)
-		if err != nil {
-			t.Fatalf("accepted value does not re-encode: %v", err)
-		}
-		if !bytes.Equal(enc, b) {
-			t.Fatalf("accepted %x but re-encodes to %x", b, enc)
-		}
+		checkDecoder(t, b, DecodeVC, DecodeVCInto, EncodeVC)
 	})
+}
+
+// checkDecoder holds a decoder to its contract on any input: it never
+// panics, a fresh decode and a decode into a reused clock agree, a failed
+// decode leaves the clock empty, and an accepted value re-encodes to exactly
+// its bytes. It returns the decoded clock, or nil if b was refused.
+func checkDecoder(t *testing.T, b []byte, decode func([]byte) (*Clock, error), decodeInto func(*Clock, []byte) error, encode func(*Clock) ([]byte, error)) *Clock {
+	t.Helper()
+	c, err := decode(b)
+	reused := dirty()
+	errInto := decodeInto(reused, b)
+	if (err == nil) != (errInto == nil) {
+		t.Fatalf("fresh and reused decodes disagree: %v / %v", err, errInto)
+	}
+	if err != nil {
+		if !reused.IsEmpty() {
+			t.Fatal("failed decode left entries behind")
+		}
+		return nil
+	}
+	if !reused.Equal(c) {
+		t.Fatal("decoding into a reused clock differs from a fresh decode")
+	}
+	enc, err := encode(c)
+	if err != nil {
+		t.Fatalf("accepted value does not re-encode: %v", err)
+	}
+	if !bytes.Equal(enc, b) {
+		t.Fatalf("accepted %x but re-encodes to %x", b, enc)
+	}
+	return c
 }
 
 func FuzzDecodeCauses(f *testing.F) {
@@ -60,27 +70,9 @@ func FuzzDecodeCauses(f *testing.F) {
 	seedHex(f, "01 01 00112233445566778899aabbccddeeff 01 8580808010 0000000000000005")
 	seedHex(f, "01 02 00112233445566778899aabbccddeeff 01 00 0000000000000001 80000000000000000000000000000001 01 00 0000000000000001")
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c, err := DecodeCauses(b)
-		reused := dirty()
-		errInto := DecodeCausesInto(reused, b)
-		if (err == nil) != (errInto == nil) {
-			t.Fatalf("DecodeCauses and DecodeCausesInto disagree: %v / %v", err, errInto)
-		}
-		if err != nil {
-			if !reused.IsEmpty() {
-				t.Fatal("failed decode left entries behind")
-			}
+		c := checkDecoder(t, b, DecodeCauses, DecodeCausesInto, EncodeCauses)
+		if c == nil {
 			return
-		}
-		if !reused.Equal(c) {
-			t.Fatal("decoding into a reused clock differs from a fresh decode")
-		}
-		enc, err := EncodeCauses(c)
-		if err != nil {
-			t.Fatalf("accepted value does not re-encode: %v", err)
-		}
-		if !bytes.Equal(enc, b) {
-			t.Fatalf("accepted %x but re-encodes to %x", b, enc)
 		}
 		// Whatever the causes dialect accepts, the vc dialect can carry.
 		vc, err := EncodeVC(c)
