@@ -43,7 +43,7 @@ func ExampleHeldRecord_Summary() {
 	h := stage.HeldRecord{
 		Stage: "reconciler", Partition: 3, Topic: "views", Offset: 8814, HeldFor: 47 * time.Second, Depth: 219,
 		Diagnosis: protocol.NotFetched,
-		Waiting:   []stage.Cause{{Diagnosis: protocol.NotFetched, Topic: "commands", Offset: 51204, Frontier: 51199, Position: 51200}},
+		Waiting:   []stage.Cause{{Claim: protocol.Claim{Diagnosis: protocol.NotFetched, Offset: 51204, Frontier: 51199, Position: 51200}, Topic: "commands"}},
 	}
 	h.Coordinate.Partition = 3
 	h.Waiting[0].Channel.Partition = 3

@@ -42,25 +42,12 @@ type HeldRecord struct {
 	Waiting   []Cause
 }
 
-// Cause is one unmet claim of a held record, with the local watermarks
-// that show the gap.
+// Cause is one unmet claim of a held record: the node's own description
+// (diagnosis, claimed channel and offset or sequence, and the local
+// watermarks that show the gap), with the claimed topic's name.
 type Cause struct {
-	Diagnosis Diagnosis
-	Topic     string // the claimed channel's topic ("" if unknown here; see Channel)
-	Channel   headers.Channel
-	// Offset claims: the claimed offset; -1 for sequence claims.
-	Offset int64
-	// Sequence claims: the sender, the claimed sequence, and the highest
-	// sequence delivered here from that sender on the channel (-1: none).
-	Sequence     bool
-	Sender       headers.SenderID
-	Seq          int64
-	DeliveredSeq int64
-	// Frontier and Position are the local watermarks on the claimed
-	// channel: everything at or below Frontier was delivered or skipped;
-	// Position is one past the highest offset fetched.
-	Frontier int64
-	Position int64
+	protocol.Claim
+	Topic string // the claimed channel's topic ("" if unknown here; see Channel)
 }
 
 // Summary renders the hold on one line, as the WARN line does: the task,
@@ -214,11 +201,7 @@ func (t *task) heldRecord(h *protocol.Hold, since time.Time) HeldRecord {
 		Timestamp: time.UnixMilli(h.Timestamp), Since: since, Depth: h.Depth,
 	}
 	for _, c := range h.Waiting {
-		hr.Waiting = append(hr.Waiting, Cause{
-			Diagnosis: c.Diagnosis, Topic: a.idName[c.Channel.Topic], Channel: c.Channel,
-			Offset: c.Offset, Sequence: c.Sequence, Sender: c.Sender, Seq: c.Seq, DeliveredSeq: c.DeliveredSeq,
-			Frontier: c.Frontier, Position: c.Position,
-		})
+		hr.Waiting = append(hr.Waiting, Cause{Claim: c, Topic: a.idName[c.Channel.Topic]})
 		if hr.Diagnosis == 0 || hr.Diagnosis == protocol.HeldUpstream && c.Diagnosis != protocol.HeldUpstream {
 			hr.Diagnosis = c.Diagnosis
 		}
