@@ -151,24 +151,10 @@ func mixedLowHalves(es []offsetEntry) bool {
 // compareTopicSigned and compareTopicBytes order the topics of two keys:
 // the clock's (Java's signed) order, and the causes dialect's unsigned byte
 // order.
-func compareTopicSigned(a, b chanKey) int {
-	switch {
-	case a.hi != b.hi:
-		return cmpU64(a.hi, b.hi)
-	case a.lo != b.lo:
-		return cmpU64(a.lo, b.lo)
-	}
-	return 0
-}
+func compareTopicSigned(a, b chanKey) int { return compareHalves(a.hi, a.lo, b.hi, b.lo) }
 
 func compareTopicBytes(a, b chanKey) int {
-	switch {
-	case a.hi != b.hi:
-		return cmpU64(a.hi^signBit, b.hi^signBit)
-	case a.lo != b.lo:
-		return cmpU64(a.lo^signBit, b.lo^signBit)
-	}
-	return 0
+	return compareHalves(a.hi^signBit, a.lo^signBit, b.hi^signBit, b.lo^signBit)
 }
 
 // topicClass sorts a topic into one of four classes by the top bits of its

@@ -68,15 +68,26 @@ func (k chanKey) channel() Channel {
 func (k chanKey) sameTopic(o chanKey) bool { return k.hi == o.hi && k.lo == o.lo }
 
 func (k chanKey) compare(o chanKey) int {
+	if r := compareHalves(k.hi, k.lo, o.hi, o.lo); r != 0 {
+		return r
+	}
 	switch {
-	case k.hi != o.hi:
-		return cmpU64(k.hi, o.hi)
-	case k.lo != o.lo:
-		return cmpU64(k.lo, o.lo)
 	case k.part < o.part:
 		return -1
 	case k.part > o.part:
 		return 1
+	}
+	return 0
+}
+
+// compareHalves orders two 128-bit IDs held as sign-flipped halves: Java's
+// signed UUID order, as plain unsigned compares.
+func compareHalves(ahi, alo, bhi, blo uint64) int {
+	switch {
+	case ahi != bhi:
+		return cmpU64(ahi, bhi)
+	case alo != blo:
+		return cmpU64(alo, blo)
 	}
 	return 0
 }
@@ -124,13 +135,7 @@ func (e *seqEntry) compare(o *seqEntry) int {
 	if r := e.key.compare(o.key); r != 0 {
 		return r
 	}
-	switch {
-	case e.sender.hi != o.sender.hi:
-		return cmpU64(e.sender.hi, o.sender.hi)
-	case e.sender.lo != o.sender.lo:
-		return cmpU64(e.sender.lo, o.sender.lo)
-	}
-	return 0
+	return compareHalves(e.sender.hi, e.sender.lo, o.sender.hi, o.sender.lo)
 }
 
 func (c *Clock) findOffset(k chanKey) (int, bool) {

@@ -3,7 +3,6 @@ package headers
 import (
 	"bytes"
 	"cmp"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -32,18 +31,14 @@ func (t TopicID) IsZero() bool { return t == TopicID{} }
 // the least significant 8 bytes likewise. This is the order of a Clock's
 // entries and of the vc dialect. The causes dialect sorts by unsigned byte
 // order instead (see CompareBytes).
-func (t TopicID) Compare(o TopicID) int { return compareSigned128(t, o) }
+func (t TopicID) Compare(o TopicID) int {
+	a, b := keyOf(Channel{Topic: t}), keyOf(Channel{Topic: o})
+	return compareHalves(a.hi, a.lo, b.hi, b.lo)
+}
 
 // CompareBytes orders topic IDs by the unsigned lexicographic order of their
 // 16 bytes: the order of groups in the causes dialect.
 func (t TopicID) CompareBytes(o TopicID) int { return bytes.Compare(t[:], o[:]) }
-
-func compareSigned128(a, b [16]byte) int {
-	if r := cmp.Compare(int64(binary.BigEndian.Uint64(a[:8])), int64(binary.BigEndian.Uint64(b[:8]))); r != 0 {
-		return r
-	}
-	return cmp.Compare(int64(binary.BigEndian.Uint64(a[8:])), int64(binary.BigEndian.Uint64(b[8:])))
-}
 
 // String returns the canonical UUID text form.
 func (s SenderID) String() string { return uuidString(s) }
@@ -54,7 +49,10 @@ func (s SenderID) IsZero() bool { return s == SenderID{} }
 // Compare orders sender IDs as java.util.UUID's compareTo does: most, then
 // least significant halves as signed 64-bit integers. The vc dialect sorts
 // sequence entries by channel, then sender, in this order.
-func (s SenderID) Compare(o SenderID) int { return compareSigned128(s, o) }
+func (s SenderID) Compare(o SenderID) int {
+	a, b := senderKeyOf(s), senderKeyOf(o)
+	return compareHalves(a.hi, a.lo, b.hi, b.lo)
+}
 
 // ParseTopicID parses the canonical UUID text form (36 characters, hyphens
 // after the 8th, 12th, 16th and 20th hex digits, either case).
