@@ -231,9 +231,6 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 	if !t.st.sinkSet[name] {
 		return fmt.Errorf("%w: topic %q (stage sinks: %q)", ErrUndeclaredSink, name, t.st.Sinks())
 	}
-	if err := headers.CheckReserved(e.headers); err != nil {
-		return fmt.Errorf("emission to %q: %w", name, err)
-	}
 	defer catch(&err)
 	k, v, err := e.data.encode()
 	if err != nil {
@@ -249,8 +246,11 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 	for _, h := range e.headers {
 		hs = append(hs, kgo.RecordHeader(h))
 	}
+	// AppendStamp refuses reserved application header names. The send
+	// sequence PrepareSend took is then never used, which is harmless: the
+	// failed step aborts and the node is rebuilt from committed state.
 	if hs, err = headers.AppendStamp(hs, &t.stamp, headers.DialectVC); err != nil {
-		return err
+		return fmt.Errorf("emission to %q: %w", name, err)
 	}
 	ts := m.ts
 	if e.hasTS {
