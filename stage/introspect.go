@@ -1,5 +1,7 @@
 package stage
 
+import "slices"
+
 // Read-only views for tooling (stagetest's probes, deploy checks): what an
 // application declares, without running it.
 
@@ -46,3 +48,34 @@ var errNotCanonical = errorString("decoding and re-encoding the key gives differ
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+// TaskInfo describes a task this instance runs.
+type TaskInfo struct {
+	Stage     string
+	Partition int32
+	Held      int // records waiting at the gate (0 while the task rebuilds)
+}
+
+// Tasks returns the tasks this instance runs, sorted.
+func (a *App) Tasks() []TaskInfo {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []TaskInfo
+	for _, t := range a.tasks {
+		ti := TaskInfo{Stage: t.st.name, Partition: t.partition}
+		if t.node != nil {
+			ti.Held = t.node.Counters().Held
+		}
+		out = append(out, ti)
+	}
+	slices.SortFunc(out, func(x, y TaskInfo) int {
+		if x.Stage != y.Stage {
+			if x.Stage < y.Stage {
+				return -1
+			}
+			return 1
+		}
+		return int(x.Partition - y.Partition)
+	})
+	return out
+}

@@ -1,0 +1,143 @@
+package stage
+
+// One client incarnation: the group transact session's options, the
+// assignment callbacks, and the poll loop that drives steps.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func (a *App) baseOpts() []kgo.Opt {
+	return append([]kgo.Opt{kgo.SeedBrokers(a.cfg.Brokers...)}, a.cfg.ClientOpts...)
+}
+
+func (a *App) sessionOpts() []kgo.Opt {
+	var sources []string
+	for t := range a.bySource {
+		sources = append(sources, t)
+	}
+	sort.Strings(sources)
+	opts := append(a.baseOpts(),
+		kgo.TransactionalID(a.cfg.ApplicationID+"-"+a.cfg.InstanceID),
+		kgo.ConsumerGroup(a.cfg.ApplicationID),
+		kgo.ConsumeTopics(sources...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+		kgo.Balancers(coPartitioner{}),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.OnPartitionsAssigned(a.onAssigned),
+		kgo.OnPartitionsRevoked(a.onRevoked),
+		kgo.OnPartitionsLost(a.onRevoked),
+	)
+	if a.cfg.SessionTimeout > 0 {
+		opts = append(opts, kgo.SessionTimeout(a.cfg.SessionTimeout))
+		if hb := a.cfg.SessionTimeout / 3; hb < 3*time.Second {
+			opts = append(opts, kgo.HeartbeatInterval(hb))
+		}
+	}
+	if a.cfg.RebalanceTimeout > 0 {
+		opts = append(opts, kgo.RebalanceTimeout(a.cfg.RebalanceTimeout))
+	}
+	if a.cfg.TransactionTimeout > 0 {
+		opts = append(opts, kgo.TransactionTimeout(a.cfg.TransactionTimeout))
+	}
+	return opts
+}
+
+func (a *App) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	a.amu.Lock()
+	defer a.amu.Unlock()
+	for t, ps := range m {
+		a.assigned[t] = append(a.assigned[t], ps...)
+	}
+	a.gen++
+}
+
+func (a *App) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	a.amu.Lock()
+	defer a.amu.Unlock()
+	for t, ps := range m {
+		a.assigned[t] = slices.DeleteFunc(a.assigned[t], func(p int32) bool { return slices.Contains(ps, p) })
+		if len(a.assigned[t]) == 0 {
+			delete(a.assigned, t)
+		}
+	}
+	a.gen++
+}
+
+// session runs one client incarnation until ctx ends or the client fails.
+func (a *App) session(ctx context.Context) error {
+	sess, err := kgo.NewGroupTransactSession(a.sessionOpts()...)
+	if err != nil {
+		return &fatal{fmt.Errorf("%w: %w", ErrInvalidConfig, err)}
+	}
+	if a.hooks.onSession != nil {
+		a.hooks.onSession(sess)
+	}
+	defer func() {
+		a.mu.Lock()
+		for _, t := range a.tasks {
+			t.reset()
+		}
+		a.mu.Unlock()
+		a.amu.Lock()
+		clear(a.assigned)
+		a.gen++
+		a.amu.Unlock()
+		sess.Close() // leaves the group
+		a.sessionEnded()
+	}()
+	// Loading the producer ID fences every earlier incarnation of this
+	// instance and aborts its open transaction now, so restores do not wait
+	// for the transaction timeout.
+	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
+		return fmt.Errorf("stage: init producer: %w", err)
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		pctx, cancel := context.WithTimeout(ctx, a.cfg.PollInterval)
+		fs := sess.PollRecords(pctx, a.cfg.MaxPollRecords)
+		cancel()
+		if fs.IsClientClosed() {
+			return errors.New("stage: client closed")
+		}
+		if err := ctx.Err(); err != nil {
+			return err // the polled records are fetched again next time
+		}
+		fs.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				a.log.Warn("stage: fetch error", "topic", t, "partition", p, "err", err)
+			}
+		})
+		if err := a.reconcile(ctx); err != nil {
+			return err
+		}
+		if fs.NumRecords() == 0 && !a.needsStep() && !a.opsDue() {
+			a.observe()
+			continue
+		}
+		if err := a.step(ctx, sess, fs); err != nil {
+			return err
+		}
+	}
+}
+
+func (a *App) needsStep() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, t := range a.tasks {
+		if t.node == nil {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,168 @@
+package stage
+
+// Reconciling tasks with the assignment: opening, restoring and closing
+// task stores, and where a new incarnation starts consuming.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sort"
+
+	"github.com/parsley-go/parsley/headers"
+	"github.com/parsley-go/parsley/internal/state"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// reconcile brings the task set in line with the assignment: it closes the
+// tasks no longer assigned, opens and restores the new ones, and marks every
+// task for a rebuild from committed state (a partition revoked and given
+// back may have been processed elsewhere meanwhile).
+func (a *App) reconcile(ctx context.Context) error {
+	a.amu.Lock()
+	gen := a.gen
+	want := make(map[taskID]bool)
+	for t, ps := range a.assigned {
+		for _, si := range a.bySource[t] {
+			for _, p := range ps {
+				want[taskID{si, p}] = true
+			}
+		}
+	}
+	a.amu.Unlock()
+	if gen == a.seenGen {
+		return nil
+	}
+	a.mu.Lock()
+	for id, t := range a.tasks {
+		t.reset()
+		if !want[id] {
+			t.close()
+			delete(a.tasks, id)
+		}
+	}
+	a.mu.Unlock()
+	ids := make([]taskID, 0, len(want))
+	for id := range want {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(x, y taskID) int {
+		if x.stage != y.stage {
+			return x.stage - y.stage
+		}
+		return int(x.partition - y.partition)
+	})
+	for _, id := range ids {
+		a.mu.Lock()
+		t := a.tasks[id]
+		a.mu.Unlock()
+		if t == nil {
+			var err error
+			if t, err = a.openTask(ctx, id); err != nil {
+				return err
+			}
+			a.mu.Lock()
+			a.tasks[id] = t
+			a.mu.Unlock()
+		}
+		newClient := func(opts ...kgo.Opt) (*kgo.Client, error) {
+			return kgo.NewClient(append(a.baseOpts(), opts...)...)
+		}
+		res, err := state.Restore(ctx, a.admin, newClient, t.changelog, t.partition, t.kv, a.cfg.WallClock)
+		if res.Wiped {
+			// A store slept past the changelog's tombstone retention:
+			// replaying from its checkpoint could resurrect deleted keys.
+			a.log.Info("stage: task store wiped; restoring from the changelog start",
+				"stage", t.st.name, "partition", t.partition, "reason", res.Reason,
+				"age", res.Age, "delete_retention", res.Window, "checkpoint", res.From)
+		}
+		if err != nil {
+			if errors.Is(err, state.ErrChangelogBehind) {
+				return &fatal{fmt.Errorf("stage %q partition %d: %w", t.st.name, t.partition, err)}
+			}
+			return fmt.Errorf("stage %q partition %d: restore: %w", t.st.name, t.partition, err)
+		}
+	}
+	a.seenGen = gen
+	a.ready.Store(true)
+	return nil
+}
+
+func (a *App) openTask(ctx context.Context, id taskID) (*task, error) {
+	st := a.stages[id.stage]
+	path := filepath.Join(a.cfg.StateDir, fmt.Sprintf("%s-%d.db", st.name, id.partition))
+	kv, err := state.Open(ctx, path)
+	if err != nil {
+		return nil, &fatal{fmt.Errorf("stage %q partition %d: %w", st.name, id.partition, err)}
+	}
+	t := &task{
+		app: a, st: st, id: id, partition: id.partition, kv: kv,
+		changelog: ChangelogTopic(a.cfg.ApplicationID, st.name),
+		byID:      make(map[headers.TopicID]*binding),
+		clNext:    -1,
+	}
+	for i := range st.sources {
+		b := &st.sources[i]
+		m := a.topics[b.topic]
+		ch := headers.Channel{Topic: m.id, Partition: id.partition}
+		t.inputs = append(t.inputs, ch)
+		t.byID[m.id] = b
+	}
+	for _, k := range st.sinks {
+		t.sinks = append(t.sinks, a.topics[k.topicName()].id)
+	}
+	a.openTicks(t)
+	return t, nil
+}
+
+func (a *App) closeTasks() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, t := range a.tasks {
+		t.close()
+		delete(a.tasks, id)
+	}
+}
+
+// startPositions returns, per source partition of the tasks in need,
+// where this incarnation starts consuming: the group's committed offset, or
+// the log start when there is none or it is lower (host duties H5, H6). A
+// committed offset still pending in another instance's transaction may read
+// lower than it will be; a lower start only claims less, so it is safe.
+func (a *App) startPositions(ctx context.Context, need map[string][]int32) (map[string]map[int32]int64, error) {
+	var sources []string
+	for t := range need {
+		sources = append(sources, t)
+	}
+	sort.Strings(sources)
+	committed, err := a.admin.FetchOffsets(ctx, a.cfg.ApplicationID)
+	if err != nil {
+		return nil, fmt.Errorf("stage: fetch committed offsets: %w", err)
+	}
+	logStarts, err := a.admin.ListStartOffsets(ctx, sources...)
+	if err != nil {
+		return nil, fmt.Errorf("stage: list log starts: %w", err)
+	}
+	out := make(map[string]map[int32]int64)
+	for _, t := range sources {
+		out[t] = make(map[int32]int64)
+		for _, p := range need[t] {
+			ls, ok := logStarts.Lookup(t, p)
+			if !ok || ls.Err != nil {
+				return nil, fmt.Errorf("stage: log start of %s[%d]: %v", t, p, ls.Err)
+			}
+			pos := ls.Offset
+			c, ok := committed.Lookup(t, p)
+			if ok && c.Err != nil {
+				return nil, fmt.Errorf("stage: committed offset of %s[%d]: %w", t, p, c.Err)
+			}
+			if ok && c.At > pos {
+				pos = c.At
+			}
+			out[t][p] = pos
+		}
+	}
+	return out, nil
+}

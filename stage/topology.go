@@ -1,0 +1,120 @@
+package stage
+
+// Startup checks that the cluster matches the declared stages.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/parsley-go/parsley/headers"
+)
+
+// checkTopology resolves every declared topic and checks the cluster
+// matches the stages: every source, sink and changelog exists; a stage's
+// sources agree on the partition count; its changelog has that many
+// partitions. It reports every problem at once.
+func (a *App) checkTopology(ctx context.Context) error {
+	var names []string
+	seen := make(map[string]bool)
+	add := func(n string) {
+		if !seen[n] {
+			seen[n] = true
+			names = append(names, n)
+		}
+	}
+	for _, s := range a.stages {
+		for _, b := range s.sources {
+			add(b.topic)
+		}
+		for _, k := range s.sinks {
+			add(k.topicName())
+		}
+		add(ChangelogTopic(a.cfg.ApplicationID, s.name))
+	}
+	md, err := a.admin.Metadata(ctx, names...)
+	if err != nil {
+		return fmt.Errorf("stage: metadata: %w", err)
+	}
+	a.topics = make(map[string]topicMeta)
+	a.idName = make(map[headers.TopicID]string)
+	var errs []error
+	var missing []string
+	for _, n := range names {
+		td, ok := md.Topics[n]
+		if !ok || td.Err != nil || len(td.Partitions) == 0 {
+			missing = append(missing, n)
+			continue
+		}
+		id := headers.TopicID(td.ID)
+		a.topics[n] = topicMeta{id: id, partitions: int32(len(td.Partitions))}
+		a.idName[id] = n
+	}
+	if len(missing) > 0 {
+		errs = append(errs, fmt.Errorf("%w: missing topics %q", ErrTopology, missing))
+	}
+	for _, s := range a.stages {
+		var parts int32 = -1
+		var first string
+		counts := ""
+		agree := true
+		for _, b := range s.sources {
+			m, ok := a.topics[b.topic]
+			if !ok {
+				continue
+			}
+			counts += fmt.Sprintf(" %s=%d", b.topic, m.partitions)
+			if parts < 0 {
+				parts, first = m.partitions, b.topic
+			} else if m.partitions != parts {
+				agree = false
+			}
+		}
+		if !agree {
+			errs = append(errs, fmt.Errorf("%w: stage %q: sources must have equal partition counts to be co-partitioned; have%s", ErrTopology, s.name, counts))
+			continue
+		}
+		cl := ChangelogTopic(a.cfg.ApplicationID, s.name)
+		if m, ok := a.topics[cl]; ok && parts > 0 && m.partitions != parts {
+			errs = append(errs, fmt.Errorf("%w: stage %q: changelog %q has %d partitions, sources (%s) have %d", ErrTopology, s.name, cl, m.partitions, first, parts))
+		}
+	}
+	errs = append(errs, a.checkCompacted(ctx)...)
+	return errors.Join(errs...)
+}
+
+// checkCompacted refuses changelogs that are not compacted: under the
+// delete policy retention would silently drop state a restore needs.
+func (a *App) checkCompacted(ctx context.Context) []error {
+	var names []string
+	for _, s := range a.stages {
+		if n := ChangelogTopic(a.cfg.ApplicationID, s.name); a.topics[n].partitions > 0 {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	rcs, err := a.admin.DescribeTopicConfigs(ctx, names...)
+	if err != nil {
+		return []error{fmt.Errorf("stage: describe changelog configs: %w", err)}
+	}
+	var errs []error
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			errs = append(errs, fmt.Errorf("stage: describe configs of %q: %w", rc.Name, rc.Err))
+			continue
+		}
+		policy := "delete"
+		for _, c := range rc.Configs {
+			if c.Key == "cleanup.policy" && c.Value != nil {
+				policy = *c.Value
+			}
+		}
+		if !strings.Contains(policy, "compact") {
+			errs = append(errs, fmt.Errorf("%w: changelog %q has cleanup.policy=%s; it must be compact", ErrTopology, rc.Name, policy))
+		}
+	}
+	return errs
+}
