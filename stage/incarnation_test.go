@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,40 +14,6 @@ import (
 	"github.com/parsley-go/parsley/internal/state"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
-
-// levelLog keeps every log record's level, message and attributes.
-type levelLog struct {
-	mu   sync.Mutex
-	recs []map[string]string
-}
-
-func (l *levelLog) Enabled(context.Context, slog.Level) bool { return true }
-func (l *levelLog) Handle(_ context.Context, r slog.Record) error {
-	m := map[string]string{"level": r.Level.String(), "msg": r.Message}
-	r.Attrs(func(a slog.Attr) bool {
-		m[a.Key] = a.Value.String()
-		return true
-	})
-	l.mu.Lock()
-	l.recs = append(l.recs, m)
-	l.mu.Unlock()
-	return nil
-}
-func (l *levelLog) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *levelLog) WithGroup(string) slog.Handler      { return l }
-
-// matching returns the records whose message contains s.
-func (l *levelLog) matching(s string) []map[string]string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]string
-	for _, r := range l.recs {
-		if strings.Contains(r["msg"], s) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
 
 // TestRecreatedChangelogWipesStore: a state directory outlives its
 // changelog — the whole cluster was recreated (every run of an embedded
@@ -96,7 +61,7 @@ func TestRecreatedChangelogWipesStore(t *testing.T) {
 			}
 
 			e2 := tc.next(t, e)
-			logs := &levelLog{}
+			logs := &wipeLog{}
 			cfg2 := e2.config("i1")
 			cfg2.StateDir, cfg2.Logger = cfg.StateDir, slog.New(logs)
 			from, before := 0, 0 // a new cluster starts empty
@@ -114,12 +79,12 @@ func TestRecreatedChangelogWipesStore(t *testing.T) {
 			checkCounts(t, got[before:], second)
 			checkStates(t, foldStates(t, cfg.StateDir), second)
 
-			w := logs.matching("task store wiped")
+			w := logs.take()
 			if len(w) != 1 {
 				t.Fatalf("wipe logged %d times, want once: %v", len(w), w)
 			}
 			if m := w[0]; m["level"] != "WARN" || m["stage"] != "count" || m["partition"] != "0" || m["store"] != store ||
-				!strings.Contains(m["msg"], "topic recreated, or another cluster") || !strings.Contains(m["reason"], "another incarnation") ||
+				!strings.Contains(m["reason"], "another incarnation of the changelog (topic recreated, or another cluster)") ||
 				m["was"] == m["now"] || !strings.Contains(m["was"], "topic ID") {
 				t.Fatalf("wipe logged as %v, want a WARN naming stage count, partition 0, store %s, the reason and both changelogs", m, store)
 			}
