@@ -88,7 +88,9 @@ func (a *App) reconcile(ctx context.Context) error {
 				"age", res.Age, "delete_retention", res.Window, "checkpoint", res.From)
 		}
 		if err != nil {
-			if errors.Is(err, state.ErrChangelogBehind) {
+			// Neither a lost changelog nor a broker without topic IDs
+			// gets better by retrying.
+			if errors.Is(err, state.ErrChangelogBehind) || errors.Is(err, state.ErrNoTopicID) {
 				return &fatal{fmt.Errorf("stage %q partition %d: %w", t.st.name, t.partition, err)}
 			}
 			return fmt.Errorf("stage %q partition %d: restore: %w", t.st.name, t.partition, err)

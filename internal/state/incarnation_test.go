@@ -12,7 +12,9 @@ import (
 
 	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/parsley-go/parsley/protocol"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 func put(k, v string) protocol.Mutation { return protocol.Mutation{Key: k, Value: []byte(v)} }
@@ -229,5 +231,23 @@ func TestStoreWithoutIdentityMigrates(t *testing.T) {
 				t.Fatalf("restore after the migration wiped: %+v", res)
 			}
 		})
+	}
+}
+
+// TestRestoreNeedsTopicIDs: a broker that serves no topic IDs (Kafka before
+// 2.8) cannot tell a recreated changelog from the original, so Restore
+// refuses with ErrNoTopicID, naming the topic, and leaves the store alone.
+func TestRestoreNeedsTopicIDs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := broker.New(t, broker.FakeOpts(kfake.MaxVersions(kversion.V2_7_0())), broker.Topics(broker.Topic{Name: "cl"}))
+	s := open(t, filepath.Join(t.TempDir(), "t.db"))
+	newClient := func(opts ...kgo.Opt) (*kgo.Client, error) { return c.NewClient(opts...) }
+	_, err := Restore(ctx, c.Admin(), newClient, "cl", 0, s, nil)
+	if !errors.Is(err, ErrNoTopicID) || !strings.Contains(err.Error(), "cl") {
+		t.Fatalf("Restore against a 2.7 broker = %v, want ErrNoTopicID naming cl", err)
+	}
+	if _, ok := s.Mirrors(); ok {
+		t.Fatal("the store records an incarnation without a topic ID")
 	}
 }
