@@ -1,6 +1,7 @@
 package stage
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -81,11 +82,21 @@ type Config struct {
 	// all) are refused with ErrInvalidConfig.
 	ClientOpts []kgo.Opt
 
+	// HoldWarningAfter: a record that has gated its channel (been the head
+	// of its hold queue) this long is logged once at WARN with its
+	// vc-hold-* code. Zero means the default, 30s; a negative duration
+	// disables the warning, leaving ExplainHolds and the metrics.
+	HoldWarningAfter time.Duration
+	// WallClock returns the current time (default time.Now). It schedules
+	// ticks and sweeps, stamps tick timestamps, ages holds, and dates the
+	// task stores' checkpoints (a store older than its changelog's
+	// delete.retention.ms is wiped at restore, state.Restore);
+	// stagetest.Driver injects a manual clock so tick timestamps are
+	// deterministic. Step latency is measured with the real clock.
+	WallClock func() time.Time
+
 	// Logger receives operational messages (default slog.Default()).
 	Logger *slog.Logger
-
-	// Operations (ops.go): hold warnings, the truncation sweep, the clock.
-	OpsConfig
 }
 
 func (c *Config) withDefaults() Config {
@@ -102,10 +113,13 @@ func (c *Config) withDefaults() Config {
 	if d.TruncateInterval <= 0 {
 		d.TruncateInterval = 10 * time.Minute
 	}
-	if d.Logger == nil {
-		d.Logger = slog.Default()
+	if d.HoldWarningAfter == 0 {
+		d.HoldWarningAfter = 30 * time.Second
 	}
-	d.OpsConfig = d.OpsConfig.withDefaults()
+	if d.WallClock == nil {
+		d.WallClock = time.Now
+	}
+	d.Logger = cmp.Or(d.Logger, slog.Default())
 	return d
 }
 
