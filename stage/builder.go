@@ -1,5 +1,8 @@
 package stage
 
+// Declaring a stage: the Builder, its sources, state and sinks, and the
+// handler and fold types user logic is written in.
+
 import (
 	"errors"
 	"fmt"

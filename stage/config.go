@@ -1,5 +1,7 @@
 package stage
 
+// Configuration: Config, its defaults, and the checks New runs on it.
+
 import (
 	"cmp"
 	"errors"
@@ -69,9 +71,9 @@ type Config struct {
 	// TruncateInterval is how often each task drops from its stamps the
 	// claims below the log start of the topics they name, which keeps stamp
 	// width bounded by retention instead of growing with the transitive
-	// upstream (default 10m, as in the reference; also done whenever a
+	// upstream (default 10m, as in the Java library; also done whenever a
 	// task starts). It runs on Config.WallClock; a failed sweep skips its
-	// cycle and is counted (truncate.go).
+	// cycle and is counted (docs/metrics.md, "The truncation sweep").
 	TruncateInterval time.Duration
 
 	// ClientOpts are extra franz-go options for every client the

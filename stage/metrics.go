@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metric names follow the Java reference's vc-metrics names (reference
-// 18), with the prefix parsley_ and underscores: the hold gauges are what
+// Metric names follow the Java library's vc-metrics names, with the prefix
+// parsley_ and underscores (docs/metrics.md): the hold gauges are what
 // to alert on, because a stage's own consumer lag never shows holding.
 // Task series carry the labels stage and partition; the per-topic hold
 // gauges add topic. Task series exist while the instance runs the task:

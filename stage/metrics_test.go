@@ -57,7 +57,7 @@ func taskLabels(stage string, p int) string {
 }
 
 // TestMetricsScrape: a registry with the app's collector shows each metric
-// of reference 18 with the stage and partition labels and the values the
+// of docs/metrics.md with the stage and partition labels and the values the
 // run implies — delivered counts, a held record and its age by the
 // injected clock, the per-topic breakdown, stamp widths, step counts — and
 // a task's series go when the task moves to another instance.

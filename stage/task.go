@@ -1,5 +1,9 @@
 package stage
 
+// A task, one (stage, partition): building its causal node, feeding it
+// records, running user logic on its deliveries, sending stamped
+// emissions, and writing its store after a commit.
+
 import (
 	"context"
 	"errors"
