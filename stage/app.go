@@ -80,7 +80,7 @@ type App struct {
 type hooks struct {
 	// beforeEnd runs before the step's End; returning true aborts the step.
 	beforeEnd func(step int64) bool
-	// session wraps the group session before use (fault injection).
+	// onSession sees the group session before use (fault injection).
 	onSession func(*kgo.GroupTransactSession)
 	// afterCommit runs after a committed step's stores are written.
 	afterCommit func()

@@ -115,9 +115,7 @@ func (c *Config) withDefaults() Config {
 	if d.TruncateInterval <= 0 {
 		d.TruncateInterval = 10 * time.Minute
 	}
-	if d.HoldWarningAfter == 0 {
-		d.HoldWarningAfter = 30 * time.Second
-	}
+	d.HoldWarningAfter = cmp.Or(d.HoldWarningAfter, 30*time.Second)
 	if d.WallClock == nil {
 		d.WallClock = time.Now
 	}

@@ -4,6 +4,7 @@ package stage
 // task tracks its gating heads between samples to age and warn about them.
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -67,10 +68,7 @@ func (h *HeldRecord) Summary() string {
 		if i > 0 {
 			b.WriteString(";")
 		}
-		topic := c.Topic
-		if topic == "" {
-			topic = c.Channel.Topic.String()
-		}
+		topic := cmp.Or(c.Topic, c.Channel.Topic.String())
 		if c.Sequence {
 			fmt.Fprintf(&b, " %s waiting on %s:%d sender %s seq %d (delivered seq %d, local frontier %d, position %d) — %s",
 				c.Diagnosis, topic, c.Channel.Partition, c.Sender, c.Seq, c.DeliveredSeq, c.Frontier, c.Position, advice(c.Diagnosis))

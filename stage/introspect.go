@@ -2,6 +2,7 @@ package stage
 
 import (
 	"cmp"
+	"errors"
 	"slices"
 	"strings"
 )
@@ -47,11 +48,7 @@ func (t *Topic[K, V]) CheckRecord(key, value []byte) (err error) {
 }
 
 // errNotCanonical: decoding a key and encoding it again gave other bytes.
-var errNotCanonical = errorString("decoding and re-encoding the key gives different bytes; the key codec is not canonical")
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
+var errNotCanonical = errors.New("decoding and re-encoding the key gives different bytes; the key codec is not canonical")
 
 // TaskInfo describes a task this instance runs.
 type TaskInfo struct {
