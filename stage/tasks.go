@@ -73,6 +73,7 @@ func (a *App) reconcile(ctx context.Context) error {
 	}
 	a.seenGen = gen
 	a.ready.Store(true)
+	a.observe() // readers see the new task set before its first step ends
 	return nil
 }
 
