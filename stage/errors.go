@@ -1,5 +1,8 @@
 package stage
 
+// The errors the package returns: sentinels for errors.Is and the typed
+// errors that name the stage, record or codec at fault.
+
 import (
 	"errors"
 	"fmt"

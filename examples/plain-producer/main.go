@@ -81,7 +81,7 @@ func run(ctx context.Context, out io.Writer, brokers, dialect string) error {
 		return err
 	}
 	defer prod.Close()
-	clk := clock.New(cl.Admin, clock.WithDialect(d))
+	clk := clock.New(cl.Admin, clock.Dialect(d))
 	for _, r := range []*kgo.Record{
 		{Topic: "signups", Key: []byte("ada"), Value: []byte("signed up")},
 		{Topic: "profiles", Key: []byte("ada"), Value: []byte("profile created")},
@@ -105,7 +105,7 @@ func run(ctx context.Context, out io.Writer, brokers, dialect string) error {
 		return err
 	}
 	defer cons.Close()
-	welcomer := clock.New(cl.Admin, clock.WithDialect(d))
+	welcomer := clock.New(cl.Admin, clock.Dialect(d))
 	var in *kgo.Record
 	for in == nil {
 		fs := cons.PollFetches(ctx)

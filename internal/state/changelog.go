@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/parsley-go/parsley/internal/wait"
 	"github.com/parsley-go/parsley/protocol"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -161,7 +162,7 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 		}
 		if pos >= lso {
 			// A transaction is open on the partition: wait for its end.
-			if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			if err := wait.Sleep(ctx, 50*time.Millisecond); err != nil {
 				return res, err
 			}
 			continue
@@ -335,15 +336,4 @@ func bounds(ctx context.Context, admin *kadm.Client, topic string, p int32) (lso
 	}
 	start, err = get("start", admin.ListStartOffsets)
 	return
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
