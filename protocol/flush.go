@@ -33,7 +33,7 @@ func (n *Node) Flush() error {
 	}
 	for _, in := range n.inputs {
 		if in.frontierDirty {
-			if err := put(pfxFront+in.key, appendInt64(nil, in.frontier)); err != nil {
+			if err := put(pfxFront+in.key, appendFrontier(make([]byte, 0, 16), in.frontier, in.claim)); err != nil {
 				return err
 			}
 			in.frontierDirty = false
@@ -83,6 +83,15 @@ func (n *Node) Flush() error {
 			}
 		}
 		n.sqDirty = n.sqDirty[:0]
+	}
+	if len(n.ackedDirty) > 0 {
+		slices.SortFunc(n.ackedDirty, headers.Channel.Compare)
+		for _, ch := range n.ackedDirty {
+			if err := put(pfxAcked+chanKey(ch), appendInt64(nil, n.acked[ch])); err != nil {
+				return err
+			}
+		}
+		n.ackedDirty = n.ackedDirty[:0]
 	}
 	return nil
 }
