@@ -74,6 +74,12 @@ type NodeSpec struct {
 	Ticks     int
 	// Redeploys replace Inputs and Sinks at the given restarts.
 	Redeploys []Redeploy
+	// LegacyHost reports no send acknowledgements (Sent), as a host built
+	// before they were reported: its restarts fall back to claiming sink
+	// end offsets — trailing commit markers — as 0.2 writers do. Its own
+	// stamps are exempt from the constraint-8 check; readers must still
+	// settle its claims by position advance and the skipped-run fold.
+	LegacyHost bool
 }
 
 // Redeploy is a changed scope a node restarts into at its At-th restart
@@ -268,6 +274,9 @@ func (n *SimNode) send(em Emission) error {
 	if err != nil {
 		return err
 	}
+	if err := n.checkCommitted(ch, st); err != nil { // wire constraint 8 (committed.go)
+		return err
+	}
 	// H4, checked inline: every offset claim names a really-appended offset.
 	for e := range st.Clock.OffsetEntries() {
 		if n.w.Broker.TopicByID(e.Channel.Topic) == nil {
@@ -292,6 +301,11 @@ func (n *SimNode) send(em Emission) error {
 		return err
 	}
 	n.w.Oracle.Emit(n.actor, id, headers.Coordinate{Channel: ch, Offset: off})
+	if n.w.opts.Fault != SkipOwnOutputSeed && !n.spec.LegacyHost {
+		if err := n.proto.Sent(headers.Coordinate{Channel: ch, Offset: off}); err != nil { // the acknowledgement, before the step commits
+			return err
+		}
+	}
 	n.w.trace("send %s %v@%d", n.spec.Name, ch, off)
 	n.w.stats.Sends++
 	return nil
