@@ -39,6 +39,12 @@ type task struct {
 	msg    rawMessage // the delivery being processed, reused
 	fold   foldState  // its state view, reused
 
+	// acks are the offsets the broker acknowledged for the step's stamped
+	// sends, appended by produce callbacks under app.pmu; sends counts
+	// those sends. flush hands the acknowledgements to the node (own.go).
+	acks  []headers.Coordinate
+	sends int
+
 	// heldOnArrival counts records that were not deliverable when fetched
 	// and waited at the gate (committed or not): a seam for hold metrics.
 	heldOnArrival uint64
@@ -55,6 +61,7 @@ func (t *task) reset() {
 		t.batch.Discard()
 	}
 	t.clNext = -1
+	t.clearSends()
 }
 
 func (t *task) close() {
@@ -256,7 +263,8 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 	if e.hasTS {
 		ts = e.ts
 	}
-	sess.Produce(ctx, &kgo.Record{Topic: name, Partition: p, Key: k, Value: v, Headers: hs, Timestamp: ts}, t.app.promise)
+	t.sends++
+	sess.Produce(ctx, &kgo.Record{Topic: name, Partition: p, Key: k, Value: v, Headers: hs, Timestamp: ts}, t.sendPromise)
 	return nil
 }
 
@@ -265,6 +273,9 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 func (t *task) flush(ctx context.Context, sess *kgo.GroupTransactSession) error {
 	if t.node == nil {
 		return nil
+	}
+	if err := t.reportSends(ctx, sess); err != nil {
+		return err
 	}
 	if err := t.node.Flush(); err != nil {
 		return t.stepErr("", -1, err)
@@ -310,6 +321,7 @@ func (t *task) commit(ctx context.Context, began time.Time) error {
 	}
 	t.batch.Discard()
 	t.clNext = -1
+	t.clearSends()
 	return nil
 }
 

@@ -178,7 +178,8 @@ func (t *task) emitTick(ctx context.Context, sess *kgo.GroupTransactSession, now
 		Key:     binary.BigEndian.AppendUint32(nil, uint32(t.partition)),
 		Value:   binary.BigEndian.AppendUint64(nil, uint64(ms)),
 		Headers: hs, Timestamp: time.UnixMilli(ms),
-	}, t.app.promise)
+	}, t.sendPromise)
+	t.sends++
 	t.ops.tickPending, t.ops.tickAt = true, now
 	return nil
 }
