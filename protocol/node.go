@@ -341,21 +341,12 @@ func (n *Node) init(ctx context.Context) error {
 	}
 
 	// Send sequences.
-	err = st.Scan(pfxSeq, func(k string, b []byte) error {
-		ch, ok := parseChanKey(k[len(pfxSeq):])
-		if !ok {
-			return corrupt(op, k, "bad channel")
-		}
-		v, ok := decodeInt64(b)
-		if !ok || v < 0 {
-			return corrupt(op, k, "want a non-negative int64")
-		}
+	err = scanChannelInts(st, op, pfxSeq, func(ch headers.Channel, v int64) {
 		n.sq[ch] = v
 		n.sqInit[ch] = v
-		return nil
 	})
 	if err != nil {
-		return wrapStore(op, pfxSeq, err)
+		return err
 	}
 
 	// Own outputs and former sinks (own.go).
@@ -422,6 +413,27 @@ func (n *Node) init(ctx context.Context) error {
 }
 
 var errStop = errors.New("stop")
+
+// scanChannelInts reads every key prefix+<ch> holding a non-negative int64
+// and hands each to fn.
+func scanChannelInts(st Store, op, prefix string, fn func(headers.Channel, int64)) error {
+	err := st.Scan(prefix, func(k string, b []byte) error {
+		ch, ok := parseChanKey(k[len(prefix):])
+		if !ok {
+			return corrupt(op, k, "bad channel")
+		}
+		v, ok := decodeInt64(b)
+		if !ok || v < 0 {
+			return corrupt(op, k, "want a non-negative int64")
+		}
+		fn(ch, v)
+		return nil
+	})
+	if err != nil {
+		return wrapStore(op, prefix, err)
+	}
+	return nil
+}
 
 func wrapStore(op, key string, err error) error {
 	var e *Error

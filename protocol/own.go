@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"context"
+	"slices"
 
 	"github.com/parsley-go/parsley/headers"
 )
@@ -42,20 +43,11 @@ func (n *Node) Sent(at headers.Coordinate) error {
 	if cur, ok := n.acked[at.Channel]; ok && cur >= at.Offset {
 		return nil
 	}
-	if !containsChannel(n.ackedDirty, at.Channel) {
+	if !slices.Contains(n.ackedDirty, at.Channel) {
 		n.ackedDirty = append(n.ackedDirty, at.Channel)
 	}
 	n.acked[at.Channel] = at.Offset
 	return nil
-}
-
-func containsChannel(s []headers.Channel, ch headers.Channel) bool {
-	for _, c := range s {
-		if c == ch {
-			return true
-		}
-	}
-	return false
 }
 
 // restoreOwn reads the acknowledged sends, builds the own outputs of the
@@ -69,20 +61,9 @@ func containsChannel(s []headers.Channel, ch headers.Channel) bool {
 func (n *Node) restoreOwn(ctx context.Context, prevSinks []headers.TopicID) (headers.Clock, error) {
 	const op = "init"
 	var former headers.Clock
-	err := n.store.Scan(pfxAcked, func(k string, b []byte) error {
-		ch, ok := parseChanKey(k[len(pfxAcked):])
-		if !ok {
-			return corrupt(op, k, "bad channel")
-		}
-		v, ok := decodeInt64(b)
-		if !ok || v < 0 {
-			return corrupt(op, k, "want a non-negative int64")
-		}
-		n.acked[ch] = v
-		return nil
-	})
+	err := scanChannelInts(n.store, op, pfxAcked, func(ch headers.Channel, v int64) { n.acked[ch] = v })
 	if err != nil {
-		return former, wrapStore(op, pfxAcked, err)
+		return former, err
 	}
 	// claim folds one topic's own sends into dst.
 	claim := func(dst *headers.Clock, t headers.TopicID, ends []int64) {
