@@ -136,9 +136,10 @@ type input struct {
 
 type dsMark struct{ seq, offset int64 }
 
-// New builds a node from cfg: it restores the state in cfg.Store, seeds own
-// outputs from the sinks' end offsets, and rescopes against the scope the
-// state was written under (host duty H5). It writes the reconciled state to
+// New builds a node from cfg: it restores the state in cfg.Store and the own
+// outputs (the sends acknowledged through Sent), reads the sinks' end
+// offsets (where sequences start on sink channels with none stored), and
+// rescopes against the scope the state was written under (host duty H5). It writes the reconciled state to
 // the store (init is idempotent: building a node twice over the same store
 // writes the same bytes) and returns the node ready for records.
 //

@@ -103,9 +103,10 @@ const (
 // protocol.Batch, consumer positions are staged, every send is stamped at
 // the single site (PrepareSend with the concrete partition) and appended in
 // the step's broker transaction, and the step ends in commit or — on a
-// crash — abort of all three together (H3). Nothing hands a send's offset
-// back to the node. A restart goes through the full init path: New over
-// the committed store (restore, own-output seed, rescope), Release, and
+// crash — abort of all three together (H3). Each append's offset goes back
+// to the node (Sent) inside the step, as a produce acknowledgement does. A
+// restart goes through the full init path: New over the committed store
+// (restore, own outputs, rescope), Release, and
 // positions from the committed ones and ResumePositions, clamped to the log
 // start (H5, H6).
 type SimNode struct {

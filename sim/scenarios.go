@@ -243,7 +243,7 @@ func Scenarios() []Scenario {
 				}, Crashes: 4}
 		}},
 		{Name: "former-sink", Build: func(r *rand.Rand) Spec {
-			// A writes b and c, then restarts without b: its end offsets
+			// A writes b and c, then restarts without b: its sends to b
 			// fold into carried ancestry. b is then deleted and recreated
 			// under a new ID; truncation sweeps must drop the old b from
 			// A's stamps, and T keeps judging A's c output and a.
