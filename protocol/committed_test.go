@@ -89,6 +89,9 @@ func TestSentRefusesWhatWasNotPrepared(t *testing.T) {
 	prepare(t, n, S)
 	wantErr(t, n.Sent(at(S, -1)), ErrInvalidRecord)
 	sent(t, n, at(S, 0))
+	flush(t, n)
+	// A send of an earlier incarnation is not this one's to report.
+	wantErr(t, e.node().Sent(at(S, 1)), ErrInvalidRecord)
 }
 
 // A departing input is carried at its highest delivered record, not at a

@@ -37,8 +37,8 @@ func (n *Node) Sent(at headers.Coordinate) error {
 	if at.Offset < 0 {
 		return coordErr(op, at.Channel, at.Offset, ErrInvalidRecord)
 	}
-	if _, ok := n.sq[at.Channel]; !ok {
-		return coordErr(op, at.Channel, at.Offset, because(ErrInvalidRecord, "no send prepared to this channel"))
+	if _, found := slices.BinarySearchFunc(n.sent, at.Channel, headers.Channel.Compare); !found {
+		return coordErr(op, at.Channel, at.Offset, because(ErrInvalidRecord, "no send prepared to this channel in this incarnation"))
 	}
 	if cur, ok := n.acked[at.Channel]; ok && cur >= at.Offset {
 		return nil
