@@ -71,15 +71,26 @@ func (a *App) reconcile(ctx context.Context) error {
 			return kgo.NewClient(append(a.baseOpts(), opts...)...)
 		}
 		res, err := state.Restore(ctx, a.admin, newClient, t.changelog, t.partition, t.kv, a.cfg.WallClock)
-		if res.Wiped {
-			// A store slept past the changelog's tombstone retention:
-			// replaying from its checkpoint could resurrect deleted keys.
+		switch {
+		case res.Reincarnated:
+			// The changelog was recreated or this is another cluster:
+			// the store's offsets point into a log that no longer
+			// exists. Someone should know their state started over.
+			a.log.Warn("stage: task store wiped: it mirrors another changelog than this one (topic recreated, or another cluster); restoring from the changelog start",
+				"stage", t.st.name, "partition", t.partition, "store", t.kv.Path(), "reason", res.Reason,
+				"was", res.Previous.String(), "now", res.Changelog.String(), "checkpoint", res.From)
+		case res.Wiped:
+			// A store slept past the changelog's tombstone retention, or
+			// its checkpoint cannot be trusted: replaying from it could
+			// resurrect deleted keys.
 			a.log.Info("stage: task store wiped; restoring from the changelog start",
-				"stage", t.st.name, "partition", t.partition, "reason", res.Reason,
+				"stage", t.st.name, "partition", t.partition, "store", t.kv.Path(), "reason", res.Reason,
 				"age", res.Age, "delete_retention", res.Window, "checkpoint", res.From)
 		}
 		if err != nil {
-			if errors.Is(err, state.ErrChangelogBehind) {
+			// Neither a lost changelog nor a broker without topic IDs
+			// gets better by retrying.
+			if errors.Is(err, state.ErrChangelogBehind) || errors.Is(err, state.ErrNoTopicID) {
 				return &fatal{fmt.Errorf("stage %q partition %d: %w", t.st.name, t.partition, err)}
 			}
 			return fmt.Errorf("stage %q partition %d: restore: %w", t.st.name, t.partition, err)
