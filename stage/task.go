@@ -45,6 +45,13 @@ type task struct {
 
 	tickTopic string // the stage's tick topic, "" when it does not tick
 
+	// acks are the offsets the broker acknowledged for the step's stamped
+	// sends, appended by produce promises under the env's send lock; sends
+	// counts those sends. flush hands the acknowledgements to the node
+	// (own.go).
+	acks  []headers.Coordinate
+	sends int
+
 	// Owned by the session loop; they survive the node's rebuilds and go
 	// when the task leaves.
 	built  bool                           // restored and built at least once: processing
@@ -63,6 +70,7 @@ func (t *task) reset() {
 		t.batch.Discard()
 	}
 	t.clNext = -1
+	t.clearSends()
 }
 
 // nodeBuilt records that the node was (re)built: the first build schedules
@@ -284,7 +292,8 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 	if e.hasTS {
 		ts = e.ts
 	}
-	sess.Produce(ctx, &kgo.Record{Topic: name, Partition: p, Key: k, Value: v, Headers: hs, Timestamp: ts}, t.env.sent.promise)
+	t.sends++
+	sess.Produce(ctx, &kgo.Record{Topic: name, Partition: p, Key: k, Value: v, Headers: hs, Timestamp: ts}, t.sendPromise)
 	return nil
 }
 
@@ -293,6 +302,9 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 func (t *task) flush(ctx context.Context, sess *kgo.GroupTransactSession) error {
 	if t.node == nil {
 		return nil
+	}
+	if err := t.reportSends(ctx, sess); err != nil {
+		return err
 	}
 	if err := t.node.Flush(); err != nil {
 		return t.stepErr("", -1, err)
@@ -334,6 +346,7 @@ func (t *task) commit(ctx context.Context, began time.Time) error {
 	}
 	t.batch.Discard()
 	t.clNext = -1
+	t.clearSends()
 	return nil
 }
 
