@@ -26,9 +26,6 @@ type taskEnv struct {
 	names   map[headers.TopicID]string // and by ID
 	offsets brokerOffsets              // for protocol.New and the sweep
 	sent    *sendResults               // where the step's produce promises report
-	// produced is sent.promise bound once: a method value made at each
-	// produce allocates.
-	produced func(*kgo.Record, error)
 }
 
 func (a *App) newTaskEnv() *taskEnv {
@@ -42,7 +39,6 @@ func (a *App) newTaskEnv() *taskEnv {
 		names:            a.idName,
 		offsets:          brokerOffsets{admin: a.admin, names: a.idName},
 		sent:             &a.sent,
-		produced:         a.sent.promise,
 	}
 }
 

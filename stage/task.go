@@ -47,6 +47,14 @@ type task struct {
 
 	tickTopic string // the stage's tick topic, "" when it does not tick
 
+	// acks are the offsets the broker acknowledged for the step's stamped
+	// sends, appended by produce promises under the env's send lock; sends
+	// counts those sends. flush hands the acknowledgements to the node
+	// (own.go).
+	acks  []headers.Coordinate
+	sends int
+	sent  func(*kgo.Record, error) // sendPromise, bound once
+
 	// Owned by the session loop; they survive the node's rebuilds and go
 	// when the task leaves.
 	built  bool                           // restored and built at least once: processing
@@ -65,6 +73,7 @@ func (t *task) reset() {
 		t.batch.Discard()
 	}
 	t.clNext = -1
+	t.clearSends()
 }
 
 // nodeBuilt records that the node was (re)built: the first build schedules
@@ -291,8 +300,12 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 	if e.hasTS {
 		ts = e.ts
 	}
+	if t.sent == nil {
+		t.sent = t.sendPromise // bound once: a method value per produce allocates
+	}
+	t.sends++
 	out.Record = kgo.Record{Topic: name, Partition: p, Key: k, Value: v, Headers: hs, Timestamp: ts}
-	sess.Produce(ctx, &out.Record, t.env.produced)
+	sess.Produce(ctx, &out.Record, t.sent)
 	return nil
 }
 
@@ -312,6 +325,9 @@ type outRecord struct {
 func (t *task) flush(ctx context.Context, sess *kgo.GroupTransactSession) error {
 	if t.node == nil {
 		return nil
+	}
+	if err := t.reportSends(ctx, sess); err != nil {
+		return err
 	}
 	if err := t.node.Flush(); err != nil {
 		return t.stepErr("", -1, err)
@@ -355,6 +371,7 @@ func (t *task) commit(ctx context.Context, began time.Time) error {
 	}
 	t.batch.Discard()
 	t.clNext = -1
+	t.clearSends()
 	return nil
 }
 

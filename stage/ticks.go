@@ -223,7 +223,8 @@ func (t *task) emitTick(ctx context.Context, sess *kgo.GroupTransactSession, now
 		Key:     binary.BigEndian.AppendUint32(nil, uint32(t.partition)),
 		Value:   binary.BigEndian.AppendUint64(nil, uint64(ms)),
 		Headers: hs, Timestamp: time.UnixMilli(ms),
-	}, t.env.sent.promise)
+	}, t.sendPromise)
+	t.sends++
 	t.ticks.pending, t.ticks.at = true, now
 	return nil
 }
