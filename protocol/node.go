@@ -102,7 +102,9 @@ type Node struct {
 	senders   []headers.SenderID // interned senders of held records; index+1 in skeletons
 	senderIdx map[headers.SenderID]uint32
 
-	gateLookup bool // the gate looks inputs up in the clock rather than walking it
+	gate       headers.ChannelList // the inputs' channels, in n.inputs order, for the gate's lookups
+	gateOffs   []int64             // the gate's scratch: a stamp's claim on each input
+	gateLookup bool                // read claims with OffsetsOf, not the entry walk (tests compare the two)
 	sabotage   Sabotage
 
 	nonEmpty int // inputs with a non-empty queue
@@ -168,7 +170,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.inputs = append(n.inputs, in)
 		n.byChan[ch] = in
 	}
-	n.gateLookup = len(n.inputs) <= 16
+	n.gate = headers.NewChannelList(chans)
+	n.gateLookup = true
 	n.sabotage = cfg.Sabotage
 	n.sinks = slices.Clone(cfg.Sinks)
 	slices.SortFunc(n.sinks, headers.TopicID.Compare)
