@@ -1,18 +1,20 @@
 // Command scaleplot draws the stage's scaling curves (docs/performance.md,
 // "How cost grows") from the output of BenchmarkScale, and prints the best
-// figure of each point as a Markdown table.
+// and the median run of each point as Markdown tables.
 //
-//	go -C tools/scaleplot run . ../../docs/scale/results.txt ../../docs/scale
+//	go -C tools/scaleplot run . ../../docs/performance.md ../../docs/scale
 //
 // The first argument is the benchmark output (go test -bench text, any
-// number of runs of each point); the second the directory the PNG files
-// are written to. The curves go through the median run of each point; the
+// number of runs of each point; other lines are ignored, so a document
+// quoting the output serves as well); the second the directory the images
+// are written to (SVG, or PNG with -format png). The curves go through the median run of each point; the
 // table gives the best run (the highest rate or ratio, the lowest time or
 // memory) and the median.
 package main
 
 import (
 	"bufio"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,6 +30,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // point is one benchmark point: a family ("partitions") and its x (4).
@@ -103,7 +106,7 @@ type panel struct {
 
 // figure is one image file: panels stacked over the same x axis.
 type figure struct {
-	file, family, x string
+	file, family, x string // file: the name without its extension
 	logX            bool
 	panels          []panel
 }
@@ -112,32 +115,38 @@ var throughput = panel{"throughput", "records/s", []series{{"stage-rec/s", "stag
 var ratios = panel{"stage ÷ control", "ratio", []series{{"ratio", "wall time"}, {"cpu-ratio", "CPU time"}}}
 
 var figures = []figure{
-	{"partitions.png", "partitions", "partitions per topic", true, []panel{throughput, ratios}},
-	{"width.png", "width", "stamp width (offset entries)", true, []panel{throughput, ratios}},
-	{"keys.png", "keys", "keys of state (fold)", true, []panel{throughput, ratios}},
-	{"restore.png", "restore", "changelog keys restored into an empty store", true, []panel{
+	{"partitions", "partitions", "partitions per topic", true, []panel{throughput, ratios}},
+	{"width", "width", "stamp width (offset entries)", true, []panel{throughput, ratios}},
+	{"keys", "keys", "keys of state (fold)", true, []panel{throughput, ratios}},
+	{"restore", "restore", "changelog keys restored into an empty store", true, []panel{
 		{"throughput", "records/s", []series{{"restore-rec/s", "restore"}, {"read-rec/s", "plain read (control)"}}},
 		{"wall time", "seconds", []series{{"restore-s", "restore"}}},
 		{"control ÷ restore", "ratio", []series{{"ratio", "wall time"}, {"cpu-ratio", "CPU time"}}},
 	}},
-	{"held.png", "held", "records held", true, []panel{
+	{"held", "held", "records held", true, []panel{
 		{"memory per held record", "bytes", []series{{"heapB/held", "Go heap"}, {"rssB/held", "resident (RSS)"}}},
 		{"hold throughput", "records/s", []series{{"held-rec/s", "held and committed"}}},
 	}},
 }
 
 func main() {
-	if len(os.Args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: scaleplot results.txt outdir")
+	format := flag.String("format", "svg", "image format: svg or png")
+	flag.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: scaleplot [-format svg|png] results.txt outdir")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() != 2 || *format != "svg" && *format != "png" {
+		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(os.Args[1], os.Args[2], os.Stdout); err != nil {
+	if err := run(flag.Arg(0), flag.Arg(1), *format, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "scaleplot:", err)
 		os.Exit(1)
 	}
 }
 
-func run(in, outDir string, table io.Writer) error {
+func run(in, outDir, format string, table io.Writer) error {
 	f, err := os.Open(in)
 	if err != nil {
 		return err
@@ -155,7 +164,7 @@ func run(in, outDir string, table io.Writer) error {
 		if len(xs) == 0 {
 			continue
 		}
-		if err := draw1(res, fig, xs, filepath.Join(outDir, fig.file)); err != nil {
+		if err := draw1(res, fig, xs, filepath.Join(outDir, fig.file+"."+format)); err != nil {
 			return fmt.Errorf("%s: %w", fig.file, err)
 		}
 		writeTable(table, res, fig, xs)
@@ -213,7 +222,16 @@ func draw1(res results, fig figure, xs []float64, path string) error {
 	if len(plots) == 0 {
 		return nil
 	}
-	c := vgimg.NewWith(vgimg.UseWH(w, h*vg.Length(len(plots))), vgimg.UseDPI(96))
+	width, height := w, h*vg.Length(len(plots))
+	var c interface {
+		vg.CanvasSizer
+		io.WriterTo
+	}
+	if filepath.Ext(path) == ".png" {
+		c = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(96))}
+	} else {
+		c = vgsvg.New(width, height)
+	}
 	dc := draw.New(c)
 	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: vg.Centimeter / 2, PadTop: vg.Centimeter / 4, PadBottom: vg.Centimeter / 4}
 	canvases := plot.Align(plots, tiles, dc)
@@ -224,7 +242,7 @@ func draw1(res results, fig figure, xs []float64, path string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(out); err != nil {
+	if _, err := c.WriteTo(out); err != nil {
 		out.Close()
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,10 +46,13 @@ func TestRunWritesPlotsAndTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	var table strings.Builder
-	if err := run(in, dir, &table); err != nil {
+	if err := run(in, dir, "svg", &table); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"partitions.png", "restore.png"} {
+	if err := run(in, dir, "png", io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"partitions.svg", "restore.svg", "partitions.png"} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
 			t.Fatalf("%s: %v", f, err)
 		}
