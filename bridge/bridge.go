@@ -113,7 +113,8 @@ func (b *Bridge) Run(ctx context.Context) error {
 
 // checkSubjects refuses a subject mapping that sends a partition of a
 // source topic (probed with key "k") to a subject that is invalid, in no
-// stream, or in another stream than the configured one.
+// stream, or in another stream than the configured one. A NATS outage
+// during the lookups is waited out, as at startup.
 func (b *Bridge) checkSubjects(ctx context.Context, js jetstream.JetStream, filters []string) error {
 	c := b.cfg
 	parts, err := b.partitions(ctx)
@@ -133,12 +134,16 @@ func (b *Bridge) checkSubjects(ctx context.Context, js jetstream.JetStream, filt
 				errs = append(errs, fmt.Errorf("%w: topic %q partition %d: %w", ErrNoStream, t, p, err))
 				continue
 			}
-			name, err := js.StreamNameBySubject(ctx, subj)
+			var name string
+			err = retryNATS(ctx, c.sink(), js.Conn(), "look up the stream of subject "+subj, func() (err error) {
+				name, err = js.StreamNameBySubject(ctx, subj)
+				return err
+			})
 			switch {
 			case errors.Is(err, jetstream.ErrStreamNotFound) || err == nil && name != c.Stream:
 				errs = append(errs, fmt.Errorf("%w: topic %q partition %d maps to subject %q, which stream %q (subjects %q) does not capture", ErrNoStream, t, p, subj, c.Stream, filters))
 			case err != nil:
-				return fmt.Errorf("bridge: look up the stream of subject %q: %w", subj, err)
+				return nil // ctx ended
 			}
 		}
 	}

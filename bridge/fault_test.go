@@ -229,21 +229,30 @@ func TestStartupRefusals(t *testing.T) {
 }
 
 // TestWaitsForNATSAtStartup: NATS is down when the bridge starts; the
-// bridge waits, retrying, and forwards everything once NATS is up.
+// bridge logs that NATS is unreachable at its URL, waits, retrying, and
+// forwards everything once NATS is up.
 func TestWaitsForNATSAtStartup(t *testing.T) {
 	e := newEnv(t, 1, "events")
 	want := produceN(e, "events", 1, 0, 10)
 	e.stopNATS()
-	b, err := New(e.config("events"))
+	cfg := e.config("events")
+	var logs logBuffer
+	cfg.Logger = logs.logger()
+	b, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := e.start(b)
-	time.Sleep(300 * time.Millisecond)
+	waitFor(t, 10*time.Second, "the bridge to log that NATS is unreachable", func() bool {
+		return strings.Contains(logs.String(), "NATS unreachable")
+	})
 	select {
 	case <-r.done:
 		t.Fatalf("Run returned %v while NATS was down", r.err)
 	default:
+	}
+	if l := logs.String(); !strings.Contains(l, e.natsURL()) || strings.Contains(l, "outbound buffer") {
+		t.Fatalf("log does not name the URL %s, or names a buffer:\n%s", e.natsURL(), l)
 	}
 	e.startNATS()
 	waitFor(t, 30*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
@@ -251,4 +260,52 @@ func TestWaitsForNATSAtStartup(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkExactlyOnceInOrder(t, e.streamMsgs(testStream), want)
+}
+
+// TestSubjectCheckWaitsOutNATS: NATS drops after the stream check and
+// before the subject check; the subject check waits for NATS instead of
+// failing the bridge, then passes.
+func TestSubjectCheckWaitsOutNATS(t *testing.T) {
+	e := newEnv(t, 2, "events")
+	cfg := e.config("events")
+	var logs logBuffer
+	cfg.Logger = logs.logger()
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := connect(b.cfg.sink(), &publisher{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.stopNATS()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- b.checkSubjects(ctx, js, []string{"kafka.>"}) }()
+	waitFor(t, 10*time.Second, "the subject check to report NATS unreachable", func() bool {
+		return strings.Contains(logs.String(), "NATS unreachable")
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("checkSubjects returned %v while NATS was down", err)
+	default:
+	}
+	e.startNATS()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("checkSubjects = %v after NATS came back", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("checkSubjects still waiting 30s after NATS came back")
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the check ended with its context, not with NATS back")
+	}
 }

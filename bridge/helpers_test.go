@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -288,4 +290,31 @@ func checkExactlyOnceInOrder(t testing.TB, got []stored, want []string) {
 	if len(dups) > 0 || len(missing) > 0 || len(got) != len(want) {
 		t.Fatalf("stream has %d messages, want %d; duplicated %q; missing %q", len(got), len(want), dups, missing)
 	}
+}
+
+// logBuffer collects a logger's output across goroutines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// logger returns a logger writing into l (and to stderr as testLogger does).
+func (l *logBuffer) logger() *slog.Logger {
+	var w io.Writer = l
+	if os.Getenv("BRIDGE_TEST_LOG") != "" {
+		w = io.MultiWriter(l, os.Stderr)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

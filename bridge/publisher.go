@@ -48,7 +48,6 @@ type publisher struct {
 	m       *metrics
 	log     *slog.Logger
 	conn    atomic.Uint64 // connection changes seen
-	lastSeq uint64        // highest stream sequence acknowledged in this step
 
 	// afterSettled, a test hook, runs after every publish of a step was
 	// acknowledged; an error from it fails Settle.
@@ -58,6 +57,7 @@ type publisher struct {
 	epoch   uint64          // conn at Begin
 	pending []inflight
 	bySubj  map[string]int // publishes in flight per subject
+	step    []storedRecord // the step's records in delivered order; seq 0 until acknowledged
 	failed  error
 
 	// peak and peakSubj are the most publishes ever in flight, in all and
@@ -69,6 +69,7 @@ type inflight struct {
 	f     jetstream.PubAckFuture
 	subj  string
 	coord string
+	rec   int // index in step
 	start time.Time
 }
 
@@ -82,7 +83,7 @@ func (p *publisher) Begin(ctx context.Context) {
 		p.waitOldest(ctx)
 	}
 	p.failed = nil
-	p.lastSeq = 0
+	p.step = p.step[:0]
 	p.epoch = p.conn.Load()
 	if p.bySubj == nil {
 		p.bySubj = make(map[string]int)
@@ -94,6 +95,7 @@ func (p *publisher) Settle(ctx context.Context) error {
 	for len(p.pending) > 0 {
 		p.waitOldest(ctx)
 	}
+	p.checkCausalOrder()
 	if p.failed == nil && p.afterSettled != nil {
 		p.failed = p.afterSettled()
 	}
@@ -101,6 +103,23 @@ func (p *publisher) Settle(ctx context.Context) error {
 		p.m.retries.Inc()
 	}
 	return p.failed
+}
+
+// checkCausalOrder reports each record of the step that JetStream stored
+// after a record claiming it as a cause (see causalInversions): possible
+// when an earlier attempt of the step stored an effect and lost its
+// cause, with MaxInFlight above 1 and a broken connection.
+func (p *publisher) checkCausalOrder() {
+	acked := p.step[:0:0]
+	for _, r := range p.step {
+		if r.seq != 0 {
+			acked = append(acked, r)
+		}
+	}
+	for _, inv := range causalInversions(acked) {
+		p.m.orderViolations.Inc()
+		p.log.Error("bridge: a cause is stored after its effect", "cause", inv.cause.coord.String(), "cause_sequence", inv.cause.seq, "effect", inv.effect.coord.String(), "effect_sequence", inv.effect.seq)
+	}
 }
 
 // waitOldest waits for the oldest publish in flight and accounts for it.
@@ -115,17 +134,9 @@ func (p *publisher) waitOldest(ctx context.Context) {
 			err = fmt.Errorf("acknowledged by stream %q, not %q", ack.Stream, p.stream)
 			break
 		}
-		// A step publishes in delivered order, so its stream sequences
-		// (for a duplicate: the stored original's) rise. A fall means an
-		// earlier attempt stored a later record first: the window
-		// MaxInFlight above 1 leaves open when a connection breaks. (The
-		// check is per step: a step may be a retry, whose sequences fall
-		// below an aborted attempt's without any reordering.)
-		if ack.Sequence <= p.lastSeq {
-			p.m.orderViolations.Inc()
-			p.log.Error("bridge: stream order differs from delivered order", "coordinate", in.coord, "subject", in.subj, "sequence", ack.Sequence, "after", p.lastSeq)
+		if in.rec < len(p.step) {
+			p.step[in.rec].seq = ack.Sequence
 		}
-		p.lastSeq = max(p.lastSeq, ack.Sequence)
 	case err = <-in.f.Err():
 	case <-ctx.Done():
 		// The step ran out of time; the future resolves later, within
@@ -190,7 +201,8 @@ func (p *publisher) publish(m *stage.Message[[]byte, []byte]) error {
 		p.failed = fmt.Errorf("bridge: publish of %s to %q: %w", coord, subj, err)
 		return nil
 	}
-	p.pending = append(p.pending, inflight{f: f, subj: subj, coord: coord, start: start})
+	p.step = append(p.step, storedRecord{coord: m.Coordinate, headers: m.Headers})
+	p.pending = append(p.pending, inflight{f: f, subj: subj, coord: coord, rec: len(p.step) - 1, start: start})
 	p.bySubj[subj]++
 	p.peak = max(p.peak, len(p.pending))
 	p.peakSubj = max(p.peakSubj, p.bySubj[subj])

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -183,23 +185,18 @@ func connect(c SinkConfig, p *publisher) (*nats.Conn, error) {
 // stream's subject filters, or nil when ctx ended first.
 func checkStream(ctx context.Context, c SinkConfig, js jetstream.JetStream) ([]string, error) {
 	var info *jetstream.StreamInfo
-	for backoff := c.RetryBackoff; ; backoff = min(2*backoff, 32*c.RetryBackoff) {
+	err := retryNATS(ctx, c, js.Conn(), "look up stream "+c.Stream, func() error {
 		s, err := js.Stream(ctx, c.Stream)
 		if err == nil {
-			if info, err = s.Info(ctx); err == nil {
-				break
-			}
+			info, err = s.Info(ctx)
 		}
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil, fmt.Errorf("%w: stream %q does not exist", ErrNoStream, c.Stream)
-		}
-		if ctx.Err() != nil {
-			return nil, nil
-		}
-		c.Logger.Warn("bridge: NATS not answering; retrying", "err", err, "backoff", backoff)
-		if sleep(ctx, backoff) != nil {
-			return nil, nil
-		}
+		return err
+	})
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("%w: stream %q does not exist", ErrNoStream, c.Stream)
+	}
+	if err != nil || info == nil {
+		return nil, nil // ctx ended
 	}
 	if w := info.Config.Duplicates; w < c.RedeliveryHorizon {
 		return nil, fmt.Errorf("%w: stream %q keeps message IDs for %v, the redelivery horizon is %v; raise the stream's duplicate_window or lower RedeliveryHorizon", ErrDuplicateWindow, c.Stream, w, c.RedeliveryHorizon)
@@ -208,4 +205,43 @@ func checkStream(ctx context.Context, c SinkConfig, js jetstream.JetStream) ([]s
 		return []string{c.Stream}, nil
 	}
 	return info.Config.Subjects, nil
+}
+
+// retryNATS calls op until it succeeds, fails with
+// jetstream.ErrStreamNotFound (returned, as an answer rather than an
+// outage), or ctx ends (ctx.Err() returned). Between attempts it logs why
+// and waits a backoff that doubles from c.RetryBackoff up to 32 times it.
+// While the connection is down it says NATS is unreachable at c.NATSURL:
+// the error op sees then (with nats.go's reconnect buffer off, "outbound
+// buffer limit exceeded") names a symptom, not the cause.
+func retryNATS(ctx context.Context, c SinkConfig, nc *nats.Conn, what string, op func() error) error {
+	for backoff := c.RetryBackoff; ; backoff = min(2*backoff, 32*c.RetryBackoff) {
+		err := op()
+		if err == nil || errors.Is(err, jetstream.ErrStreamNotFound) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !nc.IsConnected() {
+			c.Logger.Warn("bridge: NATS unreachable; retrying", "url", redactURLs(c.NATSURL), "status", nc.Status().String(), "op", what, "backoff", backoff)
+		} else {
+			c.Logger.Warn("bridge: NATS request failed; retrying", "url", redactURLs(c.NATSURL), "op", what, "err", err, "backoff", backoff)
+		}
+		if err := sleep(ctx, backoff); err != nil {
+			return err
+		}
+	}
+}
+
+// redactURLs returns a NATS URL list without credentials, for logs.
+func redactURLs(list string) string {
+	parts := strings.Split(list, ",")
+	for i, s := range parts {
+		if u, err := url.Parse(strings.TrimSpace(s)); err == nil && u.User != nil {
+			u.User = nil
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
 }
