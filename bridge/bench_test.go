@@ -78,7 +78,7 @@ func BenchmarkForward(b *testing.B) {
 				go func() { done <- br.Run(ctx) }()
 				var first time.Time
 				for br.CommittedSteps() == 0 || streamCount(e, pollJS, streamName) < benchRecords {
-					if first.IsZero() && br.m != nil && testutilPublished(br) > 0 {
+					if first.IsZero() && br.pub.m != nil && testutilPublished(br) > 0 {
 						first = time.Now()
 					}
 					time.Sleep(2 * time.Millisecond)
@@ -98,7 +98,7 @@ func BenchmarkForward(b *testing.B) {
 	}
 }
 
-func testutilPublished(b *Bridge) float64 { return testutil.ToFloat64(b.m.published) }
+func testutilPublished(b *Bridge) float64 { return testutil.ToFloat64(b.pub.m.published) }
 
 func streamCount(e *env, js jetstream.JetStream, name string) uint64 {
 	s, err := js.Stream(context.Background(), name)

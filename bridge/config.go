@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -93,12 +92,10 @@ type Config struct {
 	SessionTimeout     time.Duration
 	RebalanceTimeout   time.Duration
 	TransactionTimeout time.Duration
-	// KafkaOpts are extra franz-go options (see stage.Config.ClientOpts).
-	KafkaOpts []kgo.Opt
+	// ClientOpts are extra franz-go options (see stage.Config.ClientOpts).
+	ClientOpts []kgo.Opt
 
-	// Registerer receives the bridge's metrics (none registered when nil).
-	Registerer prometheus.Registerer
-	// Logger receives operational messages (default slog.Default()).
+	// Logger receives operational messages (nil means slog.Default()).
 	Logger *slog.Logger
 }
 
@@ -116,7 +113,7 @@ func (c Config) sink() SinkConfig {
 	return SinkConfig{
 		NATSURL: c.NATSURL, NATSOptions: c.NATSOptions, Stream: c.Stream, Subject: c.Subject,
 		RedeliveryHorizon: c.RedeliveryHorizon, MaxInFlight: c.MaxInFlight, AckTimeout: c.AckTimeout,
-		RetryBackoff: c.RetryBackoff, Registerer: c.Registerer, Logger: c.Logger,
+		RetryBackoff: c.RetryBackoff, Logger: c.Logger,
 	}
 }
 

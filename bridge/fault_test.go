@@ -43,14 +43,11 @@ func TestKilledBetweenAckAndCommitLeavesEachRecordOnce(t *testing.T) {
 	cfg := e.config("events")
 	cfg.MaxPollRecords = 10
 	cfg.MaxInFlight = 8
-	b1, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b1, h1 := newHooked(t, cfg)
 	var cancel1 context.CancelFunc
 	killed := false
-	b1.afterSettled = func() error {
-		if !killed && testutil.ToFloat64(b1.m.published) >= 25 {
+	h1.after = func() error {
+		if !killed && testutil.ToFloat64(b1.pub.m.published) >= 25 {
 			killed = true
 			cancel1()
 			return errors.New("killed between publish acknowledgement and Kafka commit")
@@ -70,7 +67,7 @@ func TestKilledBetweenAckAndCommitLeavesEachRecordOnce(t *testing.T) {
 	if !killed {
 		t.Fatal("the kill hook never fired")
 	}
-	published1 := testutil.ToFloat64(b1.m.published)
+	published1 := testutil.ToFloat64(b1.pub.m.published)
 	uncommitted := len(e.streamMsgs(testStream))
 	t.Logf("first run: %d publishes acknowledged, %d committed steps", int(published1), b1.CommittedSteps())
 
@@ -82,19 +79,19 @@ func TestKilledBetweenAckAndCommitLeavesEachRecordOnce(t *testing.T) {
 	waitFor(t, 30*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
 	// Let the second bridge commit its last step before judging.
 	waitFor(t, 30*time.Second, "the second bridge to pass the end", func() bool {
-		return testutil.ToFloat64(b2.m.published) >= float64(len(want)-uncommitted)+testutil.ToFloat64(b2.m.duplicates)
+		return testutil.ToFloat64(b2.pub.m.published) >= float64(len(want)-uncommitted)+testutil.ToFloat64(b2.pub.m.duplicates)
 	})
 	if err := r2.stop(); err != nil {
 		t.Fatal(err)
 	}
 	checkExactlyOnceInOrder(t, e.streamMsgs(testStream), want)
-	if d := testutil.ToFloat64(b2.m.duplicates); d == 0 {
+	if d := testutil.ToFloat64(b2.pub.m.duplicates); d == 0 {
 		t.Fatal("the restarted bridge republished nothing: the test did not hit the ack-to-commit window")
 	}
-	if v := testutil.ToFloat64(b2.m.orderViolations); v != 0 {
+	if v := testutil.ToFloat64(b2.pub.m.orderViolations); v != 0 {
 		t.Fatalf("%v order violations reported on a stream whose order is right", v)
 	}
-	t.Logf("restart absorbed %v duplicates", testutil.ToFloat64(b2.m.duplicates))
+	t.Logf("restart absorbed %v duplicates", testutil.ToFloat64(b2.pub.m.duplicates))
 }
 
 // TestNATSRestartLosesNothing: the NATS server goes away mid-run and
@@ -111,20 +108,20 @@ func TestNATSRestartLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := e.start(b)
-	waitFor(t, 30*time.Second, "some records forwarded", func() bool { return testutil.ToFloat64(b.m.published) >= 20 })
+	waitFor(t, 30*time.Second, "some records forwarded", func() bool { return testutil.ToFloat64(b.pub.m.published) >= 20 })
 	e.stopNATS()
 	want = append(want, produceN(e, "events", 2, 100, 100)...)
-	waitFor(t, 30*time.Second, "a failed step", func() bool { return testutil.ToFloat64(b.m.retries) >= 2 })
+	waitFor(t, 30*time.Second, "a failed step", func() bool { return testutil.ToFloat64(b.pub.m.retries) >= 2 })
 	e.startNATS()
 	waitFor(t, 60*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
 	checkExactlyOnceInOrder(t, e.streamMsgs(testStream), want)
-	if v := testutil.ToFloat64(b.m.orderViolations); v != 0 {
+	if v := testutil.ToFloat64(b.pub.m.orderViolations); v != 0 {
 		t.Fatalf("%v order violations reported on a stream whose order is right", v)
 	}
-	t.Logf("retries %v, failures %v, duplicates %v", testutil.ToFloat64(b.m.retries), testutil.ToFloat64(b.m.failures), testutil.ToFloat64(b.m.duplicates))
+	t.Logf("retries %v, failures %v, duplicates %v", testutil.ToFloat64(b.pub.m.retries), testutil.ToFloat64(b.pub.m.failures), testutil.ToFloat64(b.pub.m.duplicates))
 }
 
 // TestCorruptStampStopsTheBridge: a record whose vc header does not decode

@@ -49,6 +49,25 @@ func newMetrics(stream string) *metrics {
 	}
 }
 
-func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.latency, m.inFlight, m.published, m.duplicates, m.failures, m.retries, m.orderViolations}
+func (m *metrics) collectors() collectors {
+	return collectors{m.latency, m.inFlight, m.published, m.duplicates, m.failures, m.retries, m.orderViolations}
+}
+
+// Describe and Collect make the metrics one prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) { m.collectors().Describe(ch) }
+func (m *metrics) Collect(ch chan<- prometheus.Metric) { m.collectors().Collect(ch) }
+
+// collectors is several collectors as one.
+type collectors []prometheus.Collector
+
+func (cs collectors) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range cs {
+		c.Describe(ch)
+	}
+}
+
+func (cs collectors) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range cs {
+		c.Collect(ch)
+	}
 }

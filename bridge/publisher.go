@@ -39,6 +39,7 @@ var errConnChanged = errors.New("bridge: NATS connection changed during the step
 // acknowledgements. Only the stage's step goroutine calls publish, Begin
 // and Settle; the connection callbacks touch conn only.
 type publisher struct {
+	cfg     SinkConfig // with defaults applied
 	js      jetstream.JetStream
 	nc      *nats.Conn
 	stream  string
@@ -49,20 +50,12 @@ type publisher struct {
 	log     *slog.Logger
 	conn    atomic.Uint64 // connection changes seen
 
-	// afterSettled, a test hook, runs after every publish of a step was
-	// acknowledged; an error from it fails Settle.
-	afterSettled func() error
-
 	ctx     context.Context // the step's
 	epoch   uint64          // conn at Begin
 	pending []inflight
 	bySubj  map[string]int // publishes in flight per subject
 	step    []storedRecord // the step's records in delivered order; seq 0 until acknowledged
 	failed  error
-
-	// peak and peakSubj are the most publishes ever in flight, in all and
-	// on one subject (tests check the bounds with them).
-	peak, peakSubj int
 }
 
 type inflight struct {
@@ -96,9 +89,6 @@ func (p *publisher) Settle(ctx context.Context) error {
 		p.waitOldest(ctx)
 	}
 	p.checkCausalOrder()
-	if p.failed == nil && p.afterSettled != nil {
-		p.failed = p.afterSettled()
-	}
 	if p.failed != nil {
 		p.m.retries.Inc()
 	}
@@ -204,8 +194,6 @@ func (p *publisher) publish(m *stage.Message[[]byte, []byte]) error {
 	p.step = append(p.step, storedRecord{coord: m.Coordinate, headers: m.Headers})
 	p.pending = append(p.pending, inflight{f: f, subj: subj, coord: coord, rec: len(p.step) - 1, start: start})
 	p.bySubj[subj]++
-	p.peak = max(p.peak, len(p.pending))
-	p.peakSubj = max(p.peakSubj, p.bySubj[subj])
 	p.m.inFlight.Inc()
 	return nil
 }

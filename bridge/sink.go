@@ -28,8 +28,8 @@ type SinkConfig struct {
 	// RetryBackoff is the first pause between attempts to reach NATS at
 	// startup (default 100ms, doubling up to 32 times).
 	RetryBackoff time.Duration
-	Registerer   prometheus.Registerer
-	Logger       *slog.Logger
+	// Logger receives operational messages (nil means slog.Default()).
+	Logger *slog.Logger
 }
 
 // Sink is a JetStream stream as the external sink of a stage application
@@ -40,8 +40,7 @@ type SinkConfig struct {
 // process others, with one transaction for both. Run is the same thing as
 // a stand-alone service.
 type Sink struct {
-	nc *nats.Conn
-	p  *publisher
+	p *publisher
 }
 
 // NewSink connects to NATS, waiting for it with backoff, and checks the
@@ -54,32 +53,39 @@ func NewSink(ctx context.Context, cfg SinkConfig) (*Sink, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	m := newMetrics(c.Stream)
-	if c.Registerer != nil {
-		for _, col := range m.collectors() {
-			if err := c.Registerer.Register(col); err != nil {
-				return nil, fmt.Errorf("%w: register metrics: %w", ErrInvalidConfig, err)
-			}
-		}
+	p := newPublisher(c, newMetrics(c.Stream))
+	opened, err := p.open(ctx)
+	if err != nil {
+		return nil, err
 	}
-	s, err := openSink(ctx, c, m)
-	if s == nil && err == nil {
-		err = ctx.Err()
+	if !opened {
+		return nil, ctx.Err()
 	}
-	return s, err
+	return &Sink{p: p}, nil
 }
 
 // Close closes the sink's NATS connection.
-func (s *Sink) Close() { s.nc.Close() }
+func (s *Sink) Close() { s.p.close() }
+
+// Collector returns a Prometheus collector of the sink's metrics
+// (parsley_bridge_*, labelled with the stream). Register it once with the
+// registry you serve.
+func (s *Sink) Collector() prometheus.Collector { return s.p.m }
 
 // Forward adds t as a source of the stage being built whose records are
 // published to the sink as they are delivered, and declares the sink. The
 // topic must carry raw bytes (stage.Bytes codecs), so values and headers
 // travel unchanged.
 func Forward(b *stage.Builder, t *stage.Topic[[]byte, []byte], s *Sink) *stage.Builder {
+	return forward(b, t, s.p, s.p)
+}
+
+// forward is Forward with the external sink x declared for p's step
+// boundaries (p itself but in tests).
+func forward(b *stage.Builder, t *stage.Topic[[]byte, []byte], p *publisher, x stage.External) *stage.Builder {
 	return stage.On(b, t, func(m stage.Message[[]byte, []byte]) ([]stage.Emission, error) {
-		return nil, s.p.publish(&m)
-	}).IntoExternal(s.p)
+		return nil, p.publish(&m)
+	}).IntoExternal(x)
 }
 
 func (c SinkConfig) withDefaults() SinkConfig {
@@ -118,26 +124,39 @@ func (c *SinkConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// openSink connects and checks the stream. It returns (nil, nil) when
+// newPublisher returns a publisher for c (with defaults applied), not yet
+// connected.
+func newPublisher(c SinkConfig, m *metrics) *publisher {
+	return &publisher{cfg: c, stream: c.Stream, subject: c.Subject, max: c.MaxInFlight, m: m, log: c.Logger}
+}
+
+// open connects and checks the stream. It returns false, and nil, when
 // ctx ends first.
-func openSink(ctx context.Context, c SinkConfig, m *metrics) (*Sink, error) {
-	p := &publisher{stream: c.Stream, subject: c.Subject, max: c.MaxInFlight, m: m, log: c.Logger}
+func (p *publisher) open(ctx context.Context) (bool, error) {
+	c := p.cfg
 	nc, err := connect(c, p)
 	if err != nil {
-		return nil, err
+		return false, err
 	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(c.MaxInFlight), jetstream.WithPublishAsyncTimeout(c.AckTimeout))
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("bridge: jetstream: %w", err)
+		return false, fmt.Errorf("bridge: jetstream: %w", err)
 	}
 	p.js, p.nc = js, nc
 	p.filters, err = checkStream(ctx, c, js)
 	if err != nil || p.filters == nil {
 		nc.Close()
-		return nil, err
+		return false, err
 	}
-	return &Sink{nc: nc, p: p}, nil
+	return true, nil
+}
+
+// close closes the NATS connection open made.
+func (p *publisher) close() {
+	if p.nc != nil {
+		p.nc.Close()
+	}
 }
 
 // connect dials NATS with the bridge's options after the user's. With
