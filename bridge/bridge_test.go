@@ -164,7 +164,7 @@ func TestPipeliningStaysBounded(t *testing.T) {
 	}
 	e.produce(recs...)
 	cfg := e.config("events")
-	cfg.MaxInFlight = 8
+	cfg.Publish, cfg.MaxInFlight = PerMessage, 8
 	cfg.Subject, _ = Template("kafka.{topic}.{key}")
 	b, h := newHooked(t, cfg)
 	r := e.start(b)

@@ -67,15 +67,20 @@ type Config struct {
 	// stream whose duplicate window is shorter. Default 2 minutes
 	// (JetStream's default window).
 	RedeliveryHorizon time.Duration
-	// MaxInFlight bounds the publishes awaiting their acknowledgement
-	// (default 1). With 1, every publish waits for the previous one's
-	// acknowledgement, and the stream's order is the delivered order
-	// under any failure. Above 1, publishes are pipelined but at most one
-	// per subject is in flight, so each subject's order holds under any
-	// failure; across subjects the stream's order is the delivered order
-	// unless a publish is lost on a broken connection while a later one of
-	// the same window gets through (the bridge then retries the step, and
-	// the later record stays ahead of the earlier one in the stream).
+	// Publish selects how steps reach JetStream (default AtomicBatch: one
+	// atomic batch per step, refusing a stream that does not allow atomic
+	// publish).
+	Publish PublishMode
+	// MaxInFlight bounds, in PerMessage mode, the publishes awaiting their
+	// acknowledgement (default 1). With 1, every publish waits for the
+	// previous one's acknowledgement, and no record is stored before a
+	// record delivered ahead of it. Above 1, publishes are pipelined but at
+	// most one per subject is in flight, so each subject's order holds
+	// under any failure; across subjects a publish lost on a broken
+	// connection can be overtaken by a later one of the same window (the
+	// bridge then retries the step, and the later record stays ahead of
+	// the earlier one in the stream; the order alarm fires if it was an
+	// effect of the lost one).
 	MaxInFlight int
 	// AckTimeout bounds the wait for one acknowledgement (default 5s).
 	AckTimeout time.Duration
@@ -111,7 +116,7 @@ func (c Config) withDefaults() Config {
 // sink returns the NATS side of c.
 func (c Config) sink() SinkConfig {
 	return SinkConfig{
-		NATSURL: c.NATSURL, NATSOptions: c.NATSOptions, Stream: c.Stream, Subject: c.Subject,
+		NATSURL: c.NATSURL, NATSOptions: c.NATSOptions, Stream: c.Stream, Subject: c.Subject, Publish: c.Publish,
 		RedeliveryHorizon: c.RedeliveryHorizon, MaxInFlight: c.MaxInFlight, AckTimeout: c.AckTimeout,
 		RetryBackoff: c.RetryBackoff, Logger: c.Logger,
 	}

@@ -162,8 +162,9 @@ func TestCorruptStampStopsTheBridge(t *testing.T) {
 // before anything is consumed.
 func TestStartupRefusals(t *testing.T) {
 	e := newEnv(t, 2, "events")
-	e.createStream(jetstream.StreamConfig{Name: "SHORT", Subjects: []string{"short.>"}, Duplicates: 10 * time.Second})
-	e.createStream(jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"other.>"}, Duplicates: 5 * time.Minute})
+	e.createStream(jetstream.StreamConfig{Name: "SHORT", Subjects: []string{"short.>"}, Duplicates: 10 * time.Second, AllowAtomicPublish: true})
+	e.createStream(jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"other.>"}, Duplicates: 5 * time.Minute, AllowAtomicPublish: true})
+	e.createStream(jetstream.StreamConfig{Name: "PLAIN", Subjects: []string{"plain.>"}, Duplicates: 5 * time.Minute})
 	mapTo := func(tmpl string) SubjectFunc {
 		f, err := Template(tmpl)
 		if err != nil {
@@ -189,6 +190,7 @@ func TestStartupRefusals(t *testing.T) {
 		{"subject in another stream", testStream, mapTo("other.{topic}"), 0, ErrNoStream},
 		{"one partition in no stream", testStream, onlyP0, 0, ErrNoStream},
 		{"missing stream", "NOPE", mapTo("kafka.{topic}"), 0, ErrNoStream},
+		{"stream without atomic publish", "PLAIN", mapTo("plain.{topic}"), 0, ErrAtomicPublish},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := e.config("events")

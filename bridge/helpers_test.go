@@ -43,7 +43,8 @@ func ptr[T any](v T) *T { return &v }
 
 // newEnv starts both brokers, creates the Kafka topics (each with
 // partitions partitions) and the bridge's changelog, and the stream
-// EVENTS over "kafka.>" with a two-minute duplicate window.
+// EVENTS over "kafka.>" with a two-minute duplicate window, allowing
+// atomic publish.
 func newEnv(t testing.TB, partitions int32, topics ...string) *env {
 	t.Helper()
 	var ts []broker.Topic
@@ -55,7 +56,7 @@ func newEnv(t testing.TB, partitions int32, topics ...string) *env {
 	e := &env{t: t, kafka: k, dir: t.TempDir(), natsDir: t.TempDir(), natsPort: -1}
 	e.startNATS()
 	t.Cleanup(e.stopNATS)
-	e.createStream(jetstream.StreamConfig{Name: testStream, Subjects: []string{"kafka.>"}, Duplicates: 2 * time.Minute})
+	e.createStream(jetstream.StreamConfig{Name: testStream, Subjects: []string{"kafka.>"}, Duplicates: 2 * time.Minute, AllowAtomicPublish: true})
 	return e
 }
 

@@ -18,6 +18,7 @@ type hooked struct {
 	*publisher
 	after          func() error
 	peak, peakSubj int
+	largestStep    int // most records a step handed the publisher
 }
 
 func (h *hooked) Begin(ctx context.Context) {
@@ -28,6 +29,7 @@ func (h *hooked) Begin(ctx context.Context) {
 }
 
 func (h *hooked) Settle(ctx context.Context) error {
+	h.largestStep = max(h.largestStep, len(h.step))
 	if err := h.publisher.Settle(ctx); err != nil {
 		return err
 	}

@@ -55,6 +55,8 @@ type publisher struct {
 	pending []inflight
 	bySubj  map[string]int // publishes in flight per subject
 	step    []storedRecord // the step's records in delivered order; seq 0 until acknowledged
+	batch   []*nats.Msg    // in batch mode, the step's messages in delivered order
+	atomic  bool           // publish each step as atomic batches (batch.go)
 	failed  error
 }
 
@@ -77,6 +79,8 @@ func (p *publisher) Begin(ctx context.Context) {
 	}
 	p.failed = nil
 	p.step = p.step[:0]
+	clear(p.batch)
+	p.batch = p.batch[:0]
 	p.epoch = p.conn.Load()
 	if p.bySubj == nil {
 		p.bySubj = make(map[string]int)
@@ -87,6 +91,9 @@ func (p *publisher) Begin(ctx context.Context) {
 func (p *publisher) Settle(ctx context.Context) error {
 	for len(p.pending) > 0 {
 		p.waitOldest(ctx)
+	}
+	if p.atomic {
+		p.settleBatches(ctx)
 	}
 	p.checkCausalOrder()
 	if p.failed != nil {
@@ -172,6 +179,12 @@ func (p *publisher) publish(m *stage.Message[[]byte, []byte]) error {
 	msg, err := message(subj, m)
 	if err != nil {
 		return err
+	}
+	if p.atomic {
+		msg.Header.Set(jetstream.ExpectedStreamHeader, p.stream)
+		p.step = append(p.step, storedRecord{coord: m.Coordinate, headers: m.Headers})
+		p.batch = append(p.batch, msg)
+		return nil
 	}
 	coord := m.Coordinate.String()
 	for p.failed == nil && len(p.pending) > 0 && (len(p.pending) >= p.max || p.bySubj[subj] > 0) {

@@ -22,6 +22,7 @@ type SinkConfig struct {
 	NATSOptions       []nats.Option
 	Stream            string
 	Subject           SubjectFunc
+	Publish           PublishMode
 	RedeliveryHorizon time.Duration
 	MaxInFlight       int
 	AckTimeout        time.Duration
@@ -121,6 +122,9 @@ func (c *SinkConfig) validate() error {
 	if c.Stream == "" {
 		bad("no Stream")
 	}
+	if c.Publish < AtomicBatch || c.Publish > PerMessage {
+		bad("unknown Publish mode %v", c.Publish)
+	}
 	return errors.Join(errs...)
 }
 
@@ -144,10 +148,24 @@ func (p *publisher) open(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("bridge: jetstream: %w", err)
 	}
 	p.js, p.nc = js, nc
-	p.filters, err = checkStream(ctx, c, js)
-	if err != nil || p.filters == nil {
+	info, err := checkStream(ctx, c, js)
+	if err != nil || info == nil {
 		nc.Close()
 		return false, err
+	}
+	p.filters = info.Config.Subjects
+	if len(p.filters) == 0 {
+		p.filters = []string{c.Stream}
+	}
+	switch {
+	case c.Publish == PerMessage:
+	case info.Config.AllowAtomicPublish:
+		p.atomic = true
+	case c.Publish == AtomicBatch:
+		nc.Close()
+		return false, fmt.Errorf("%w: stream %q: set allow_atomic on it (StreamConfig.AllowAtomicPublish in nats.go; NATS Server 2.12 or later), or set Publish to AtomicBatchOrPerMessage or PerMessage to publish record by record", ErrAtomicPublish, c.Stream)
+	default:
+		c.Logger.Warn("bridge: stream does not allow atomic publish; publishing record by record", "stream", c.Stream, "max_in_flight", c.MaxInFlight)
 	}
 	return true, nil
 }
@@ -201,8 +219,8 @@ func connect(c SinkConfig, p *publisher) (*nats.Conn, error) {
 
 // checkStream waits for NATS, then refuses a missing stream and a
 // duplicate window shorter than the redelivery horizon. It returns the
-// stream's subject filters, or nil when ctx ended first.
-func checkStream(ctx context.Context, c SinkConfig, js jetstream.JetStream) ([]string, error) {
+// stream's description, or nil when ctx ended first.
+func checkStream(ctx context.Context, c SinkConfig, js jetstream.JetStream) (*jetstream.StreamInfo, error) {
 	var info *jetstream.StreamInfo
 	err := retryNATS(ctx, c, js.Conn(), "look up stream "+c.Stream, func() error {
 		s, err := js.Stream(ctx, c.Stream)
@@ -220,10 +238,7 @@ func checkStream(ctx context.Context, c SinkConfig, js jetstream.JetStream) ([]s
 	if w := info.Config.Duplicates; w < c.RedeliveryHorizon {
 		return nil, fmt.Errorf("%w: stream %q keeps message IDs for %v, the redelivery horizon is %v; raise the stream's duplicate_window or lower RedeliveryHorizon", ErrDuplicateWindow, c.Stream, w, c.RedeliveryHorizon)
 	}
-	if len(info.Config.Subjects) == 0 {
-		return []string{c.Stream}, nil
-	}
-	return info.Config.Subjects, nil
+	return info, nil
 }
 
 // retryNATS calls op until it succeeds, fails with

@@ -1,0 +1,238 @@
+package bridge
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// TestPerMessageFallbackWhenConfigured: on a stream that does not allow
+// atomic publish, AtomicBatchOrPerMessage publishes record by record and
+// forwards everything; AtomicBatch refuses it (TestStartupRefusals).
+func TestPerMessageFallbackWhenConfigured(t *testing.T) {
+	e := newEnv(t, 1, "events")
+	e.createStream(jetstream.StreamConfig{Name: "PLAIN", Subjects: []string{"plain.>"}, Duplicates: 5 * time.Minute})
+	want := produceN(e, "events", 1, 0, 20)
+	cfg := e.config("events")
+	cfg.Stream, cfg.Publish = "PLAIN", AtomicBatchOrPerMessage
+	cfg.Subject, _ = Template("plain.{topic}")
+	var logs logBuffer
+	cfg.Logger = logs.logger()
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(b)
+	waitFor(t, 30*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs("PLAIN")) >= len(want) })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnceInOrder(t, e.streamMsgs("PLAIN"), want)
+	if b.pub.atomic {
+		t.Fatal("publisher in batch mode on a stream without atomic publish")
+	}
+	if !bytes.Contains([]byte(logs.String()), []byte("does not allow atomic publish")) {
+		t.Fatalf("no warning about the fallback in the log:\n%s", logs.String())
+	}
+}
+
+// cutProxy forwards TCP between the bridge and NATS. Armed, it cuts the
+// connection just before the first atomic batch's commit reaches NATS,
+// after at least one earlier message of the batch went through, and then
+// refuses connections until reopened.
+type cutProxy struct {
+	t      *testing.T
+	ln     net.Listener
+	target string
+
+	mu     sync.Mutex
+	armed  bool
+	closed bool // refusing connections
+	cut    chan struct{}
+	conns  []net.Conn
+}
+
+var (
+	commitMarker = []byte("Nats-Batch-Commit: 1")
+	seq2Marker   = []byte("Nats-Batch-Sequence: 2\r\n")
+)
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{t: t, ln: ln, target: target, armed: true, cut: make(chan struct{})}
+	go p.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+	})
+	return p
+}
+
+func (p *cutProxy) url() string { return "nats://" + p.ln.Addr().String() }
+
+func (p *cutProxy) reopen() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = false
+}
+
+func (p *cutProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		refuse := p.closed
+		p.mu.Unlock()
+		if refuse {
+			c.Close()
+			continue
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		go func() { io.Copy(c, s); c.Close(); s.Close() }()
+		go p.upstream(c, s)
+	}
+}
+
+// upstream copies client to server, watching for the commit.
+func (p *cutProxy) upstream(c, s net.Conn) {
+	defer c.Close()
+	defer s.Close()
+	var seen []byte // what went through since the last batch start, for the markers
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			chunk := buf[:n]
+			p.mu.Lock()
+			armed := p.armed
+			p.mu.Unlock()
+			if armed {
+				all := append(seen, chunk...)
+				i := bytes.Index(all, commitMarker)
+				if start := bytes.LastIndex(all[:max(i, 0)], []byte("HPUB ")); i >= 0 && bytes.Contains(all[:max(start, 0)], seq2Marker) {
+					// Forward everything before the commit message's
+					// header line, which follows at least the batch's
+					// first two messages; the commit never arrives.
+					keep := start - len(seen)
+					if keep > 0 {
+						s.Write(chunk[:keep])
+					}
+					p.mu.Lock()
+					p.armed, p.closed = false, true
+					close(p.cut)
+					p.mu.Unlock()
+					return
+				}
+				seen = all[max(0, len(all)-4096):]
+			}
+			if _, err := s.Write(chunk); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// TestConnectionBreaksMidBatch: the connection to NATS breaks after part
+// of a step's batch reached the stream and before its commit. The stream
+// holds nothing of that batch; the bridge retries the step once NATS is
+// reachable again and the stream ends with every record once, in order.
+func TestConnectionBreaksMidBatch(t *testing.T) {
+	e := newEnv(t, 1, "events")
+	want := produceN(e, "events", 1, 0, 40)
+	proxy := newCutProxy(t, "127.0.0.1:"+strconv.Itoa(e.natsPort))
+	cfg := e.config("events")
+	cfg.NATSURL = proxy.url()
+	cfg.MaxPollRecords = 100
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(b)
+	select {
+	case <-proxy.cut:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no batch commit went through the proxy")
+	}
+	// The stream abandons the batch; nothing of it is stored. Give a
+	// wrongly committed batch time to show.
+	time.Sleep(300 * time.Millisecond)
+	if got := e.streamMsgs(testStream); len(got) != 0 {
+		t.Fatalf("the stream stored %d messages of a batch whose commit never arrived (first %s)", len(got), got[0].coord)
+	}
+	if b.CommittedSteps() != 0 {
+		t.Fatalf("%d steps committed without their batch", b.CommittedSteps())
+	}
+	proxy.reopen()
+	waitFor(t, 30*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnceInOrder(t, e.streamMsgs(testStream), want)
+	if n := testutil.ToFloat64(b.pub.m.retries); n == 0 {
+		t.Fatal("no step was retried")
+	}
+	if n := testutil.ToFloat64(b.pub.m.duplicates); n != 0 {
+		t.Fatalf("%v duplicates: the redone step found records of the broken batch stored", n)
+	}
+	if !b.pub.atomic {
+		t.Fatal("the test did not run in batch mode")
+	}
+}
+
+// TestLargeStepSplitsIntoBatches: a step that delivers more records than
+// an atomic batch may hold is published as consecutive batches of at most
+// maxBatch, and the stream holds every record once, in delivered order.
+func TestLargeStepSplitsIntoBatches(t *testing.T) {
+	e := newEnv(t, 1, "events")
+	want := produceN(e, "events", 1, 0, 2*maxBatch+500)
+	cfg := e.config("events")
+	cfg.MaxPollRecords = 3 * maxBatch
+	b, h := newHooked(t, cfg)
+	r := e.start(b)
+	waitFor(t, 60*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := e.streamMsgs(testStream)
+	checkExactlyOnceInOrder(t, got, want)
+	if h.largestStep <= maxBatch {
+		t.Fatalf("largest step %d records, not above %d: the test proves nothing", h.largestStep, maxBatch)
+	}
+	// One latency observation per batch: a step of more than maxBatch
+	// records needs more than one.
+	var m dto.Metric
+	if err := b.pub.m.latency.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.GetHistogram().GetSampleCount(); n < 3 {
+		t.Fatalf("%d batches for %d records", n, len(want))
+	}
+	t.Logf("largest step %d records", h.largestStep)
+}
