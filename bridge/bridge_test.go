@@ -60,6 +60,9 @@ func TestForwardsEveryRecordWithItsHeaders(t *testing.T) {
 		if k := m.header.Get(HeaderKey); k != base64.StdEncoding.EncodeToString(fmt.Appendf(nil, "k%d", i)) {
 			t.Errorf("%s key header %q", m.coord, k)
 		}
+		if m.header.Get("Nats-Batch-Id") == "" {
+			t.Errorf("%s was not published in an atomic batch: headers %v", m.coord, m.header)
+		}
 		if m.header.Get("trace") != "t-1" || m.header.Get("bin") != "AP8=" || m.header.Get(HeaderBase64Headers) != "bin" {
 			t.Errorf("%s headers %v", m.coord, m.header)
 		}

@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,10 +19,14 @@ type hooked struct {
 	*publisher
 	after          func() error
 	peak, peakSubj int
-	largestStep    int // most records a step handed the publisher
+	largestStep    int       // most records a step handed the publisher
+	firstBegin     time.Time // when the first step began
 }
 
 func (h *hooked) Begin(ctx context.Context) {
+	if h.firstBegin.IsZero() {
+		h.firstBegin = time.Now()
+	}
 	if _, ok := h.js.(peakJS); !ok && h.js != nil {
 		h.js = peakJS{h.js, h}
 	}
