@@ -32,16 +32,22 @@ type causalInversion struct {
 // after an abort may deliver them in another valid order than the
 // attempt JetStream kept.
 //
-// The check reads stamps only when the step's sequences do not rise in
+// Records with sequence 0 were not acknowledged and take no part. The
+// check reads stamps only when the acknowledged sequences do not rise in
 // delivered order; when they do, no cause can follow its effect, since
 // the gate delivers a cause before its effects.
 func causalInversions(recs []storedRecord) []causalInversion {
 	rising := true
-	for i := 1; i < len(recs); i++ {
-		if recs[i].seq <= recs[i-1].seq {
+	var last uint64
+	for _, r := range recs {
+		if r.seq == 0 {
+			continue
+		}
+		if r.seq <= last {
 			rising = false
 			break
 		}
+		last = r.seq
 	}
 	if rising {
 		return nil
@@ -65,7 +71,7 @@ func causalInversions(recs []storedRecord) []causalInversion {
 	}
 	var out []causalInversion
 	flag := func(cause, effect int) {
-		if recs[cause].seq > recs[effect].seq {
+		if recs[effect].seq != 0 && recs[cause].seq > recs[effect].seq {
 			out = append(out, causalInversion{recs[cause], recs[effect]})
 		}
 	}

@@ -107,13 +107,7 @@ func (p *publisher) Settle(ctx context.Context) error {
 // when an earlier attempt of the step stored an effect and lost its
 // cause, with MaxInFlight above 1 and a broken connection.
 func (p *publisher) checkCausalOrder() {
-	acked := p.step[:0:0]
-	for _, r := range p.step {
-		if r.seq != 0 {
-			acked = append(acked, r)
-		}
-	}
-	for _, inv := range causalInversions(acked) {
+	for _, inv := range causalInversions(p.step) {
 		p.m.orderViolations.Inc()
 		p.log.Error("bridge: a cause is stored after its effect", "cause", inv.cause.coord.String(), "cause_sequence", inv.cause.seq, "effect", inv.effect.coord.String(), "effect_sequence", inv.effect.seq)
 	}
