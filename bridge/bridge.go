@@ -78,7 +78,7 @@ func newBridge(cfg Config, external func(*publisher) stage.External) (*Bridge, e
 		Logger:             c.Logger,
 	}, st)
 	if err != nil {
-		return nil, fmt.Errorf("bridge: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return b, nil
 }
