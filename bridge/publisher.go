@@ -74,9 +74,18 @@ func (p *publisher) connChanged() { p.conn.Add(1) }
 // in flight (each resolves within the ack timeout) and starts afresh.
 func (p *publisher) Begin(ctx context.Context) {
 	p.ctx = ctx
-	for len(p.pending) > 0 {
+	for len(p.pending) > 0 && ctx.Err() == nil {
 		p.waitOldest(ctx)
 	}
+	// With ctx ended the step will not settle; forget what is still in
+	// flight rather than spin until it resolves.
+	for _, in := range p.pending {
+		p.m.inFlight.Dec()
+		if p.bySubj[in.subj]--; p.bySubj[in.subj] <= 0 {
+			delete(p.bySubj, in.subj)
+		}
+	}
+	p.pending = p.pending[:0]
 	p.failed = nil
 	p.step = p.step[:0]
 	clear(p.batch)
@@ -89,10 +98,14 @@ func (p *publisher) Begin(ctx context.Context) {
 
 // Settle implements stage.External.
 func (p *publisher) Settle(ctx context.Context) error {
-	for len(p.pending) > 0 {
+	// If ctx ends first, the next Begin accounts for the rest.
+	for len(p.pending) > 0 && ctx.Err() == nil {
 		p.waitOldest(ctx)
 	}
-	if p.atomic {
+	if len(p.pending) > 0 && p.failed == nil {
+		p.failed = fmt.Errorf("bridge: publish of %s to %q: %w", p.pending[0].coord, p.pending[0].subj, ctx.Err())
+	}
+	if p.atomic && p.failed == nil {
 		p.settleBatches(ctx)
 	}
 	p.checkCausalOrder()

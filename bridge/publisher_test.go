@@ -174,3 +174,31 @@ func TestOrderCheckJudgesCausalOrder(t *testing.T) {
 		})
 	}
 }
+
+// pendingFuture never resolves.
+type pendingFuture struct{}
+
+func (pendingFuture) Ok() <-chan *jetstream.PubAck { return nil }
+func (pendingFuture) Err() <-chan error            { return nil }
+func (pendingFuture) Msg() *nats.Msg               { return nil }
+
+// TestSettleAndBeginReturnWhenTheStepEnds: a publish that never resolves
+// does not hold Settle or the next Begin past their context; Settle fails
+// with the context's error and Begin forgets the publish.
+func TestSettleAndBeginReturnWhenTheStepEnds(t *testing.T) {
+	p := &publisher{stream: "S", m: newMetrics("S"), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p.Begin(context.Background())
+	p.step = append(p.step, storedRecord{})
+	p.pending = append(p.pending, inflight{f: pendingFuture{}, subj: "s", coord: "c0"})
+	p.bySubj["s"]++
+	p.m.inFlight.Inc()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.Settle(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Settle = %v, want context.Canceled", err)
+	}
+	p.Begin(ctx)
+	if len(p.pending) != 0 || len(p.bySubj) != 0 || testutil.ToFloat64(p.m.inFlight) != 0 {
+		t.Fatalf("Begin left %d pending, %v per subject, gauge %v", len(p.pending), p.bySubj, testutil.ToFloat64(p.m.inFlight))
+	}
+}
