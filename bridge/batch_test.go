@@ -45,9 +45,10 @@ func TestPerMessageFallbackWhenConfigured(t *testing.T) {
 }
 
 // cutProxy forwards TCP between the bridge and NATS. Armed, it cuts the
-// connection just before the first atomic batch's commit reaches NATS,
-// after at least one earlier message of the batch went through, and then
-// refuses connections until reopened.
+// connection at the third message of the first atomic batch that has
+// one: the batch's first two messages reach NATS, the third (the commit,
+// or a message before it) and everything after do not. It then refuses
+// connections until reopened.
 type cutProxy struct {
 	t      *testing.T
 	ln     net.Listener
@@ -60,10 +61,8 @@ type cutProxy struct {
 	conns  []net.Conn
 }
 
-var (
-	commitMarker = []byte("Nats-Batch-Commit: 1")
-	seq2Marker   = []byte("Nats-Batch-Sequence: 2\r\n")
-)
+// thirdMarker is the header of a batch's third message.
+var thirdMarker = []byte("Nats-Batch-Sequence: 3\r\n")
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -117,11 +116,12 @@ func (p *cutProxy) accept() {
 	}
 }
 
-// upstream copies client to server, watching for the commit.
+// upstream copies client to server, watching for a batch's third
+// message.
 func (p *cutProxy) upstream(c, s net.Conn) {
 	defer c.Close()
 	defer s.Close()
-	var seen []byte // what went through since the last batch start, for the markers
+	var seen []byte // the tail of what went through, to find a split marker
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := c.Read(buf)
@@ -131,13 +131,13 @@ func (p *cutProxy) upstream(c, s net.Conn) {
 			armed := p.armed
 			p.mu.Unlock()
 			if armed {
-				all := append(seen, chunk...)
-				i := bytes.Index(all, commitMarker)
-				if start := bytes.LastIndex(all[:max(i, 0)], []byte("HPUB ")); i >= 0 && bytes.Contains(all[:max(start, 0)], seq2Marker) {
-					// Forward everything before the commit message's
-					// header line, which follows at least the batch's
-					// first two messages; the commit never arrives.
-					keep := start - len(seen)
+				all := append(seen[:len(seen):len(seen)], chunk...)
+				// Only a marker that ends in this chunk is new.
+				from := max(0, len(seen)-len(thirdMarker)+1)
+				if i := bytes.Index(all[from:], thirdMarker); i >= 0 {
+					// Forward what precedes the third message's HPUB line
+					// (some of it may have gone through already).
+					keep := bytes.LastIndex(all[:from+i], []byte("HPUB ")) - len(seen)
 					if keep > 0 {
 						s.Write(chunk[:keep])
 					}
@@ -160,7 +160,8 @@ func (p *cutProxy) upstream(c, s net.Conn) {
 }
 
 // TestConnectionBreaksMidBatch: the connection to NATS breaks after part
-// of a step's batch reached the stream and before its commit. The stream
+// of a step's batch reached the stream (its first two messages) and
+// before its commit. The stream
 // holds nothing of that batch; the bridge retries the step once NATS is
 // reachable again and the stream ends with every record once, in order.
 func TestConnectionBreaksMidBatch(t *testing.T) {
@@ -178,7 +179,7 @@ func TestConnectionBreaksMidBatch(t *testing.T) {
 	select {
 	case <-proxy.cut:
 	case <-time.After(30 * time.Second):
-		t.Fatal("no batch commit went through the proxy")
+		t.Fatal("no batch of three messages went through the proxy")
 	}
 	// The stream abandons the batch; nothing of it is stored. Give a
 	// wrongly committed batch time to show.
