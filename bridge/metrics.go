@@ -19,12 +19,12 @@ func newMetrics(stream string) *metrics {
 	return &metrics{
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "parsley_bridge_publish_seconds", ConstLabels: l,
-			Help:    "Time from a publish to its JetStream acknowledgement.",
+			Help:    "Time from a publish to its JetStream acknowledgement (in batch mode, of a whole batch).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "parsley_bridge_publishes_in_flight", ConstLabels: l,
-			Help: "Publishes awaiting their JetStream acknowledgement.",
+			Help: "Publishes awaiting their JetStream acknowledgement (in batch mode, the messages of the batch being sent).",
 		}),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "parsley_bridge_published_total", ConstLabels: l,
@@ -44,7 +44,7 @@ func newMetrics(stream string) *metrics {
 		}),
 		orderViolations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "parsley_bridge_order_violations_total", ConstLabels: l,
-			Help: "Acknowledgements whose stream sequence fell below an earlier one of the same step: the stream holds a record after one delivered later (possible only with MaxInFlight above 1 and a broken connection).",
+			Help: "Records the stream stores after a record whose stamp claims them as a cause (possible only in PerMessage mode with MaxInFlight above 1 and a broken connection).",
 		}),
 	}
 }

@@ -35,7 +35,9 @@ const (
 var errConnChanged = errors.New("bridge: NATS connection changed during the step")
 
 // publisher is the bridge's stage.External: the handlers hand it delivered
-// records, it publishes them in delivered order and Settle waits for their
+// records in delivered order. In batch mode it collects their messages
+// and Settle publishes them as atomic batches (batch.go); in per-message
+// mode it publishes each at once and Settle waits for the
 // acknowledgements. Only the stage's step goroutine calls publish, Begin
 // and Settle; the connection callbacks touch conn only.
 type publisher struct {
