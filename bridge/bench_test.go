@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -176,4 +178,60 @@ func plainLoop(e *env, streamName, subj string, inflight int) (first time.Time, 
 		return first, fmt.Errorf("stream %s has %d messages, want %d", streamName, c, benchRecords)
 	}
 	return first, nil
+}
+
+// BenchmarkPublishCost publishes n messages straight to the embedded
+// server, as one atomic batch and pipelined with PublishMsgAsync (64 in
+// flight), on an R1 stream in a file and in memory: what the bridge's two
+// paths cost NATS, without Kafka or the bridge. It reports µs/msg.
+//
+//	go test ./bridge -run '^$' -bench PublishCost -benchtime 5x
+func BenchmarkPublishCost(b *testing.B) {
+	e := newEnv(b, 1, "unused")
+	js, done := e.js()
+	defer done()
+	streams := 0
+	for _, storage := range []jetstream.StorageType{jetstream.FileStorage, jetstream.MemoryStorage} {
+		for _, n := range []int{1, 100, 500, 1000} {
+			for _, batch := range []bool{true, false} {
+				how := "async"
+				if batch {
+					how = "atomic-batch"
+				}
+				b.Run(fmt.Sprintf("%s/%s/%d", storage, how, n), func(b *testing.B) {
+					streams++
+					name := "P" + strconv.Itoa(streams)
+					e.createStream(jetstream.StreamConfig{Name: name, Subjects: []string{strings.ToLower(name) + ".>"}, Duplicates: 2 * time.Minute, AllowAtomicPublish: true, Storage: storage})
+					var total time.Duration
+					for i := range b.N {
+						msgs := make([]*nats.Msg, n)
+						for j := range msgs {
+							h := nats.Header{}
+							h.Set(HeaderMsgID, fmt.Sprintf("%d-%d", i, j))
+							msgs[j] = &nats.Msg{Subject: strings.ToLower(name) + ".k" + strconv.Itoa(j%50), Data: []byte(fmt.Sprintf("value-%06d-%64s", j, "")), Header: h}
+						}
+						start := time.Now()
+						if batch {
+							if _, err := jetstreamext.PublishMsgBatch(context.Background(), js, msgs, jetstreamext.BatchFlowControl{AckTimeout: 5 * time.Second}); err != nil {
+								b.Fatal(err)
+							}
+						} else {
+							for _, m := range msgs {
+								if _, err := js.PublishMsgAsync(m, jetstream.WithExpectStream(name)); err != nil {
+									b.Fatal(err)
+								}
+							}
+							select {
+							case <-js.PublishAsyncComplete():
+							case <-time.After(30 * time.Second):
+								b.Fatal("acknowledgements outstanding after 30s")
+							}
+						}
+						total += time.Since(start)
+					}
+					b.ReportMetric(float64(total.Microseconds())/float64(n*b.N), "µs/msg")
+				})
+			}
+		}
+	}
 }

@@ -89,7 +89,10 @@ type Config struct {
 	// is retried; it doubles with each consecutive failure up to 32 times
 	// (default 100ms).
 	RetryBackoff time.Duration
-	// MaxPollRecords bounds the records of one step (default 500).
+	// MaxPollRecords bounds the records one step polls (default 1,000:
+	// what one atomic batch may hold, so a step is usually one batch; a
+	// step that delivers more, with records released from earlier holds,
+	// is published as consecutive batches).
 	MaxPollRecords int
 	// PollInterval, SessionTimeout, RebalanceTimeout and
 	// TransactionTimeout are passed to the stage runtime.
@@ -107,6 +110,9 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		c.Name = "bridge"
+	}
+	if c.MaxPollRecords <= 0 {
+		c.MaxPollRecords = maxBatch
 	}
 	s := c.sink().withDefaults()
 	c.RedeliveryHorizon, c.MaxInFlight, c.AckTimeout, c.RetryBackoff, c.Logger = s.RedeliveryHorizon, s.MaxInFlight, s.AckTimeout, s.RetryBackoff, s.Logger
