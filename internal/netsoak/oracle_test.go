@@ -57,9 +57,9 @@ func TestJudgeAcceptsACorrectRun(t *testing.T) {
 // exists for.
 func TestJudgeCatchesBrokenRuns(t *testing.T) {
 	tests := []struct {
-		name  string
+		name   string
 		break_ func(*Truth, *Observed)
-		want  string // where/kind
+		want   string // where/kind
 	}{
 		{"settle loses a record", func(_ *Truth, o *Observed) { o.Settled = o.Settled[1:] }, "settled/lost"},
 		{"settle duplicates a record", func(_ *Truth, o *Observed) {
