@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/internal/netsoak"
+	"github.com/rs/zerolog"
 )
 
 func main() {
@@ -29,6 +30,9 @@ func main() {
 	duration := flag.Duration("duration", 5*time.Minute, "how long each run produces under faults")
 	verbose := flag.Bool("v", false, "print the components' warnings and errors")
 	flag.Parse()
+	// Toxiproxy's toxics log through zerolog's global logger at trace
+	// level; a soak's output is its own progress lines.
+	zerolog.SetGlobalLevel(zerolog.WarnLevel)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
