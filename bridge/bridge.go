@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"sort"
 	"sync/atomic"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/parsley-go/parsley/stage"
@@ -206,15 +205,4 @@ func (b *Bridge) HealthHandler() http.Handler { return b.app.HealthHandler() }
 //	reg.MustRegister(b.Collector())
 func (b *Bridge) Collector() prometheus.Collector {
 	return collectors{b.pub.m, b.app.Collector()}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/parsley-go/parsley/internal/wait"
 	"github.com/parsley-go/parsley/stage"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -262,7 +263,7 @@ func retryNATS(ctx context.Context, c SinkConfig, nc *nats.Conn, what string, op
 		} else {
 			c.Logger.Warn("bridge: NATS request failed; retrying", "url", redactURLs(c.NATSURL), "op", what, "err", err, "backoff", backoff)
 		}
-		if err := sleep(ctx, backoff); err != nil {
+		if err := wait.Sleep(ctx, backoff); err != nil {
 			return err
 		}
 	}
