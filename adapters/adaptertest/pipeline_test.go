@@ -1,0 +1,96 @@
+package adaptertest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/parsley-go/parsley/adapters/adaptertest"
+	"github.com/parsley-go/parsley/clock"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// franzClient is the reference client: franz-go with package clock's own
+// API. It is the control every adapter's run is compared with.
+type franzClient struct {
+	cl    *kgo.Client
+	clk   *clock.Clock
+	stamp bool
+}
+
+func newFranz(stamp bool) func(context.Context, []string) (adaptertest.Client, error) {
+	return func(_ context.Context, addrs []string) (adaptertest.Client, error) {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+		if err != nil {
+			return nil, err
+		}
+		return &franzClient{cl: cl, clk: clock.New(kadm.NewClient(cl)), stamp: stamp}, nil
+	}
+}
+
+func (f *franzClient) Produce(ctx context.Context, topic string, key, value []byte) error {
+	rec := &kgo.Record{Topic: topic, Key: key, Value: value}
+	if f.stamp {
+		if err := f.clk.Stamp(ctx, rec); err != nil {
+			return err
+		}
+	}
+	if err := f.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		return err
+	}
+	return f.clk.RecordProduced(rec)
+}
+
+func (f *franzClient) Consume(ctx context.Context, topic string, n int, handle func(key, value []byte) error) error {
+	f.cl.AddConsumeTopics(topic)
+	for seen := 0; seen < n; {
+		fs := f.cl.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			return err
+		}
+		for _, r := range fs.Records() {
+			if f.stamp {
+				if err := f.clk.Observe(r); err != nil {
+					return err
+				}
+			}
+			if err := handle(r.Key, r.Value); err != nil {
+				return err
+			}
+			seen++
+		}
+	}
+	return nil
+}
+
+func (f *franzClient) Close() error { f.cl.Close(); return nil }
+
+func TestPipelineWithFranzGo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a stage on the embedded broker")
+	}
+	for _, tc := range []struct {
+		name  string
+		stamp bool
+	}{{"stamped", true}, {"unstamped", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			res, err := adaptertest.Run(ctx, adaptertest.Config{Pairs: 40, NewClient: newFranz(tc.stamp)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Log(res)
+			if res.Lost != 0 || res.Duplicated != 0 || res.Misplaced != 0 {
+				t.Fatalf("%v; want none lost, duplicated or misplaced", res)
+			}
+			if tc.stamp && res.Early != 0 {
+				t.Fatalf("stamped: %v; want 0 early", res)
+			}
+			if !tc.stamp && res.Early == 0 {
+				t.Fatalf("unstamped: %v; want early deliveries, or the check cannot fail", res)
+			}
+		})
+	}
+}
