@@ -61,6 +61,8 @@ type App struct {
 	hooks hooks
 
 	ops appOps // ticks, hold diagnosis, metrics, health (ops.go)
+
+	scope scopeWarnings // deliveries claiming causes another task consumes (scope.go)
 }
 
 // hooks are test seams. Each is nil in production.

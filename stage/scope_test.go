@@ -1,0 +1,176 @@
+package stage
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/parsley-go/parsley/clock"
+	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// syncBuffer is a log sink safe for the app's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) lines(substr string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for l := range strings.Lines(s.b.String()) {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// saramaDefault is sarama's default partitioner (FNV-1a of the key), as
+// franz-go spells it: a producer that does not partition with murmur2.
+func saramaDefault() kgo.Partitioner {
+	return kgo.StickyKeyPartitioner(kgo.SaramaHasher(func(b []byte) uint32 {
+		h := fnv.New32a()
+		h.Write(b)
+		return h.Sum32()
+	}))
+}
+
+const scopeWarning = "claims a cause that another task consumes"
+
+// TestScopeWarning: orders are written with murmur2, and each payment,
+// stamped with the order as its cause, by a second producer. With sarama's
+// FNV-1a partitioner most payments land on another partition than their
+// order, so the task that delivers a payment does not consume its order:
+// the stage counts every such delivery and warns once per topic pair,
+// naming both coordinates. With murmur2 the payments sit with their orders
+// and the stage stays quiet, though every payment still claims orders on
+// other partitions (the producer's earlier sends).
+func TestScopeWarning(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		partitioner kgo.Partitioner
+		warn        bool
+	}{
+		{"murmur2", kgo.StickyKeyPartitioner(nil), false},
+		{"sarama-fnv", saramaDefault(), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const parts, pairs = 4, 24
+			e := newEnv(t,
+				broker.Topic{Name: "orders", Partitions: parts},
+				broker.Topic{Name: "payments", Partitions: parts},
+				broker.Topic{Name: "out", Partitions: parts})
+			out := NewTopic("out", String(), String())
+			b := Named("settle")
+			for _, n := range []string{"orders", "payments"} {
+				On(b, NewTopic(n, String(), String()), func(m Message[string, string]) ([]Emission, error) {
+					return []Emission{out.Send(m.Key, m.Value)}, nil
+				})
+			}
+			st := b.Into(out).MustBuild()
+			e.changelogs(parts, st)
+			logs := new(syncBuffer)
+			cfg := e.config("i1")
+			cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			r := e.start(cfg, st)
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(r.app.Collector())
+
+			orderer, err := e.c.NewClient() // franz-go's default: murmur2
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer orderer.Close()
+			payer, err := e.c.NewClient(kgo.RecordPartitioner(tc.partitioner))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer payer.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			clk := clock.New(e.c.Admin())
+			send := func(cl *kgo.Client, topic, key string) *kgo.Record {
+				rec := &kgo.Record{Topic: topic, Key: []byte(key), Value: []byte(topic + " " + key)}
+				if err := clk.Stamp(ctx, rec); err != nil {
+					t.Fatal(err)
+				}
+				if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+				if err := clk.RecordProduced(rec); err != nil {
+					t.Fatal(err)
+				}
+				return rec
+			}
+			misplaced, crossClaims := 0, 0
+			for i := range pairs {
+				key := fmt.Sprintf("order-%d", i)
+				o := send(orderer, "orders", key)
+				p := send(payer, "payments", key)
+				if o.Partition != p.Partition {
+					misplaced++
+				}
+				s, err := clock.ReadRecordStamp(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for e := range s.Clock.OffsetEntries() {
+					if e.Channel.Partition != p.Partition {
+						crossClaims++
+						break
+					}
+				}
+			}
+			if tc.warn != (misplaced > 0) {
+				t.Fatalf("%d of %d payments on another partition than their order; the case is vacuous", misplaced, pairs)
+			}
+			if crossClaims == 0 {
+				t.Fatal("no payment claims a cause on another partition; the quiet case is vacuous")
+			}
+			e.readExactly("out", 2*pairs, 30*time.Second)
+
+			series := scrape(t, reg)[metricScopeCrossings]
+			warned := logs.lines(scopeWarning)
+			if !tc.warn {
+				if len(series) != 0 || len(warned) != 0 {
+					t.Fatalf("murmur2 producers: counted %v and warned %q; want silence", series, warned)
+				}
+				return
+			}
+			n := series["application=app,claimed_topic=orders,stage=settle,topic=payments"]
+			if n < 2 {
+				t.Fatalf("counted %v for %d misplaced payments; want at least 2 for payments claiming orders", series, misplaced)
+			}
+			var pair []string
+			for _, l := range warned {
+				if strings.Contains(l, "claims=orders/") {
+					pair = append(pair, l)
+				}
+			}
+			if len(pair) != 1 {
+				t.Fatalf("%d warnings for the pair (payments, orders) over %v deliveries; want exactly one:\n%s", len(pair), n, strings.Join(warned, ""))
+			}
+			for _, want := range []string{"level=WARN", "stage=settle", "delivered=payments/", "claims=orders/", "murmur2", "keyed differently"} {
+				if !strings.Contains(pair[0], want) {
+					t.Errorf("warning %q does not mention %q", pair[0], want)
+				}
+			}
+		})
+	}
+}
