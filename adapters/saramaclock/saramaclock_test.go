@@ -12,6 +12,7 @@ import (
 	"github.com/parsley-go/parsley/adapters/saramaclock"
 	"github.com/parsley-go/parsley/clock"
 	"github.com/parsley-go/parsley/headers"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -255,5 +256,65 @@ func TestObserveReadsConsumerHeaders(t *testing.T) {
 		Headers: []*sarama.RecordHeader{{Key: []byte(headers.HeaderVC), Value: []byte{1}}}}
 	if err := saramaclock.Observe(ctx, clk, bad); !errors.Is(err, headers.ErrUndecodable) {
 		t.Fatalf("observe of an undecodable stamp: %v; want ErrUndecodable", err)
+	}
+}
+
+// TestAsyncProducerSuccessesFold: with an AsyncProducer, each message read
+// from Successes carries its partition and offset, and Produced folds it,
+// so the next stamp claims it.
+func TestAsyncProducerSuccessesFold(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "payments"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	cfg := sarama.NewConfig()
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.Partitioner = saramaclock.Murmur2Partitioner
+	admin, err := sarama.NewClusterAdmin(fake.ListenAddrs(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	p, err := sarama.NewAsyncProducer(fake.ListenAddrs(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	clk := saramaclock.New(admin)
+	var acked *sarama.ProducerMessage
+	for i := range 3 {
+		msg := &sarama.ProducerMessage{Topic: "payments", Key: sarama.StringEncoder(fmt.Sprint("k", i)), Value: sarama.StringEncoder("v")}
+		if err := saramaclock.Stamp(ctx, clk, msg); err != nil {
+			t.Fatal(err)
+		}
+		if acked != nil {
+			// This stamp claims the previous acknowledged send.
+			st, err := clock.ReadStampSeq(func(yield func(string, []byte) bool) {
+				h := msg.Headers[len(msg.Headers)-1]
+				yield(string(h.Key), h.Value)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, _ := clk.Resolver().Cached("payments")
+			if o, ok := st.Clock.Offset(headers.Channel{Topic: id, Partition: acked.Partition}); !ok || o != acked.Offset {
+				t.Fatalf("stamp after payments/%d@%d was acknowledged claims %d (%v) there", acked.Partition, acked.Offset, o, ok)
+			}
+		}
+		p.Input() <- msg
+		select {
+		case acked = <-p.Successes():
+		case pe := <-p.Errors():
+			saramaclock.Failed(clk, pe.Msg.Topic, pe.Err)
+			t.Fatal(pe.Err)
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+		if err := saramaclock.Produced(ctx, clk, acked); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
