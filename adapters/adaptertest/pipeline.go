@@ -31,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/parsley-go/parsley/stage"
@@ -439,4 +440,33 @@ func readAll(ctx context.Context, addrs []string, topic string, want int, iso kg
 		recs = append(recs, fs.Records()...)
 	}
 	return recs, nil
+}
+
+// Test runs the pipeline twice as subtests of t, with stamping on and off,
+// through the clients newClient(stamp) builds. It fails t unless the
+// stamped run delivers no payment early and loses, duplicates and
+// misplaces nothing, and the unstamped run delivers payments early — the
+// proof that the check can fail.
+func Test(t *testing.T, pairs int, newClient func(stamp bool) func(ctx context.Context, brokers []string) (Client, error)) {
+	for _, stamp := range []bool{true, false} {
+		name := map[bool]string{true: "stamped", false: "unstamped"}[stamp]
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			res, err := Run(ctx, Config{Pairs: pairs, NewClient: newClient(stamp)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Log(res)
+			if res.Lost != 0 || res.Duplicated != 0 || res.Misplaced != 0 {
+				t.Fatalf("%s: %v; want none lost, duplicated or misplaced", name, res)
+			}
+			if stamp && res.Early != 0 {
+				t.Fatalf("stamped: %v; want 0 early", res)
+			}
+			if !stamp && res.Early == 0 {
+				t.Fatalf("unstamped: %v; want early deliveries, or the check cannot fail", res)
+			}
+		})
+	}
 }

@@ -3,7 +3,6 @@ package adaptertest_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/parsley-go/parsley/adapters/adaptertest"
 	"github.com/parsley-go/parsley/clock"
@@ -70,27 +69,5 @@ func TestPipelineWithFranzGo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a stage on the embedded broker")
 	}
-	for _, tc := range []struct {
-		name  string
-		stamp bool
-	}{{"stamped", true}, {"unstamped", false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			res, err := adaptertest.Run(ctx, adaptertest.Config{Pairs: 40, NewClient: newFranz(tc.stamp)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Log(res)
-			if res.Lost != 0 || res.Duplicated != 0 || res.Misplaced != 0 {
-				t.Fatalf("%v; want none lost, duplicated or misplaced", res)
-			}
-			if tc.stamp && res.Early != 0 {
-				t.Fatalf("stamped: %v; want 0 early", res)
-			}
-			if !tc.stamp && res.Early == 0 {
-				t.Fatalf("unstamped: %v; want early deliveries, or the check cannot fail", res)
-			}
-		})
-	}
+	adaptertest.Test(t, 40, newFranz)
 }

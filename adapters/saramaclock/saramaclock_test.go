@@ -108,29 +108,7 @@ func (c *client) Close() error {
 }
 
 func TestPipeline(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		stamp bool
-	}{{"stamped", true}, {"unstamped", false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			res, err := adaptertest.Run(ctx, adaptertest.Config{Pairs: 100, NewClient: newClient(tc.stamp)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Log(res)
-			if res.Lost != 0 || res.Duplicated != 0 || res.Misplaced != 0 {
-				t.Fatalf("%v; want none lost, duplicated or misplaced", res)
-			}
-			if tc.stamp && res.Early != 0 {
-				t.Fatalf("stamped: %v; want 0 early", res)
-			}
-			if !tc.stamp && res.Early == 0 {
-				t.Fatalf("unstamped: %v; want early deliveries, or the check cannot fail", res)
-			}
-		})
-	}
+	adaptertest.Test(t, 100, newClient)
 }
 
 func TestMurmur2PartitionerAgreesWithKafka(t *testing.T) {
