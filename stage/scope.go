@@ -49,7 +49,7 @@ func (t *task) checkScope(b *binding, d *protocol.Delivery) {
 	if d.Key == nil {
 		return // a nil key has no murmur2 home: nothing to compare
 	}
-	meta, ok := t.app.topics[b.topic]
+	meta, ok := t.env.topics[b.topic]
 	if !ok || meta.partitions <= 0 {
 		return
 	}
@@ -69,7 +69,7 @@ func (t *task) checkScope(b *binding, d *protocol.Delivery) {
 			continue // not a source of this stage: outside its scope by design
 		}
 		last = e.Channel.Topic
-		t.app.scope.count(t.app.log, scopePair{stage: t.st.name, topic: b.topic, claimed: cb.topic},
+		t.env.scope.count(t.env.log, scopePair{stage: t.st.name, topic: b.topic, claimed: cb.topic},
 			headers.Coordinate{Channel: headers.Channel{Topic: d.Topic, Partition: t.partition}, Offset: d.Offset},
 			e.Channel.Partition, e.Offset, home)
 	}
