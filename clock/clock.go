@@ -83,7 +83,7 @@ func TopicIDMaxAge(d time.Duration) Option { return func(c *config) { c.maxAge =
 func LookupTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
 
 // New returns an empty clock that resolves topic names through admin. The
-// caller keeps ownership of admin. With WithTopicIDLookup or WithResolver,
+// caller keeps ownership of admin. With TopicIDs or SharedResolver,
 // admin is not used and may be nil.
 func New(admin *kadm.Client, opts ...Option) *Clock {
 	cfg := config{dialect: headers.DialectVC, timeout: DefaultLookupTimeout}

@@ -35,7 +35,7 @@
 // names to IDs through the admin API and caches the answers; claims folded
 // on one incarnation keep naming it.
 //
-// Other Kafka client libraries need no franz-go client: WithTopicIDLookup
+// Other Kafka client libraries need no franz-go client: TopicIDs
 // plugs their admin API into the resolver (a TopicIDLookup), and
 // Clock.StampHeader, Clock.ObserveSeq and ReadStampSeq take headers of any
 // shape as key/value pairs (iter.Seq2[string, []byte]). AppendStamp and

@@ -32,10 +32,10 @@ func NewLookupResolver(lookup TopicIDLookup, maxAge time.Duration) *Resolver {
 	return &Resolver{find: lookup, maxAge: maxAge, ids: make(map[string]cachedID)}
 }
 
-// WithTopicIDLookup makes the clock resolve topic names through lookup
-// instead of the admin client given to New, which may then be nil. It is
-// ignored with WithResolver.
-func WithTopicIDLookup(lookup TopicIDLookup) Option {
+// TopicIDs sets where the clock's topic IDs come from: lookup, instead of
+// the admin client given to New, which may then be nil. It is ignored with
+// SharedResolver.
+func TopicIDs(lookup TopicIDLookup) Option {
 	return func(c *config) { c.lookup = lookup }
 }
 

@@ -52,7 +52,7 @@ var (
 func TestClockRunsOnAPluggableLookup(t *testing.T) {
 	ctx := testCtx(t)
 	f := &fakeLookup{ids: map[string]headers.TopicID{"orders": ordersID, "payments": paymentsID}}
-	clk := clock.New(nil, clock.WithTopicIDLookup(f.lookup))
+	clk := clock.New(nil, clock.TopicIDs(f.lookup))
 
 	// A consumed order carrying a stamp of its own: the payment must claim
 	// the order's coordinate and everything the order claimed.
@@ -152,7 +152,7 @@ func TestPluggableLookupErrorsAreTyped(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clk := clock.New(nil, clock.WithTopicIDLookup(tc.lookup))
+			clk := clock.New(nil, clock.TopicIDs(tc.lookup))
 			_, _, err := clk.StampHeader(ctx, "payments", nil)
 			for _, w := range tc.want {
 				if !errors.Is(err, w) {
@@ -179,7 +179,7 @@ func TestPluggableLookupErrorsAreTyped(t *testing.T) {
 func TestPairPrimitivesFailClosed(t *testing.T) {
 	ctx := testCtx(t)
 	f := &fakeLookup{ids: map[string]headers.TopicID{"orders": ordersID}}
-	clk := clock.New(nil, clock.WithTopicIDLookup(f.lookup))
+	clk := clock.New(nil, clock.TopicIDs(f.lookup))
 
 	for _, key := range []string{headers.HeaderVC, headers.HeaderVCSender, headers.HeaderVCSeq, "parsley.anything"} {
 		own := pairs([]byteKeyHeader{{Key: []byte("ok")}, {Key: []byte(key)}})

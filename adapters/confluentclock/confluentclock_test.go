@@ -174,7 +174,7 @@ func TestLookupRebuildsTheTopicID(t *testing.T) {
 
 func TestDeliveredFoldsOnlyAcknowledgedSends(t *testing.T) {
 	ctx := context.Background()
-	clk := clock.New(nil, clock.WithTopicIDLookup(func(_ context.Context, topic string) (headers.TopicID, error) {
+	clk := clock.New(nil, clock.TopicIDs(func(_ context.Context, topic string) (headers.TopicID, error) {
 		return headers.TopicID{9}, nil
 	}))
 	topic := "payments"

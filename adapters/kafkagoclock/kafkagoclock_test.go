@@ -118,7 +118,7 @@ func lookup(ids map[string]headers.TopicID) clock.TopicIDLookup {
 
 func TestCompletionFoldsOnlyAcknowledgedWrites(t *testing.T) {
 	ctx := context.Background()
-	clk := clock.New(nil, clock.WithTopicIDLookup(lookup(map[string]headers.TopicID{"payments": {5}})))
+	clk := clock.New(nil, clock.TopicIDs(lookup(map[string]headers.TopicID{"payments": {5}})))
 	var got error
 	done := kafkagoclock.Completion(clk, func(_ []kafka.Message, err error) { got = err })
 	ch := headers.Channel{Topic: headers.TopicID{5}, Partition: 1}

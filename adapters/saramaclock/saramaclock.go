@@ -68,7 +68,7 @@ func Lookup(admin TopicDescriber) clock.TopicIDLookup {
 // New returns an empty clock that resolves topic names through admin.
 // opts are those of clock.New; the caller keeps ownership of admin.
 func New(admin TopicDescriber, opts ...clock.Option) *clock.Clock {
-	return clock.New(nil, append([]clock.Option{clock.WithTopicIDLookup(Lookup(admin))}, opts...)...)
+	return clock.New(nil, append([]clock.Option{clock.TopicIDs(Lookup(admin))}, opts...)...)
 }
 
 // Stamp appends clk's stamp to msg.Headers, after the message's own
