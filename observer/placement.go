@@ -51,7 +51,9 @@ func (w *writer) partitions(topic headers.TopicID) int32 {
 // checkPlacement looks at one decoded data record: its key and the offset
 // claims of its stamp.
 func (w *writer) checkPlacement(in *incoming, st *headers.Stamp) {
-	if in.Key == nil || st.Clock.NumOffsets() == 0 {
+	if in.Key == nil || st.Tagged || st.Clock.NumOffsets() == 0 {
+		// A stage's sends (tagged) go where murmur2 puts them, except its
+		// ticks, which stay on the task's partition by design.
 		return
 	}
 	n := w.partitions(in.Channel.Topic)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/parsley-go/parsley/clock"
+	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/parsley-go/parsley/observer"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -98,5 +99,53 @@ func TestCrossPartitionCause(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCrossPartitionCauseSkipsStageSends: a record with a sender tag was
+// sent by a stage, which places keyed records with murmur2 and its ticks
+// on the task's partition by design; a tick's key does not hash to its
+// partition, and that is no producer's mistake. An untagged record placed
+// the same way is reported.
+func TestCrossPartitionCauseSkipsStageSends(t *testing.T) {
+	ctx := ctxFor(t)
+	c := broker.New(t, broker.Topics(broker.Topic{Name: "orders", Partitions: 2}, broker.Topic{Name: "ticks", Partitions: 2}),
+		broker.ClientOpts(kgo.RecordPartitioner(kgo.ManualPartitioner())))
+	cause := &kgo.Record{Topic: "orders", Partition: 0, Value: []byte("v")}
+	if err := c.Client().ProduceSync(ctx, cause).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.TopicID(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	murmur2 := kgo.StickyKeyPartitioner(nil).ForTopic("")
+	var key []byte // a key murmur2 places on partition 0, written to partition 1
+	for i := 0; key == nil; i++ {
+		if k := fmt.Appendf(nil, "k%d", i); murmur2.Partition(&kgo.Record{Key: k}, 2) == 0 {
+			key = k
+		}
+	}
+	for _, tagged := range []bool{true, false} {
+		st := &headers.Stamp{Tagged: tagged, Sender: headers.SenderID{1}, Seq: 0}
+		st.Clock.SetOffset(headers.Channel{Topic: headers.TopicID(id), Partition: 0}, cause.Offset)
+		hs, err := headers.AppendStamp([]kgo.RecordHeader(nil), st, headers.DialectVC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := &kgo.Record{Topic: "ticks", Partition: 1, Key: key, Value: []byte("v"), Headers: hs}
+		if err := c.Client().ProduceSync(ctx, rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, o := scan(t, ctx, c)
+	var got []observer.Finding
+	for _, f := range findings(t, ctx, o) {
+		if f.Code == observer.CodeCrossPartitionCause {
+			got = append(got, f)
+		}
+	}
+	if len(got) != 1 || got[0].Count != 1 || !strings.HasSuffix(got[0].Coordinates[0], "/1@1") {
+		t.Fatalf("findings %v; want one, for the untagged record ticks/1@1 only", got)
 	}
 }

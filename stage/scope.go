@@ -46,8 +46,11 @@ type scopeWarnings struct {
 // partition of a source, or a record where murmur2 puts it — allocates
 // nothing.
 func (t *task) checkScope(b *binding, d *protocol.Delivery) {
-	if d.Key == nil {
-		return // a nil key has no murmur2 home: nothing to compare
+	if d.Key == nil || d.Stamp.Tagged || b.tick {
+		// A nil key has no murmur2 home. A stage's sends (tagged) go where
+		// murmur2 puts them, except its ticks, which stay on the task's
+		// partition by design: neither is a producer's mistake.
+		return
 	}
 	meta, ok := t.env.topics[b.topic]
 	if !ok || meta.partitions <= 0 {

@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/parsley-go/parsley/clock"
+	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -172,5 +175,66 @@ func TestScopeWarning(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestScopeCheckSkipsStageSends: the check judges plain producers'
+// placement. A tick stays on its task's partition whatever murmur2 of its
+// key says, and a tagged record was placed by a stage; neither is counted.
+// An untagged record placed the same way is, once per claimed topic.
+func TestScopeCheckSkipsStageSends(t *testing.T) {
+	ordersID, ticksID := headers.TopicID{1}, headers.TopicID{2}
+	orders := &binding{topic: "orders"}
+	ticks := &binding{topic: "ticks", tick: true}
+	var sw scopeWarnings
+	logs := new(syncBuffer)
+	tk := &task{
+		env: &taskEnv{
+			topics: map[string]topicMeta{"orders": {id: ordersID, partitions: 2}, "ticks": {id: ticksID, partitions: 2}},
+			scope:  &sw,
+			log:    slog.New(slog.NewTextHandler(logs, nil)),
+		},
+		st:        &Stage{name: "s"},
+		partition: 1,
+		byID:      map[headers.TopicID]*binding{ordersID: orders, ticksID: ticks},
+	}
+	key := []byte("k0")
+	for partitionFor(key, false, 2, 0) != 0 {
+		key = append(key, '0')
+	}
+	delivery := func(topic headers.TopicID, tagged bool) *protocol.Delivery {
+		d := &protocol.Delivery{Record: protocol.Record{
+			Coordinate: headers.Coordinate{Channel: headers.Channel{Topic: topic, Partition: 1}, Offset: 5},
+			Key:        key,
+		}}
+		d.Stamp.Tagged = tagged
+		d.Stamp.Clock.SetOffset(headers.Channel{Topic: ordersID, Partition: 0}, 3)
+		d.Stamp.Clock.SetOffset(headers.Channel{Topic: ordersID, Partition: 1}, 2)
+		d.Stamp.Clock.SetOffset(headers.Channel{Topic: ticksID, Partition: 0}, 7)
+		return d
+	}
+	tk.checkScope(ticks, delivery(ticksID, false))
+	tk.checkScope(orders, delivery(ordersID, true))
+	sw.commitStep()
+	if got := sw.snapshot(); len(got) != 0 {
+		t.Fatalf("a tick and a tagged record were counted: %v", got)
+	}
+	tk.checkScope(orders, delivery(ordersID, false))
+	tk.checkScope(orders, delivery(ordersID, false))
+	sw.commitStep()
+	got := sw.snapshot()
+	want := []scopeCount{{scopePair{"s", "orders", "orders"}, 2}, {scopePair{"s", "orders", "ticks"}, 2}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("counted %v, want %v", got, want)
+	}
+	if n := len(logs.lines(scopeWarning)); n != 2 {
+		t.Fatalf("%d warnings, want one per claimed topic:\n%s", n, logs.b.String())
+	}
+	// An aborted step's counts go; the warning does not repeat.
+	tk.checkScope(orders, delivery(ordersID, false))
+	sw.abortStep()
+	sw.commitStep()
+	if got := sw.snapshot(); !slices.Equal(got, want) {
+		t.Fatalf("after an aborted step counted %v, want %v", got, want)
 	}
 }
