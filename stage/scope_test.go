@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -237,4 +238,55 @@ func TestScopeCheckSkipsStageSends(t *testing.T) {
 	if got := sw.snapshot(); !slices.Equal(got, want) {
 		t.Fatalf("after an aborted step counted %v, want %v", got, want)
 	}
+}
+
+// BenchmarkScopeCheck measures the check every delivery pays, against a
+// control that only walks the delivered stamp's offset entries: "home" is
+// the common case (the key is where murmur2 puts it), "misplaced" a record
+// that is counted (after its pair was warned about once).
+func BenchmarkScopeCheck(b *testing.B) {
+	ordersID := headers.TopicID{1}
+	orders := &binding{topic: "orders"}
+	var sw scopeWarnings
+	tk := &task{
+		env: &taskEnv{
+			topics: map[string]topicMeta{"orders": {id: ordersID, partitions: 8}},
+			scope:  &sw,
+			log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		},
+		st:   &Stage{name: "s"},
+		byID: map[headers.TopicID]*binding{ordersID: orders},
+	}
+	d := &protocol.Delivery{Record: protocol.Record{Key: []byte("order-000042")}}
+	for p := range int32(8) {
+		d.Stamp.Clock.SetOffset(headers.Channel{Topic: ordersID, Partition: p}, int64(100+p))
+	}
+	home := partitionFor(d.Key, false, 8, 0)
+	b.Run("control", func(b *testing.B) {
+		b.ReportAllocs()
+		n := 0
+		for b.Loop() {
+			for e := range d.Stamp.Clock.OffsetEntries() {
+				if e.Channel.Partition != home {
+					n++
+				}
+			}
+		}
+		_ = n
+	})
+	b.Run("home", func(b *testing.B) {
+		tk.partition = home
+		b.ReportAllocs()
+		for b.Loop() {
+			tk.checkScope(orders, d)
+		}
+	})
+	b.Run("misplaced", func(b *testing.B) {
+		tk.partition = (home + 1) % 8
+		b.ReportAllocs()
+		for b.Loop() {
+			tk.checkScope(orders, d)
+			sw.abortStep()
+		}
+	})
 }
