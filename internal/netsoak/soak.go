@@ -157,7 +157,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: StreamName, Subjects: []string{"netsoak.>"}, Duplicates: 5 * time.Minute}); err != nil {
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: StreamName, Subjects: []string{"netsoak.>"}, Duplicates: 5 * time.Minute, AllowAtomicPublish: true}); err != nil {
 		return nil, fmt.Errorf("netsoak: create stream: %w", err)
 	}
 	say("nats: embedded at %s", natsURL)
@@ -200,7 +200,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		Topics: []string{TopicAudited}, Subject: subject, NATSURL: natsURL, Stream: StreamName,
 		RedeliveryHorizon: 3 * time.Minute, PollInterval: 100 * time.Millisecond,
 		SessionTimeout: o.SessionTimeout, TransactionTimeout: o.TransactionTimeout,
-		KafkaOpts: []kgo.Opt{kgo.Dialer(bdial)}, Logger: o.Log.With("instance", "bridge"),
+		ClientOpts: []kgo.Opt{kgo.Dialer(bdial)}, Logger: o.Log.With("instance", "bridge"),
 	})
 	if err != nil {
 		return nil, err
