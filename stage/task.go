@@ -234,6 +234,7 @@ func (t *task) deliver(ctx context.Context, sess *kgo.GroupTransactSession, ds [
 		if b == nil {
 			return t.stepErr("", d.Offset, fmt.Errorf("delivery on undeclared channel %s", d.Channel))
 		}
+		t.checkScope(b, d)
 		m := &t.msg
 		*m = rawMessage{
 			topic: b.topic, partition: d.Partition, offset: d.Offset, coord: d.Coordinate,
