@@ -67,7 +67,7 @@ func (n *Node) OnRecord(rec *Record) ([]Delivery, error) {
 			q.pendingBase = idx
 		}
 		q.pending = append(q.pending, *rec)
-		q.push(n.skeleton(rec, &n.scratch))
+		q.push(n.skeleton(in, rec, &n.scratch))
 		n.held++
 		return n.out, nil
 	}
@@ -77,7 +77,7 @@ func (n *Node) OnRecord(rec *Record) ([]Delivery, error) {
 		clear(q.pending)
 		q.pending = q.pending[:0]
 	}
-	q.push(n.skeleton(rec, &n.scratch))
+	q.push(n.skeleton(in, rec, &n.scratch))
 	q.loaded = true
 	q.head = *rec
 	q.headStmp, n.scratch = n.scratch, q.headStmp
@@ -289,12 +289,11 @@ func (n *Node) deliver(in *input) error {
 	in.claim = d.Offset // a delivered business record: committed, claimable
 	in.frontierDirty = true
 	if d.Stamp.Tagged {
-		m, ok := in.ds[d.Stamp.Sender]
-		if !ok || d.Stamp.Seq >= m.seq {
+		if m := in.markOf(d.Stamp.Sender); m == nil || d.Stamp.Seq >= m.seq {
 			if !containsSender(in.dsDirty, d.Stamp.Sender) {
 				in.dsDirty = append(in.dsDirty, d.Stamp.Sender)
 			}
-			in.ds[d.Stamp.Sender] = dsMark{seq: d.Stamp.Seq, offset: d.Offset}
+			in.setMark(d.Stamp.Sender, dsMark{seq: d.Stamp.Seq, offset: d.Offset})
 		}
 	}
 	q.pop()
