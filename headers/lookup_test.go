@@ -71,3 +71,27 @@ func uniqueChannels(chs []Channel) []Channel {
 	}
 	return out
 }
+
+// TestTopicCompareMatchesKeyOrder: TopicID.Compare, with its equality
+// shortcut, orders topics as a clock's internal keys do, and only equal
+// IDs compare equal.
+func TestTopicCompareMatchesKeyOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	pick := func() TopicID {
+		if r.IntN(2) == 0 {
+			return topicPool[r.IntN(len(topicPool))]
+		}
+		var id TopicID
+		for i := range id {
+			id[i] = byte(r.IntN(3)) * 0x7f // 0x00, 0x7f, 0xfe: both sides of the sign bit
+		}
+		return id
+	}
+	for range 5000 {
+		a, b := pick(), pick()
+		want := keyOf(Channel{Topic: a}).compare(keyOf(Channel{Topic: b}))
+		if got := a.Compare(b); got != want {
+			t.Fatalf("%s.Compare(%s) = %d, key order says %d", a, b, got, want)
+		}
+	}
+}
