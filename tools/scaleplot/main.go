@@ -7,9 +7,10 @@
 // The first argument is the benchmark output (go test -bench text, any
 // number of runs of each point; other lines are ignored, so a document
 // quoting the output serves as well); the second the directory the images
-// are written to (SVG, or PNG with -format png). The curves go through the median run of each point; the
-// table gives the best run (the highest rate or ratio, the lowest time or
-// memory) and the median.
+// are written to (SVG, or PNG with -format png). The curves go through the
+// median run of each point; the tables give the best run (the highest rate
+// or ratio, the lowest time) and the median, and for memory the median and
+// the range.
 package main
 
 import (
@@ -42,8 +43,7 @@ type point struct {
 // results holds every run's value of each metric at each point.
 type results map[point]map[string][]float64
 
-// best is the best of vs: the highest rate or ratio, the lowest time or
-// memory.
+// best is the best of vs: the highest rate or ratio, the lowest time.
 func best(unit string, vs []float64) float64 {
 	if lowerIsBetter[unit] {
 		return slices.Min(vs)
@@ -60,7 +60,12 @@ func median(vs []float64) float64 {
 }
 
 // lowerIsBetter names the metrics whose best run is the smallest.
-var lowerIsBetter = map[string]bool{"restore-s": true, "heapB/held": true, "rssB/held": true, "rss-MiB": true, "ns/op": true}
+var lowerIsBetter = map[string]bool{"restore-s": true, "ns/op": true}
+
+// spread names the metrics that have no best run: a memory delta moves
+// with when the collector and the OS took memory back, in either
+// direction, so the table gives the median and the range.
+var spread = map[string]bool{"heapB/held": true, "rssB/held": true, "rss-MiB": true}
 
 var line = regexp.MustCompile(`^BenchmarkScale/([a-z]+)=(\d+)(?:-\d+)?\s+\d+\s+(.*)$`)
 
@@ -274,7 +279,7 @@ func writeTable(w io.Writer, res results, fig figure, xs []float64) {
 			units = append(units, s.unit)
 		}
 	}
-	fmt.Fprintf(w, "\n%s: best (median) of runs\n\n| %s | %s |\n|---:|%s\n", fig.family, fig.x, strings.Join(units, " | "), strings.Repeat("---:|", len(units)))
+	fmt.Fprintf(w, "\n%s: best (median) of runs; memory: median (range)\n\n| %s | %s |\n|---:|%s\n", fig.family, fig.x, strings.Join(units, " | "), strings.Repeat("---:|", len(units)))
 	for _, x := range xs {
 		row := []string{strconv.FormatFloat(x, 'f', -1, 64)}
 		for _, u := range units {
@@ -283,7 +288,11 @@ func writeTable(w io.Writer, res results, fig figure, xs []float64) {
 				row = append(row, "—")
 				continue
 			}
-			row = append(row, num(best(u, vs))+" ("+num(median(vs))+")")
+			if spread[u] {
+				row = append(row, num(median(vs))+" ("+num(slices.Min(vs))+" to "+num(slices.Max(vs))+")")
+			} else {
+				row = append(row, num(best(u, vs))+" ("+num(median(vs))+")")
+			}
 		}
 		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
 	}
