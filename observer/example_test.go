@@ -61,7 +61,7 @@ func ExampleObserver_Scan() {
 		panic(err)
 	}
 	defer st.Close()
-	o, err := observer.New(observer.Config{Seeds: cl.Addrs(), Pattern: regexp.MustCompile("^payments$")}, st)
+	o, err := observer.New(observer.Config{Brokers: cl.Addrs(), Pattern: regexp.MustCompile("^payments$")}, st)
 	if err != nil {
 		panic(err)
 	}

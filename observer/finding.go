@@ -160,3 +160,6 @@ var codeInfo = map[Code]struct {
 		"stamp entries and header bytes per record keep rising on the topic",
 		"check for a topology that keeps adding channels to its clocks (a fan-in over ever more partitions, or deleted topics never truncated); rescope or truncate"},
 }
+
+// Known reports whether c is one of the codes AllCodes returns.
+func (c Code) Known() bool { return codeInfo[c].action != "" }

@@ -4,18 +4,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the observer's Prometheus collectors, in a registry of its
-// own so several observers can live in one process.
-type Metrics struct {
-	Registry *prometheus.Registry
+// metrics are the observer's Prometheus collectors. They are registered
+// by the caller through Observer.Collector, so several observers can live
+// in one process, each in a registry of its own.
+type metrics struct {
 	ingested prometheus.Counter
 	lag      *prometheus.GaugeVec
 	findings *prometheus.GaugeVec
 }
 
-func newMetrics() *Metrics {
-	m := &Metrics{
-		Registry: prometheus.NewRegistry(),
+func newMetrics() *metrics {
+	m := &metrics{
 		ingested: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "parsley_observer_records_ingested_total",
 			Help: "Records (transaction markers included) stored by the observer.",
@@ -29,15 +28,32 @@ func newMetrics() *Metrics {
 			Help: "Findings at the last evaluation, by code.",
 		}, []string{"code"}),
 	}
-	m.Registry.MustRegister(m.ingested, m.lag, m.findings)
 	for _, c := range AllCodes() {
 		m.findings.WithLabelValues(string(c)).Set(0)
 	}
 	return m
 }
 
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.ingested, m.lag, m.findings}
+}
+
+// Describe implements prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.collectors() {
+		c.Collect(ch)
+	}
+}
+
 // setFindings publishes the count of findings per code.
-func (m *Metrics) setFindings(fs []Finding) {
+func (m *metrics) setFindings(fs []Finding) {
 	n := map[Code]int{}
 	for _, f := range fs {
 		n[f.Code]++

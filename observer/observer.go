@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -34,8 +35,8 @@ const (
 
 // Config configures an Observer.
 type Config struct {
-	// Seeds are the brokers to bootstrap from.
-	Seeds []string
+	// Brokers are the seed brokers to bootstrap from, host:port.
+	Brokers []string
 	// Topics are topic names to observe.
 	Topics []string
 	// Pattern, if set, observes every topic whose name it matches, in
@@ -61,7 +62,7 @@ type Config struct {
 	Refresh, PruneEvery time.Duration
 	// ClientOpts are extra franz-go options (TLS, SASL, …).
 	ClientOpts []kgo.Opt
-	// Logger receives progress and errors; nil discards them.
+	// Logger receives progress and errors; nil means slog.Default().
 	Logger *slog.Logger
 }
 
@@ -72,7 +73,7 @@ type Observer struct {
 	client  *kgo.Client
 	admin   *kadm.Client
 	log     *slog.Logger
-	metrics *Metrics
+	metrics *metrics
 
 	mu       sync.Mutex // guards w, topics, assigned and the ingest path
 	w        *writer
@@ -83,7 +84,7 @@ type Observer struct {
 // New returns an observer writing to store. It connects to the brokers
 // lazily; Close releases the client (not the store).
 func New(cfg Config, store *Store) (*Observer, error) {
-	if len(cfg.Seeds) == 0 {
+	if len(cfg.Brokers) == 0 {
 		return nil, errors.New("observer: no brokers: set --brokers or PARSLEY_BROKERS")
 	}
 	if len(cfg.Topics) == 0 && cfg.Pattern == nil {
@@ -91,7 +92,7 @@ func New(cfg Config, store *Store) (*Observer, error) {
 	}
 	log := cfg.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	iso := kgo.ReadCommitted()
 	if cfg.ReadUncommitted {
@@ -100,14 +101,14 @@ func New(cfg Config, store *Store) (*Observer, error) {
 	// No consumer group and no producer: the observer reads partitions
 	// directly and never commits or writes anything to the cluster.
 	cl, err := kgo.NewClient(append([]kgo.Opt{
-		kgo.SeedBrokers(cfg.Seeds...),
+		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.FetchIsolationLevel(iso),
 		kgo.KeepControlRecords(),
 		kgo.MetadataMinAge(time.Second),
 		kgo.FetchMaxWait(500 * time.Millisecond),
 	}, cfg.ClientOpts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("observer: connect to %v: %w", cfg.Seeds, err)
+		return nil, fmt.Errorf("observer: connect to %v: %w", cfg.Brokers, err)
 	}
 	o := &Observer{cfg: cfg, store: store, client: cl, admin: kadm.NewClient(cl), log: log, metrics: newMetrics(),
 		topics: map[string]headers.TopicID{}, assigned: map[headers.Channel]bool{}}
@@ -127,8 +128,9 @@ func (o *Observer) Close() {
 // Store returns the observer's store.
 func (o *Observer) Store() *Store { return o.store }
 
-// Metrics returns the observer's Prometheus metrics.
-func (o *Observer) Metrics() *Metrics { return o.metrics }
+// Collector returns the observer's Prometheus metrics, for the caller to
+// register.
+func (o *Observer) Collector() prometheus.Collector { return o.metrics }
 
 // selectTopics lists the cluster's topics and returns those to observe.
 func (o *Observer) selectTopics(ctx context.Context) (kadm.TopicDetails, error) {
@@ -387,6 +389,9 @@ func (o *Observer) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
+			if errors.Is(err, errWriterFailed) {
+				return err
+			}
 			o.log.Error("ingest", "err", err)
 			select {
 			case <-ctx.Done():
@@ -462,14 +467,9 @@ func ListOffsets(ctx context.Context, admin *kadm.Client) (map[headers.Channel]C
 	return out, nil
 }
 
-// Handler returns the web UI, JSON API, /metrics and /healthz over the
-// observer's store, with findings judged against live broker offsets.
-func (o *Observer) Handler() (*Server, error) {
-	return NewServer(o.store, o.Offsets, o.metrics)
-}
-
 // Findings evaluates every finding against the brokers' current offsets
-// and publishes the counts per code as metrics.
+// and publishes the counts per code as metrics. It is the one path that
+// does both: Run's periodic evaluation and the web server call it.
 func (o *Observer) Findings(ctx context.Context) ([]Finding, error) {
 	offs, err := o.Offsets(ctx)
 	if err != nil {

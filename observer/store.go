@@ -22,12 +22,27 @@ const schemaVersion = "2"
 // version of the observer.
 var ErrSchemaVersion = errors.New("unsupported store schema version")
 
-// Record kinds.
+// recordKind says what a stored record is; it is the records.kind column.
+type recordKind int
+
 const (
-	kindData    = 0
-	kindControl = 1 // a transaction marker
-	kindAborted = 2 // a record of an aborted transaction (seen only when reading uncommitted)
-	kindPending = 3 // a transactional record whose marker has not been seen yet
+	kindData    recordKind = 0
+	kindControl recordKind = 1 // a transaction marker
+	kindAborted recordKind = 2 // a record of an aborted transaction (seen only when reading uncommitted)
+	kindPending recordKind = 3 // a transactional record whose marker has not been seen yet
+)
+
+// The kinds as SQL literals, for the queries and the partial index that
+// must name a kind in their text (a bound parameter cannot select a
+// partial index). TestKindSQLSpellings keeps them equal to the kinds.
+const (
+	sqlKindData    = "0"
+	sqlKindControl = "1"
+	sqlKindAborted = "2"
+	sqlKindPending = "3"
+	// sqlHoleKinds are the positions a claim must not name: markers and
+	// aborted records.
+	sqlHoleKinds = "(" + sqlKindControl + ", " + sqlKindAborted + ")"
 )
 
 const schema = `
@@ -61,7 +76,7 @@ CREATE TABLE IF NOT EXISTS records(
 CREATE UNIQUE INDEX IF NOT EXISTS records_at ON records(ch, off);
 CREATE INDEX IF NOT EXISTS records_seq ON records(ch, sender, seq) WHERE tagged;
 -- Markers and aborted records: the positions a claim must not name.
-CREATE INDEX IF NOT EXISTS records_holes ON records(ch, off) WHERE kind IN (1, 2);
+CREATE INDEX IF NOT EXISTS records_holes ON records(ch, off) WHERE kind IN ` + sqlHoleKinds + `;
 -- Offsets a fetch skipped (aborted records under read_committed).
 CREATE TABLE IF NOT EXISTS gaps(ch INTEGER NOT NULL, from_off INTEGER NOT NULL, to_off INTEGER NOT NULL,
 	PRIMARY KEY(ch, from_off)) WITHOUT ROWID;
@@ -156,8 +171,13 @@ func (s *Store) init(ctx context.Context) error {
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
-// DB returns the underlying database, for ad-hoc queries.
-func (s *Store) DB() *sql.DB { return s.db }
+// Ping checks that the store's database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("observer: store %s: %w", s.path, err)
+	}
+	return nil
+}
 
 // encodeStampHeaders keeps a record's stamp headers verbatim, in order,
 // duplicates included, so an undecodable stamp can be shown and decoded
@@ -277,7 +297,7 @@ type scanner interface{ Scan(...any) error }
 func scanRecord(sc scanner) (*Record, error) {
 	var r Record
 	var topic, sender, stamp []byte
-	var kind int
+	var kind recordKind
 	if err := sc.Scan(&r.id, &topic, &r.Coordinate.Partition, &r.Topic, &r.Coordinate.Offset, &r.Timestamp, &kind,
 		&r.Stamped, &r.Tagged, &sender, &r.Seq, &r.Offsets, &r.Seqs, &r.HeaderSize, &stamp, &r.Err); err != nil {
 		return nil, err

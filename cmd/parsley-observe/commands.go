@@ -20,6 +20,8 @@ import (
 	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/parsley-go/parsley/internal/obsdemo"
 	"github.com/parsley-go/parsley/observer"
+	"github.com/parsley-go/parsley/observer/web"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
 )
 
@@ -127,7 +129,7 @@ func config(c *cli.Context) (observer.Config, error) {
 	if err != nil {
 		return observer.Config{}, err
 	}
-	cfg := observer.Config{Seeds: seeds, Topics: c.StringSlice("topics"), ReadUncommitted: c.Bool("read-uncommitted"),
+	cfg := observer.Config{Brokers: seeds, Topics: c.StringSlice("topics"), ReadUncommitted: c.Bool("read-uncommitted"),
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	if p := c.String("pattern"); p != "" {
 		if cfg.Pattern, err = regexp.Compile(p); err != nil {
@@ -258,9 +260,13 @@ func serve(c *cli.Context) error {
 	return runServer(c.Context, c.String("listen"), o, c.App.Writer)
 }
 
-// runServer serves o's handler while o tails, until ctx ends.
+// runServer serves o's store while o tails, until ctx ends or either
+// fails. It returns only after both have stopped, so the caller's deferred
+// closes of the observer and its store never race the ingest.
 func runServer(ctx context.Context, addr string, o *observer.Observer, out io.Writer) error {
-	h, err := o.Handler()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(o.Collector())
+	h, err := web.New(web.Config{Store: o.Store(), Findings: o.Findings, Gatherer: reg})
 	if err != nil {
 		return err
 	}
@@ -270,16 +276,31 @@ func runServer(ctx context.Context, addr string, o *observer.Observer, out io.Wr
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(out, "parsley-observe: serving http://%s/\n", ln.Addr())
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
-	go func() { errc <- o.Run(ctx) }()
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	serveErr, runErr := make(chan error, 1), make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { runErr <- o.Run(ctx) }()
+	var served, ingested bool
 	select {
 	case <-ctx.Done():
-	case err = <-errc:
+	case err = <-serveErr:
+		served = true
+	case err = <-runErr:
+		ingested = true
+	}
+	stop()
+	if !ingested {
+		if rerr := <-runErr; err == nil || errors.Is(err, http.ErrServerClosed) {
+			err = rerr
+		}
 	}
 	shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	srv.Shutdown(shut)
+	if !served {
+		<-serveErr
+	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
@@ -433,7 +454,7 @@ func demo(c *cli.Context) error {
 		return err
 	}
 	defer st.Close()
-	o, err := observer.New(observer.Config{Seeds: cl.Addrs(), Pattern: regexp.MustCompile(".*")}, st)
+	o, err := observer.New(observer.Config{Brokers: cl.Addrs(), Pattern: regexp.MustCompile(".*")}, st)
 	if err != nil {
 		return err
 	}

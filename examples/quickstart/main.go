@@ -261,7 +261,7 @@ func scan(ctx context.Context, out io.Writer, cl *excluster.Cluster, dir string)
 		return err
 	}
 	defer st.Close()
-	o, err := observer.New(observer.Config{Seeds: cl.Addrs, Topics: []string{"orders", "payments", "settlements", "notifications"}}, st)
+	o, err := observer.New(observer.Config{Brokers: cl.Addrs, Topics: []string{"orders", "payments", "settlements", "notifications"}}, st)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package observer_test
+package web_test
 
 import (
 	"encoding/json"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/parsley-go/parsley/internal/obsdemo"
+	"github.com/parsley-go/parsley/internal/obstest"
 	"github.com/parsley-go/parsley/observer"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -37,9 +38,9 @@ var writeKeys = map[int16]bool{
 }
 
 func TestServerAndReadOnly(t *testing.T) {
-	ctx := ctxFor(t)
+	ctx := obstest.Ctx(t)
 	c := broker.New(t)
-	b := builder(t, c)
+	b := obstest.Builder(t, c)
 	want, err := b.Faulty(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -56,12 +57,8 @@ func TestServerAndReadOnly(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	_, o := scan(t, ctx, c)
-	h, err := o.Handler()
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
+	_, o := obstest.Scan(t, ctx, c, observer.Config{})
+	srv := httptest.NewServer(obstest.Server(t, o))
 	defer srv.Close()
 
 	code, body := get(t, srv, "/api/findings")
@@ -190,9 +187,9 @@ func TestServerAndReadOnly(t *testing.T) {
 
 // TestReadOnlyGuardWorks proves the write detector above sees a write.
 func TestReadOnlyGuardWorks(t *testing.T) {
-	ctx := ctxFor(t)
+	ctx := obstest.Ctx(t)
 	c := broker.New(t)
-	b := builder(t, c)
+	b := obstest.Builder(t, c)
 	var seen bool
 	c.Fake().Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
 		if writeKeys[req.Key()] {

@@ -1,4 +1,4 @@
-package observer_test
+package web_test
 
 import (
 	"net/http/httptest"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/obstest"
+	"github.com/parsley-go/parsley/observer"
 )
 
 // chromium finds Debian's chromium. Without one the test skips, unless CI
@@ -31,9 +33,9 @@ func chromium(t *testing.T) string {
 // SVG that dagre laid out has exactly the expected nodes and edges.
 func TestBrowserDrawsTheGraph(t *testing.T) {
 	exe := chromium(t)
-	ctx := ctxFor(t)
+	ctx := obstest.Ctx(t)
 	c := broker.New(t)
-	b := builder(t, c)
+	b := obstest.Builder(t, c)
 	const n = 6
 	ships, err := b.Clean(ctx, n)
 	if err != nil {
@@ -42,12 +44,8 @@ func TestBrowserDrawsTheGraph(t *testing.T) {
 	if _, err := b.Faulty(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_, o := scan(t, ctx, c)
-	h, err := o.Handler()
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
+	_, o := obstest.Scan(t, ctx, c, observer.Config{})
+	srv := httptest.NewServer(obstest.Server(t, o))
 	defer srv.Close()
 
 	actx, cancel := chromedp.NewExecAllocator(ctx,

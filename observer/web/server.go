@@ -1,4 +1,8 @@
-package observer
+// Package web serves the observer's store to people and programs: an HTML
+// UI (findings, topics, a record's causal graph), a JSON API, /metrics and
+// health endpoints. It only reads; it reaches the store through the
+// observer package's exported query methods.
+package web
 
 import (
 	"context"
@@ -15,6 +19,8 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
+	"github.com/parsley-go/parsley/observer"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -30,35 +36,45 @@ var assetFS embed.FS
 //go:embed templates/*.html
 var templateFS embed.FS
 
-// OffsetsFunc returns the brokers' current offsets per channel.
-type OffsetsFunc func(context.Context) (map[headers.Channel]ChannelOffsets, error)
+// Config configures a Server.
+type Config struct {
+	// Store is the observer store served. Required.
+	Store *observer.Store
+	// Findings evaluates every finding; an Observer's Findings method,
+	// which judges them against live broker offsets and publishes their
+	// counts as metrics. Nil evaluates the store alone, without broker
+	// offsets.
+	Findings func(context.Context) ([]observer.Finding, error)
+	// Gatherer is served at /metrics; nil serves none.
+	Gatherer prometheus.Gatherer
+}
 
 // Server serves the web UI, the JSON API, /metrics and /healthz over a
 // store. It only reads.
 type Server struct {
-	store   *Store
-	offsets OffsetsFunc
-	metrics *Metrics
-	mux     *http.ServeMux
-	pages   map[string]*template.Template
+	store    *observer.Store
+	evaluate func(context.Context) ([]observer.Finding, error)
+	mux      *http.ServeMux
+	pages    map[string]*template.Template
 
 	// Findings scan the whole claim index; evaluations are shared by
 	// requests within findingsTTL of each other.
 	mu       sync.Mutex
-	cached   []Finding
+	cached   []observer.Finding
 	cachedAt time.Time
 }
 
 const findingsTTL = 2 * time.Second
 
-// NewServer returns a server over st. offsets (nil: none) feeds the
-// findings that need broker offsets; metrics (nil: a fresh set) is served
-// at /metrics.
-func NewServer(st *Store, offsets OffsetsFunc, metrics *Metrics) (*Server, error) {
-	if metrics == nil {
-		metrics = newMetrics()
+// New returns a server configured by cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("web: no store")
 	}
-	s := &Server{store: st, offsets: offsets, metrics: metrics, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
+	s := &Server{store: cfg.Store, evaluate: cfg.Findings, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
+	if s.evaluate == nil {
+		s.evaluate = func(ctx context.Context) ([]observer.Finding, error) { return cfg.Store.Findings(ctx, nil) }
+	}
 	funcs := template.FuncMap{
 		"hasPrefix": strings.HasPrefix,
 		"pct":       func(f float64) string { return strconv.FormatFloat(f*100, 'f', 1, 64) + "%" },
@@ -66,13 +82,15 @@ func NewServer(st *Store, offsets OffsetsFunc, metrics *Metrics) (*Server, error
 	for _, p := range []string{"findings", "topics", "record"} {
 		t, err := template.New(p).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+p+".html")
 		if err != nil {
-			return nil, fmt.Errorf("observer: parse template %s: %w", p, err)
+			return nil, fmt.Errorf("web: parse template %s: %w", p, err)
 		}
 		s.pages[p] = t
 	}
 	assets, _ := fs.Sub(assetFS, "assets")
 	s.mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
+	if cfg.Gatherer != nil {
+		s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /api/findings", s.apiFindings)
 	s.mux.HandleFunc("GET /api/topics", s.apiTopics)
@@ -84,6 +102,7 @@ func NewServer(st *Store, offsets OffsetsFunc, metrics *Metrics) (*Server, error
 	return s, nil
 }
 
+// ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 // badRequest is an error that is the client's fault: it becomes a 400.
@@ -96,9 +115,9 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	code := http.StatusInternalServerError
 	var br badRequest
 	switch {
-	case errors.As(err, &br), errors.Is(err, ErrBadCoordinate), errors.Is(err, ErrBadSeverity):
+	case errors.As(err, &br), errors.Is(err, observer.ErrBadCoordinate), errors.Is(err, observer.ErrBadSeverity):
 		code = http.StatusBadRequest
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, observer.ErrNotFound):
 		code = http.StatusNotFound
 	}
 	http.Error(w, err.Error(), code)
@@ -112,7 +131,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	if err := s.store.db.PingContext(r.Context()); err != nil {
+	if err := s.store.Ping(r.Context()); err != nil {
 		http.Error(w, "store: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
@@ -128,11 +147,11 @@ type findingFilter struct {
 func parseFindingFilter(r *http.Request) (findingFilter, error) {
 	q := r.URL.Query()
 	f := findingFilter{Code: q.Get("code"), Severity: q.Get("severity"), Topic: q.Get("topic")}
-	if f.Code != "" && codeInfo[Code(f.Code)].action == "" {
+	if f.Code != "" && !observer.Code(f.Code).Known() {
 		return f, badRequest{fmt.Errorf("unknown finding code %q", f.Code)}
 	}
 	if f.Severity != "" {
-		if _, err := ParseSeverity(f.Severity); err != nil {
+		if _, err := observer.ParseSeverity(f.Severity); err != nil {
 			return f, err
 		}
 	}
@@ -141,13 +160,13 @@ func parseFindingFilter(r *http.Request) (findingFilter, error) {
 
 // findings evaluates every finding, publishes the counts as metrics and
 // applies the filter.
-func (s *Server) findings(ctx context.Context, f findingFilter) ([]Finding, error) {
-	all, err := s.evaluate(ctx)
+func (s *Server) findings(ctx context.Context, f findingFilter) ([]observer.Finding, error) {
+	all, err := s.evaluateShared(ctx)
 	if err != nil {
 		return nil, err
 	}
-	min, _ := ParseSeverity(f.Severity)
-	out := []Finding{}
+	min, _ := observer.ParseSeverity(f.Severity)
+	out := []observer.Finding{}
 	for _, x := range all {
 		if (f.Code == "" || string(x.Code) == f.Code) && x.Severity >= min && (f.Topic == "" || x.Topic == f.Topic) {
 			out = append(out, x)
@@ -156,27 +175,21 @@ func (s *Server) findings(ctx context.Context, f findingFilter) ([]Finding, erro
 	return out, nil
 }
 
-func (s *Server) evaluate(ctx context.Context) ([]Finding, error) {
+// evaluateShared returns the findings evaluated within findingsTTL, or
+// evaluates them anew.
+func (s *Server) evaluateShared(ctx context.Context) ([]observer.Finding, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cached != nil && time.Since(s.cachedAt) < findingsTTL {
 		return s.cached, nil
 	}
-	var offs map[headers.Channel]ChannelOffsets
-	if s.offsets != nil {
-		var err error
-		if offs, err = s.offsets(ctx); err != nil {
-			return nil, err
-		}
-	}
-	all, err := s.store.Findings(ctx, offs)
+	all, err := s.evaluate(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if all == nil {
-		all = []Finding{}
+		all = []observer.Finding{}
 	}
-	s.metrics.setFindings(all)
 	s.cached, s.cachedAt = all, time.Now()
 	return all, nil
 }
@@ -202,18 +215,18 @@ func (s *Server) apiTopics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if ts == nil {
-		ts = []TopicStats{}
+		ts = []observer.TopicStats{}
 	}
 	writeJSON(w, ts)
 }
 
 // graphParams reads the coordinate and the depth and limit parameters.
-func (s *Server) graphParams(r *http.Request) (headers.Coordinate, Limits, error) {
-	ref, err := ParseRef(r.PathValue("coord"))
+func (s *Server) graphParams(r *http.Request) (headers.Coordinate, observer.Limits, error) {
+	ref, err := observer.ParseRef(r.PathValue("coord"))
 	if err != nil {
-		return headers.Coordinate{}, Limits{}, err
+		return headers.Coordinate{}, observer.Limits{}, err
 	}
-	var lim Limits
+	var lim observer.Limits
 	for _, p := range []struct {
 		name string
 		dst  *int
@@ -226,7 +239,7 @@ func (s *Server) graphParams(r *http.Request) (headers.Coordinate, Limits, error
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 10000 {
-			return headers.Coordinate{}, Limits{}, badRequest{fmt.Errorf("parameter %s=%q: want an integer from 1 to 10000", p.name, v)}
+			return headers.Coordinate{}, observer.Limits{}, badRequest{fmt.Errorf("parameter %s=%q: want an integer from 1 to 10000", p.name, v)}
 		}
 		*p.dst = n
 	}
@@ -235,7 +248,7 @@ func (s *Server) graphParams(r *http.Request) (headers.Coordinate, Limits, error
 }
 
 // both merges a record's ancestry and descendants into one graph.
-func (s *Server) both(ctx context.Context, c headers.Coordinate, lim Limits) (*Graph, error) {
+func (s *Server) both(ctx context.Context, c headers.Coordinate, lim observer.Limits) (*observer.Graph, error) {
 	up, err := s.store.Ancestry(ctx, c, lim)
 	if err != nil {
 		return nil, err
@@ -244,7 +257,7 @@ func (s *Server) both(ctx context.Context, c headers.Coordinate, lim Limits) (*G
 	if err != nil {
 		return nil, err
 	}
-	g := &Graph{Root: up.Root, Direction: "both", Nodes: up.Nodes, Edges: up.Edges, Truncated: up.Truncated || down.Truncated}
+	g := &observer.Graph{Root: up.Root, Direction: "both", Nodes: up.Nodes, Edges: up.Edges, Truncated: up.Truncated || down.Truncated}
 	have := map[string]bool{}
 	for _, n := range up.Nodes {
 		have[n.ID] = true
@@ -282,7 +295,7 @@ func (s *Server) apiRecord(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"record": recordJSON(rec), "ancestry": up, "descendants": down})
 }
 
-func recordJSON(r *Record) map[string]any {
+func recordJSON(r *observer.Record) map[string]any {
 	m := map[string]any{
 		"coordinate": r.Coordinate.String(), "topic": r.Topic, "timestamp": r.Timestamp, "control": r.Control,
 		"stamped": r.Stamped, "offset_entries": r.Offsets, "seq_entries": r.Seqs, "header_bytes": r.HeaderSize,
@@ -302,7 +315,7 @@ func (s *Server) apiGraph(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	var g *Graph
+	var g *observer.Graph
 	switch dir := r.URL.Query().Get("direction"); dir {
 	case "", "both":
 		g, err = s.both(r.Context(), c, lim)
@@ -350,8 +363,8 @@ func (s *Server) uiFindings(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.render(w, "findings", map[string]any{
-		"Title": "Findings", "Findings": fs, "Codes": AllCodes(),
-		"Severities": []Severity{SeverityInfo, SeverityWarning, SeverityError},
+		"Title": "Findings", "Findings": fs, "Codes": observer.AllCodes(),
+		"Severities": []observer.Severity{observer.SeverityInfo, observer.SeverityWarning, observer.SeverityError},
 		"Code":       f.Code, "Severity": f.Severity, "Topic": f.Topic,
 	})
 }
@@ -384,7 +397,7 @@ func (s *Server) uiRecord(w http.ResponseWriter, r *http.Request) {
 	var clk strings.Builder
 	if rec.Err == "" && rec.Stamped {
 		if st, err := rec.Stamp(); err == nil {
-			WriteClock(&clk, &st.Clock, func(id headers.TopicID) string { return s.store.TopicName(r.Context(), id) })
+			observer.WriteClock(&clk, &st.Clock, func(id headers.TopicID) string { return s.store.TopicName(r.Context(), id) })
 		}
 	} else if !rec.Stamped {
 		clk.WriteString("no stamp: claims nothing")
