@@ -52,6 +52,20 @@ type Graph struct {
 	Truncated bool `json:"truncated"`
 }
 
+// MarshalJSON writes the graph with empty lists as [], never null, so a
+// record with no causes or effects reads the same as any other.
+func (g Graph) MarshalJSON() ([]byte, error) {
+	type plain Graph
+	p := plain(g)
+	if p.Nodes == nil {
+		p.Nodes = []Node{}
+	}
+	if p.Edges == nil {
+		p.Edges = []Edge{}
+	}
+	return json.Marshal(p)
+}
+
 // Limits bound a graph walk.
 type Limits struct {
 	Depth int // maximum distance from the root; ≤ 0 means 1,000
@@ -78,6 +92,31 @@ func (s *Store) Ancestry(ctx context.Context, root headers.Coordinate, lim Limit
 // Descendants walks the records whose stamps claim root, transitively.
 func (s *Store) Descendants(ctx context.Context, root headers.Coordinate, lim Limits) (*Graph, error) {
 	return s.walk(ctx, root, lim, false)
+}
+
+// Both merges a record's ancestry and descendants into one graph, each
+// walked within lim.
+func (s *Store) Both(ctx context.Context, root headers.Coordinate, lim Limits) (*Graph, error) {
+	up, err := s.Ancestry(ctx, root, lim)
+	if err != nil {
+		return nil, err
+	}
+	down, err := s.Descendants(ctx, root, lim)
+	if err != nil {
+		return nil, err
+	}
+	g := &Graph{Root: up.Root, Direction: "both", Nodes: up.Nodes, Edges: up.Edges, Truncated: up.Truncated || down.Truncated}
+	have := map[string]bool{}
+	for _, n := range up.Nodes {
+		have[n.ID] = true
+	}
+	for _, n := range down.Nodes {
+		if !have[n.ID] {
+			g.Nodes = append(g.Nodes, n)
+		}
+	}
+	g.Edges = append(g.Edges, down.Edges...)
+	return g, nil
 }
 
 func (s *Store) walk(ctx context.Context, root headers.Coordinate, lim Limits, up bool) (*Graph, error) {

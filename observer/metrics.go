@@ -1,6 +1,8 @@
 package observer
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -8,13 +10,21 @@ import (
 // by the caller through Observer.Collector, so several observers can live
 // in one process, each in a registry of its own.
 type metrics struct {
+	health   *healthState
+	up       *prometheus.Desc
+	age      *prometheus.Desc
 	ingested prometheus.Counter
 	lag      *prometheus.GaugeVec
 	findings *prometheus.GaugeVec
 }
 
-func newMetrics() *metrics {
+func newMetrics(h *healthState) *metrics {
 	m := &metrics{
+		health: h,
+		up: prometheus.NewDesc("parsley_observer_up",
+			"1 if the observer's last probe read the cluster's topic metadata and offsets, else 0.", nil, nil),
+		age: prometheus.NewDesc("parsley_observer_last_fetch_age_seconds",
+			"Seconds since the observer last fetched records of the topic or found it had read all of it.", []string{"topic"}, nil),
 		ingested: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "parsley_observer_records_ingested_total",
 			Help: "Records (transaction markers included) stored by the observer.",
@@ -40,6 +50,8 @@ func (m *metrics) collectors() []prometheus.Collector {
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- m.up
+	ch <- m.age
 	for _, c := range m.collectors() {
 		c.Describe(ch)
 	}
@@ -47,6 +59,21 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	h := m.health.get()
+	up := 0.0
+	if h.Up {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(m.up, prometheus.GaugeValue, up)
+	now := time.Now()
+	for _, t := range h.Topics {
+		at, ok := h.LastFetch[t]
+		if !ok {
+			at = m.health.started // never fetched: as old as the observer
+		}
+		age := now.Sub(at).Seconds()
+		ch <- prometheus.MustNewConstMetric(m.age, prometheus.GaugeValue, age, t)
+	}
 	for _, c := range m.collectors() {
 		c.Collect(ch)
 	}

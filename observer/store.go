@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 
@@ -146,6 +147,57 @@ func OpenStore(ctx context.Context, path string) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// ErrNotStore is wrapped when a file opened read-only is not an observer
+// store: not a SQLite database, or one without the observer's schema.
+var ErrNotStore = errors.New("not an observer store")
+
+// OpenStoreReadOnly opens an existing store for reading. It writes nothing
+// to the file — no schema, no journal mode — and refuses a file that is not
+// an observer store with an error wrapping ErrNotStore, or one written by
+// another schema version with ErrSchemaVersion.
+func OpenStoreReadOnly(ctx context.Context, path string) (*Store, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("observer: open store: %w", err)
+	}
+	q := url.Values{}
+	q.Set("mode", "ro")
+	for _, p := range []string{"query_only(1)", "busy_timeout(10000)"} {
+		q.Add("_pragma", p)
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("observer: open store %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(8)
+	s := &Store{db: db, path: path}
+	if err := s.check(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// check confirms, reading only, that the database is an observer store of
+// this schema version.
+func (s *Store) check(ctx context.Context) error {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('meta', 'channels', 'records', 'findings')`).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("observer: %s is not a SQLite database (%v): %w", s.path, err, ErrNotStore)
+	}
+	if n < 4 {
+		return fmt.Errorf("observer: %s is a SQLite database but not an observer store (it lacks the observer's tables; build one with `parsley-observe scan --db` or `serve --db`): %w", s.path, ErrNotStore)
+	}
+	var v string
+	if err := s.db.QueryRowContext(ctx, `SELECT v FROM meta WHERE k = 'schema'`).Scan(&v); err != nil {
+		return fmt.Errorf("observer: %s is not an observer store (no schema version: %v): %w", s.path, err, ErrNotStore)
+	}
+	if v != schemaVersion {
+		return fmt.Errorf("observer: store %s has schema version %q, this observer reads %q: %w", s.path, v, schemaVersion, ErrSchemaVersion)
+	}
+	return nil
 }
 
 func (s *Store) init(ctx context.Context) error {

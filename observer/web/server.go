@@ -47,6 +47,10 @@ type Config struct {
 	Findings func(context.Context) ([]observer.Finding, error)
 	// Gatherer is served at /metrics; nil serves none.
 	Gatherer prometheus.Gatherer
+	// Health reports whether the observer feeding the store can read the
+	// cluster; /readyz and the UI's banner show it. Nil: a store read on
+	// its own, always ready.
+	Health func() observer.Health
 }
 
 // Server serves the web UI, the JSON API, /metrics and /healthz over a
@@ -54,6 +58,7 @@ type Config struct {
 type Server struct {
 	store    *observer.Store
 	evaluate func(context.Context) ([]observer.Finding, error)
+	health   func() observer.Health
 	mux      *http.ServeMux
 	pages    map[string]*template.Template
 
@@ -71,7 +76,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("web: no store")
 	}
-	s := &Server{store: cfg.Store, evaluate: cfg.Findings, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
+	s := &Server{store: cfg.Store, evaluate: cfg.Findings, health: cfg.Health, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
 	if s.evaluate == nil {
 		s.evaluate = func(ctx context.Context) ([]observer.Finding, error) { return cfg.Store.Findings(ctx, nil) }
 	}
@@ -79,7 +84,7 @@ func New(cfg Config) (*Server, error) {
 		"hasPrefix": strings.HasPrefix,
 		"pct":       func(f float64) string { return strconv.FormatFloat(f*100, 'f', 1, 64) + "%" },
 	}
-	for _, p := range []string{"findings", "topics", "record"} {
+	for _, p := range []string{"findings", "topics", "record", "error"} {
 		t, err := template.New(p).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("web: parse template %s: %w", p, err)
@@ -92,6 +97,8 @@ func New(cfg Config) (*Server, error) {
 		s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
 	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.HandleFunc("GET /api/health", s.apiHealth)
 	s.mux.HandleFunc("GET /api/findings", s.apiFindings)
 	s.mux.HandleFunc("GET /api/topics", s.apiTopics)
 	s.mux.HandleFunc("GET /api/records/{coord...}", s.apiRecord)
@@ -111,16 +118,30 @@ type badRequest struct{ err error }
 func (b badRequest) Error() string { return b.err.Error() }
 func (b badRequest) Unwrap() error { return b.err }
 
-func (s *Server) fail(w http.ResponseWriter, err error) {
-	code := http.StatusInternalServerError
+// status is the HTTP status an error becomes.
+func status(err error) int {
 	var br badRequest
 	switch {
 	case errors.As(err, &br), errors.Is(err, observer.ErrBadCoordinate), errors.Is(err, observer.ErrBadSeverity):
-		code = http.StatusBadRequest
+		return http.StatusBadRequest
 	case errors.Is(err, observer.ErrNotFound):
-		code = http.StatusNotFound
+		return http.StatusNotFound
+	case errors.Is(err, observer.ErrClusterUnavailable):
+		return http.StatusServiceUnavailable
 	}
-	http.Error(w, err.Error(), code)
+	return http.StatusInternalServerError
+}
+
+// fail answers an API request with the error as text.
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	http.Error(w, err.Error(), status(err))
+}
+
+// failPage answers a UI request with an error page that keeps the
+// navigation.
+func (s *Server) failPage(w http.ResponseWriter, err error) {
+	code := status(err)
+	s.renderStatus(w, code, "error", map[string]any{"Title": http.StatusText(code), "Status": code, "Error": err.Error()})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -136,6 +157,30 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Write([]byte("ok\n"))
+}
+
+// readyz answers 200 while the observer reads the cluster, 503 with the
+// reason when it cannot.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if err := s.store.Ping(r.Context()); err != nil {
+		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	if s.health != nil {
+		if h := s.health(); !h.Up {
+			http.Error(w, "not ready: cannot read the cluster: "+h.Err, http.StatusServiceUnavailable)
+			return
+		}
+	}
+	w.Write([]byte("ready\n"))
+}
+
+func (s *Server) apiHealth(w http.ResponseWriter, r *http.Request) {
+	h := observer.Health{Up: true}
+	if s.health != nil {
+		h = s.health()
+	}
+	writeJSON(w, h)
 }
 
 type findingFilter struct {
@@ -184,6 +229,12 @@ func (s *Server) evaluateShared(ctx context.Context) ([]observer.Finding, error)
 		return s.cached, nil
 	}
 	all, err := s.evaluate(ctx)
+	if errors.Is(err, observer.ErrClusterUnavailable) {
+		// Judge what the store alone can; the banner and /readyz say the
+		// cluster is out of sight. Not cached: the next request tries the
+		// cluster again.
+		return s.store.Findings(ctx, nil)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -247,30 +298,6 @@ func (s *Server) graphParams(r *http.Request) (headers.Coordinate, observer.Limi
 	return c, lim, err
 }
 
-// both merges a record's ancestry and descendants into one graph.
-func (s *Server) both(ctx context.Context, c headers.Coordinate, lim observer.Limits) (*observer.Graph, error) {
-	up, err := s.store.Ancestry(ctx, c, lim)
-	if err != nil {
-		return nil, err
-	}
-	down, err := s.store.Descendants(ctx, c, lim)
-	if err != nil {
-		return nil, err
-	}
-	g := &observer.Graph{Root: up.Root, Direction: "both", Nodes: up.Nodes, Edges: up.Edges, Truncated: up.Truncated || down.Truncated}
-	have := map[string]bool{}
-	for _, n := range up.Nodes {
-		have[n.ID] = true
-	}
-	for _, n := range down.Nodes {
-		if !have[n.ID] {
-			g.Nodes = append(g.Nodes, n)
-		}
-	}
-	g.Edges = append(g.Edges, down.Edges...)
-	return g, nil
-}
-
 func (s *Server) apiRecord(w http.ResponseWriter, r *http.Request) {
 	c, lim, err := s.graphParams(r)
 	if err != nil {
@@ -318,7 +345,7 @@ func (s *Server) apiGraph(w http.ResponseWriter, r *http.Request) {
 	var g *observer.Graph
 	switch dir := r.URL.Query().Get("direction"); dir {
 	case "", "both":
-		g, err = s.both(r.Context(), c, lim)
+		g, err = s.store.Both(r.Context(), c, lim)
 	case "ancestry":
 		g, err = s.store.Ancestry(r.Context(), c, lim)
 	case "descendants":
@@ -341,28 +368,40 @@ func (s *Server) apiGraph(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) render(w http.ResponseWriter, page string, data any) {
+func (s *Server) render(w http.ResponseWriter, r *http.Request, page string, data map[string]any) {
+	if n, err := strconv.Atoi(r.URL.Query().Get("refresh")); err == nil && n >= 1 {
+		data["Refresh"] = n
+	}
+	s.renderStatus(w, http.StatusOK, page, data)
+}
+
+// renderStatus renders page inside the layout, with the health banner.
+func (s *Server) renderStatus(w http.ResponseWriter, code int, page string, data map[string]any) {
+	if s.health != nil {
+		data["Health"] = s.health()
+	}
 	var b strings.Builder
 	if err := s.pages[page].ExecuteTemplate(&b, page+".html", data); err != nil {
-		s.fail(w, err)
+		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(code)
 	w.Write([]byte(b.String()))
 }
 
 func (s *Server) uiFindings(w http.ResponseWriter, r *http.Request) {
 	f, err := parseFindingFilter(r)
 	if err != nil {
-		s.fail(w, err)
+		s.failPage(w, err)
 		return
 	}
 	fs, err := s.findings(r.Context(), f)
 	if err != nil {
-		s.fail(w, err)
+		s.failPage(w, err)
 		return
 	}
-	s.render(w, "findings", map[string]any{
+	s.render(w, r, "findings", map[string]any{
 		"Title": "Findings", "Findings": fs, "Codes": observer.AllCodes(),
 		"Severities": []observer.Severity{observer.SeverityInfo, observer.SeverityWarning, observer.SeverityError},
 		"Code":       f.Code, "Severity": f.Severity, "Topic": f.Topic,
@@ -372,26 +411,26 @@ func (s *Server) uiFindings(w http.ResponseWriter, r *http.Request) {
 func (s *Server) uiTopics(w http.ResponseWriter, r *http.Request) {
 	ts, err := s.store.Topics(r.Context())
 	if err != nil {
-		s.fail(w, err)
+		s.failPage(w, err)
 		return
 	}
-	s.render(w, "topics", map[string]any{"Title": "Topics", "Topics": ts})
+	s.render(w, r, "topics", map[string]any{"Title": "Topics", "Topics": ts})
 }
 
 func (s *Server) uiRecord(w http.ResponseWriter, r *http.Request) {
 	c, lim, err := s.graphParams(r)
 	if err != nil {
-		s.fail(w, err)
+		s.failPage(w, err)
 		return
 	}
 	rec, err := s.store.Record(r.Context(), c)
 	if err != nil {
-		s.fail(w, err)
+		s.failPage(w, err)
 		return
 	}
-	g, err := s.both(r.Context(), c, lim)
+	g, err := s.store.Both(r.Context(), c, lim)
 	if err != nil {
-		s.fail(w, err)
+		s.failPage(w, err)
 		return
 	}
 	var clk strings.Builder
@@ -402,7 +441,7 @@ func (s *Server) uiRecord(w http.ResponseWriter, r *http.Request) {
 	} else if !rec.Stamped {
 		clk.WriteString("no stamp: claims nothing")
 	}
-	s.render(w, "record", map[string]any{
+	s.render(w, r, "record", map[string]any{
 		"Title": "Record " + c.String(), "Record": rec, "Graph": g, "Clock": clk.String(),
 		"Time": time.UnixMilli(rec.Timestamp).UTC().Format(time.RFC3339Nano), "Depth": lim.Depth, "Limit": lim.Nodes,
 	})
