@@ -21,12 +21,34 @@ type ChannelOffsets struct {
 
 // Growth thresholds: a topic needs this many stamped records before its
 // stamps are judged, split into quarters by time; entries per record must
-// never fall from one quarter to the next and the last quarter's mean must
-// be at least growthRatio times the first's plus one entry.
+// never fall from one quarter to the next, the last quarter's mean must be
+// at least growthRatio times the first's plus one entry, and the growth
+// must be sustained: each quarter must add at least growthStepShare of the
+// whole rise. A producer's clock filling to its channels at start-up rises
+// in the first quarter and then levels off (4.4 → 7.9 → 8.0 → 8.0); that
+// is warm-up, not growth.
 const (
 	growthMinRecords = 40
 	growthRatio      = 1.5
+	growthStepShare  = 0.1
 )
+
+// sustainedGrowth reports whether quarterly means rise steadily enough to
+// warn about: never falling, ending at least growthRatio times the start
+// plus one, and rising in every quarter by growthStepShare of the whole
+// rise.
+func sustainedGrowth(mean [4]float64) bool {
+	rise := mean[3] - mean[0]
+	if mean[3] < growthRatio*mean[0]+1 {
+		return false
+	}
+	for i := 1; i < len(mean); i++ {
+		if mean[i]-mean[i-1] < growthStepShare*rise {
+			return false
+		}
+	}
+	return true
+}
 
 // rule derives findings from the store and the brokers' current offsets
 // (nil when unknown).
@@ -358,11 +380,11 @@ func (s *Store) growth(ctx context.Context, _ map[headers.Channel]ChannelOffsets
 				break
 			}
 			mean[i], bytes[i] = qs[i].entries/qs[i].n, qs[i].bytes/qs[i].n
-			if i > 0 && (mean[i] < mean[i-1] || bytes[i] < bytes[i-1]) {
+			if i > 0 && bytes[i] < bytes[i-1] {
 				rising = false
 			}
 		}
-		if !rising || mean[3] < growthRatio*mean[0]+1 {
+		if !rising || !sustainedGrowth(mean) {
 			continue
 		}
 		first, _, err := s.coordOfRec(ctx, qs[0].first)
