@@ -97,6 +97,13 @@ func (s *Store) Findings(ctx context.Context, offs map[headers.Channel]ChannelOf
 		}
 		return slices.Compare(a.Coordinates, b.Coordinates)
 	})
+	names, err := s.Names(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i] = names.Named(out[i])
+	}
 	return out, nil
 }
 

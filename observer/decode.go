@@ -69,7 +69,7 @@ func WriteClock(w io.Writer, c *headers.Clock, name func(headers.TopicID) string
 	var b strings.Builder
 	label := func(ch headers.Channel) string {
 		if n := name(ch.Topic); n != "" {
-			return fmt.Sprintf("%s (%s/%d)", ch, n, ch.Partition)
+			return fmt.Sprintf("%s/%d", n, ch.Partition)
 		}
 		return ch.String()
 	}
@@ -146,4 +146,23 @@ func FetchRecord(ctx context.Context, seeds []string, ref Ref, opts ...kgo.Opt) 
 			return nil, fmt.Errorf("observer: %s holds no committed record (a marker or an aborted record): %w", ref, ErrNotFound)
 		}
 	}
+}
+
+// ListNames returns the names of the cluster's topics, read from the
+// brokers, for output that has no store to ask.
+func ListNames(ctx context.Context, seeds []string, opts ...kgo.Opt) (Names, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...)}, opts...)...)
+	if err != nil {
+		return Names{}, fmt.Errorf("observer: connect to %v: %w", seeds, err)
+	}
+	defer cl.Close()
+	tds, err := kadm.NewClient(cl).ListTopics(ctx)
+	if err != nil {
+		return Names{}, fmt.Errorf("observer: list topics: %w", err)
+	}
+	byID := map[headers.TopicID]string{}
+	for name, td := range tds {
+		byID[headers.TopicID(td.ID)] = name
+	}
+	return NamesOf(byID), nil
 }

@@ -110,7 +110,10 @@ type Finding struct {
 	// Coordinates are the records (or claimed positions) involved, as
 	// "topicID/partition@offset", the record the finding is about first.
 	Coordinates []string `json:"coordinates"`
-	Summary     string   `json:"summary"`
+	// Names are Coordinates with topics by name, as people read them
+	// (see Names).
+	Names   []string `json:"names"`
+	Summary string   `json:"summary"`
 	Action      string   `json:"action"`
 	// SafeJoin, for a late-joiner window, is the offset per channel
 	// ("topicID/partition") at or below which a new consumer must start to
@@ -120,9 +123,14 @@ type Finding struct {
 	Count int `json:"count"`
 }
 
-// String is a one-line rendering for terminals and logs.
+// String is a one-line rendering for terminals and logs, by name where
+// names are known.
 func (f Finding) String() string {
-	return fmt.Sprintf("%s %s: %s [%s] — %s", f.Severity, f.Code, f.Summary, strings.Join(f.Coordinates, " "), f.Action)
+	coords := f.Names
+	if len(coords) != len(f.Coordinates) {
+		coords = f.Coordinates
+	}
+	return fmt.Sprintf("%s %s: %s [%s] — %s", f.Severity, f.Code, f.Summary, strings.Join(coords, " "), f.Action)
 }
 
 // Explain returns what a code means and its severity.

@@ -3,6 +3,7 @@ package observer_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -97,14 +98,16 @@ func TestAncestryAndDescendants(t *testing.T) {
 	if err := g1.WriteTree(&tree); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(tree.String(), last.String()+" (shipments)\n  ") || !strings.Contains(tree.String(), "truncated") {
+	// People read names: the tree and the DOT name topics, not IDs.
+	byName := func(c headers.Coordinate) string { return fmt.Sprintf("shipments/%d@%d", c.Partition, c.Offset) }
+	if !strings.HasPrefix(tree.String(), byName(last)+"\n  ") || !strings.Contains(tree.String(), "truncated") {
 		t.Errorf("tree:\n%s", tree.String())
 	}
 	var dot bytes.Buffer
 	if err := g1.WriteDOT(&dot); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(dot.String(), `"`+ships[n-2].String()+`" -> "`+last.String()+`"`) {
+	if !strings.Contains(dot.String(), `"`+byName(ships[n-2])+`" -> "`+byName(last)+`"`) || !strings.Contains(dot.String(), `tooltip="`+last.String()+`"`) {
 		t.Errorf("DOT lacks the edge from the previous shipment:\n%s", dot.String())
 	}
 

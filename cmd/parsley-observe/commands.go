@@ -280,7 +280,7 @@ func scan(c *cli.Context) error {
 		enc.Encode(fs)
 	} else {
 		for _, f := range fs {
-			fmt.Fprintf(w, "%-7s %-23s %s\n        coordinates: %s\n        action: %s\n", f.Severity, f.Code, f.Summary, strings.Join(f.Coordinates, " "), f.Action)
+			fmt.Fprintf(w, "%-7s %-23s %s\n        coordinates: %s\n        action: %s\n", f.Severity, f.Code, f.Summary, strings.Join(f.Names, " "), f.Action)
 		}
 		fmt.Fprintf(w, "%d findings, %d at or above %s\n", len(fs), failed, failOn)
 	}
@@ -455,6 +455,10 @@ func decode(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
+		names, err := observer.ListNames(c.Context, seeds)
+		if err != nil {
+			return err
+		}
 		var st headers.Stamp
 		if err := headers.ReadStamp(&st, rec.Headers); err != nil {
 			fmt.Fprintf(w, "record %s: undecodable stamp: %v\n", ref, err)
@@ -469,7 +473,7 @@ func decode(c *cli.Context) error {
 		if st.Tagged {
 			fmt.Fprintf(w, "sender %s seq %d\n", st.Sender, st.Seq)
 		}
-		return observer.WriteClock(w, &st.Clock, noName)
+		return observer.WriteClock(w, &st.Clock, names.Topic)
 	}
 	if c.NArg() != 1 {
 		return cli.Exit("want a stamp VALUE (hex or base64) or --coord TOPIC/PARTITION@OFFSET", 2)

@@ -6,6 +6,7 @@ package obstest
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
 	"regexp"
 	"testing"
@@ -46,6 +47,9 @@ func Scan(t testing.TB, ctx context.Context, c *broker.Cluster, cfg observer.Con
 	}
 	t.Cleanup(func() { st.Close() })
 	cfg.Brokers, cfg.Pattern = c.Addrs(), regexp.MustCompile(".*")
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	o, err := observer.New(cfg, st)
 	if err != nil {
 		t.Fatal(err)
