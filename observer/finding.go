@@ -114,7 +114,7 @@ type Finding struct {
 	// (see Names).
 	Names   []string `json:"names"`
 	Summary string   `json:"summary"`
-	Action      string   `json:"action"`
+	Action  string   `json:"action"`
 	// SafeJoin, for a late-joiner window, is the offset per channel
 	// ("topicID/partition") at or below which a new consumer must start to
 	// deliver the claimed record.

@@ -29,6 +29,9 @@ type Health struct {
 	// LastFetch is, per observed topic, when the observer last fetched
 	// its records or found it had read all of it.
 	LastFetch map[string]time.Time `json:"last_fetch"`
+	// Lag is, per observed topic, how many offsets the observer was
+	// behind the log end at the last probe.
+	Lag map[string]int64 `json:"lag"`
 }
 
 // healthState is an Observer's Health behind a lock of its own, so health
@@ -40,7 +43,7 @@ type healthState struct {
 }
 
 func newHealthState(now time.Time) *healthState {
-	return &healthState{started: now, h: Health{Since: now, Err: "not yet connected", LastFetch: map[string]time.Time{}}}
+	return &healthState{started: now, h: Health{Since: now, Err: "not yet connected", LastFetch: map[string]time.Time{}, Lag: map[string]int64{}}}
 }
 
 // get returns a copy.
@@ -51,6 +54,7 @@ func (s *healthState) get() Health {
 	h.Topics = slices.Clone(h.Topics)
 	h.Missing = slices.Clone(h.Missing)
 	h.LastFetch = maps.Clone(h.LastFetch)
+	h.Lag = maps.Clone(h.Lag)
 	return h
 }
 
@@ -81,4 +85,10 @@ func (s *healthState) fetched(now time.Time, topic string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.h.LastFetch[topic] = now
+}
+
+func (s *healthState) setLag(lag map[string]int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.h.Lag = lag
 }

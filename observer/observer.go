@@ -358,11 +358,16 @@ func (o *Observer) Scan(ctx context.Context) error {
 	if err := o.assign(ctx, sel); err != nil {
 		return err
 	}
+	names := sel.Names()
+	slices.Sort(names)
+	o.health.setTopics(names, nil)
+	o.health.set(time.Now(), nil)
 	for !o.caughtUp(ends) {
 		if _, err := o.poll(ctx); err != nil {
 			return fmt.Errorf("observer: scan: %w", err)
 		}
 	}
+	o.progress(ends)
 	return nil
 }
 
@@ -506,6 +511,7 @@ func (o *Observer) probeOnce(ctx context.Context) error {
 func (o *Observer) progress(ends kadm.ListedOffsets) {
 	now := time.Now()
 	caughtUp := map[string]bool{}
+	lagOf := map[string]int64{}
 	var behind int64
 	o.mu.Lock()
 	ends.Each(func(lo kadm.ListedOffset) {
@@ -520,11 +526,13 @@ func (o *Observer) progress(ends kadm.ListedOffsets) {
 		lag := max(0, lo.Offset-cs.next)
 		o.metrics.lag.WithLabelValues(lo.Topic, itoa(int64(lo.Partition))).Set(float64(lag))
 		behind += lag
+		lagOf[lo.Topic] += lag
 		if lag > 0 {
 			caughtUp[lo.Topic] = false
 		}
 	})
 	o.mu.Unlock()
+	o.health.setLag(lagOf)
 	for t, ok := range caughtUp {
 		if ok {
 			o.health.fetched(now, t)

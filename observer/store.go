@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/parsley-go/parsley/headers"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, pure Go
@@ -473,4 +474,20 @@ func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 func placeholders(n, k int) string {
 	row := "(" + strings.TrimSuffix(strings.Repeat("?,", k), ",") + ")"
 	return strings.TrimSuffix(strings.Repeat(row+",", n), ",")
+}
+
+// RecordTime returns the timestamp of the stored record ref names, and
+// whether the store holds it.
+func (s *Store) RecordTime(ctx context.Context, ref Ref) (time.Time, bool) {
+	c, err := s.Resolve(ctx, ref)
+	if err != nil {
+		return time.Time{}, false
+	}
+	var ts int64
+	err = s.db.QueryRowContext(ctx, `SELECT r.ts FROM records r JOIN channels c ON c.id = r.ch WHERE c.topic = ? AND c.part = ? AND r.off = ?`,
+		c.Topic[:], c.Partition, c.Offset).Scan(&ts)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ts).UTC(), true
 }

@@ -90,6 +90,7 @@ func app() *cli.App {
 				Flags: []cli.Flag{brokersFlag(), topicsFlag(), patternFlag(), fromFlag(), uncommittedFlag(),
 					&cli.StringFlag{Name: "db", Value: "observer.db", EnvVars: []string{"PARSLEY_OBSERVER_DB"}, Usage: "SQLite store path; kept across restarts"},
 					&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", Usage: "HTTP listen address"},
+					&cli.BoolFlag{Name: "no-payloads", Usage: "never show record keys, values or headers in the UI (for sensitive payloads)"},
 					&cli.DurationFlag{Name: "refresh", Value: 10 * time.Second, Usage: "how often to probe the cluster (health, new topics, lag); bounds how long a lost cluster goes unreported"},
 					&cli.DurationFlag{Name: "max-age", Usage: "prune records older than this (0: keep)"},
 					&cli.Int64Flag{Name: "max-records", Value: 5_000_000, Usage: "prune the oldest records beyond this many (0: keep)"}},
@@ -311,16 +312,20 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	defer o.Close()
-	return runServer(c.Context, c.String("listen"), o, c.App.Writer)
+	return runServer(c.Context, c.String("listen"), o, !c.Bool("no-payloads"), c.App.Writer)
 }
 
 // runServer serves o's store while o tails, until ctx ends or either
-// fails. It returns only after both have stopped, so the caller's deferred
+// fails; payloads says whether record pages preview keys and values. It returns only after both have stopped, so the caller's deferred
 // closes of the observer and its store never race the ingest.
-func runServer(ctx context.Context, addr string, o *observer.Observer, out io.Writer) error {
+func runServer(ctx context.Context, addr string, o *observer.Observer, payloads bool, out io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(o.Collector())
-	h, err := web.New(web.Config{Store: o.Store(), Findings: o.Findings, Gatherer: reg, Health: o.Health})
+	var payload func(context.Context, headers.Coordinate) (*observer.Payload, error)
+	if payloads {
+		payload = o.Payload
+	}
+	h, err := web.New(web.Config{Store: o.Store(), Findings: o.Findings, Gatherer: reg, Health: o.Health, Payload: payload})
 	if err != nil {
 		return err
 	}
@@ -549,5 +554,5 @@ func demo(c *cli.Context) error {
 	})
 	defer wg.Wait()
 	defer stop()
-	return runServer(ctx, c.String("listen"), o, c.App.Writer)
+	return runServer(ctx, c.String("listen"), o, true, c.App.Writer)
 }

@@ -67,7 +67,7 @@ func Server(t testing.TB, o *observer.Observer) *web.Server {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(o.Collector())
-	s, err := web.New(web.Config{Store: o.Store(), Findings: o.Findings, Gatherer: reg})
+	s, err := web.New(web.Config{Store: o.Store(), Findings: o.Findings, Gatherer: reg, Health: o.Health, Payload: o.Payload})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -132,7 +132,7 @@ func TestBrowserDrawsTheGraph(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if title != "Record "+ships[5].String() {
+	if title != "Record shipments/0@5" {
 		t.Errorf("after clicking the node of %s the page is %q", ships[5], title)
 	}
 }

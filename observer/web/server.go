@@ -13,6 +13,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +52,10 @@ type Config struct {
 	// cluster; /readyz and the UI's banner show it. Nil: a store read on
 	// its own, always ready.
 	Health func() observer.Health
+	// Payload reads a size-capped preview of a record's key, value and
+	// headers for the record page (an Observer's Payload method). Nil
+	// turns previews off, for payloads that must not be shown.
+	Payload func(context.Context, headers.Coordinate) (*observer.Payload, error)
 }
 
 // Server serves the web UI, the JSON API, /metrics and /healthz over a
@@ -59,6 +64,7 @@ type Server struct {
 	store    *observer.Store
 	evaluate func(context.Context) ([]observer.Finding, error)
 	health   func() observer.Health
+	preview  func(context.Context, headers.Coordinate) (*observer.Payload, error)
 	mux      *http.ServeMux
 	pages    map[string]*template.Template
 
@@ -76,12 +82,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("web: no store")
 	}
-	s := &Server{store: cfg.Store, evaluate: cfg.Findings, health: cfg.Health, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
+	s := &Server{store: cfg.Store, evaluate: cfg.Findings, health: cfg.Health, preview: cfg.Payload, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
 	if s.evaluate == nil {
 		s.evaluate = func(ctx context.Context) ([]observer.Finding, error) { return cfg.Store.Findings(ctx, nil) }
 	}
 	funcs := template.FuncMap{
 		"hasPrefix": strings.HasPrefix,
+		"show":      show,
+		"lagOf":     lagOf,
+		"lastRead":  lastRead,
 		"pct":       func(f float64) string { return strconv.FormatFloat(f*100, 'f', 1, 64) + "%" },
 	}
 	for _, p := range []string{"findings", "topics", "record", "error"} {
@@ -187,11 +196,29 @@ type findingFilter struct {
 	Code     string
 	Severity string
 	Topic    string
+	Search   string // a coordinate, topic or word: matched in coordinates, names and summary
+}
+
+// matches reports whether x passes the filter.
+func (f findingFilter) matches(x observer.Finding, min observer.Severity) bool {
+	if (f.Code != "" && string(x.Code) != f.Code) || x.Severity < min || (f.Topic != "" && x.Topic != f.Topic) {
+		return false
+	}
+	if f.Search == "" {
+		return true
+	}
+	q := strings.ToLower(f.Search)
+	for _, c := range append(slices.Clone(x.Coordinates), x.Names...) {
+		if strings.Contains(strings.ToLower(c), q) {
+			return true
+		}
+	}
+	return strings.Contains(strings.ToLower(x.Summary), q)
 }
 
 func parseFindingFilter(r *http.Request) (findingFilter, error) {
 	q := r.URL.Query()
-	f := findingFilter{Code: q.Get("code"), Severity: q.Get("severity"), Topic: q.Get("topic")}
+	f := findingFilter{Code: q.Get("code"), Severity: q.Get("severity"), Topic: q.Get("topic"), Search: strings.TrimSpace(q.Get("q"))}
 	if f.Code != "" && !observer.Code(f.Code).Known() {
 		return f, badRequest{fmt.Errorf("unknown finding code %q", f.Code)}
 	}
@@ -213,7 +240,7 @@ func (s *Server) findings(ctx context.Context, f findingFilter) ([]observer.Find
 	min, _ := observer.ParseSeverity(f.Severity)
 	out := []observer.Finding{}
 	for _, x := range all {
-		if (f.Code == "" || string(x.Code) == f.Code) && x.Severity >= min && (f.Topic == "" || x.Topic == f.Topic) {
+		if f.matches(x, min) {
 			out = append(out, x)
 		}
 	}
@@ -396,15 +423,23 @@ func (s *Server) uiFindings(w http.ResponseWriter, r *http.Request) {
 		s.failPage(w, err)
 		return
 	}
-	fs, err := s.findings(r.Context(), f)
+	all, err := s.findings(r.Context(), findingFilter{})
 	if err != nil {
 		s.failPage(w, err)
 		return
 	}
+	min, _ := observer.ParseSeverity(f.Severity)
+	fs := []observer.Finding{}
+	for _, x := range all {
+		if f.matches(x, min) {
+			fs = append(fs, x)
+		}
+	}
 	s.render(w, r, "findings", map[string]any{
-		"Title": "Findings", "Findings": fs, "Codes": observer.AllCodes(),
+		"Title": "Findings", "Findings": fs, "Total": len(all), "Codes": observer.AllCodes(),
+		"Summary":    s.codeSummary(r.Context(), all),
 		"Severities": []observer.Severity{observer.SeverityInfo, observer.SeverityWarning, observer.SeverityError},
-		"Code":       f.Code, "Severity": f.Severity, "Topic": f.Topic,
+		"Code":       f.Code, "Severity": f.Severity, "Topic": f.Topic, "Search": f.Search, "DocsURL": docsURL,
 	})
 }
 
@@ -433,16 +468,58 @@ func (s *Server) uiRecord(w http.ResponseWriter, r *http.Request) {
 		s.failPage(w, err)
 		return
 	}
+	names, err := s.store.Names(r.Context())
+	if err != nil {
+		s.failPage(w, err)
+		return
+	}
 	var clk strings.Builder
 	if rec.Err == "" && rec.Stamped {
 		if st, err := rec.Stamp(); err == nil {
-			observer.WriteClock(&clk, &st.Clock, func(id headers.TopicID) string { return s.store.TopicName(r.Context(), id) })
+			observer.WriteClock(&clk, &st.Clock, names.Topic)
 		}
 	} else if !rec.Stamped {
 		clk.WriteString("no stamp: claims nothing")
 	}
-	s.render(w, r, "record", map[string]any{
-		"Title": "Record " + c.String(), "Record": rec, "Graph": g, "Clock": clk.String(),
+	label := names.Coordinate(c)
+	data := map[string]any{
+		"Title": "Record " + label, "Label": label, "Record": rec, "Graph": g, "Clock": clk.String(),
 		"Time": time.UnixMilli(rec.Timestamp).UTC().Format(time.RFC3339Nano), "Depth": lim.Depth, "Limit": lim.Nodes,
-	})
+	}
+	data["Payload"], data["PayloadNote"] = s.payload(r.Context(), c)
+	s.render(w, r, "record", data)
+}
+
+// payloadWait bounds how long a record page waits for a payload preview
+// from the brokers.
+const payloadWait = 3 * time.Second
+
+// payload returns the record's payload preview, or why there is none.
+func (s *Server) payload(ctx context.Context, c headers.Coordinate) (*observer.Payload, string) {
+	if s.preview == nil {
+		return nil, "Payload previews are off (serve --no-payloads)."
+	}
+	if s.health != nil && !s.health().Up {
+		return nil, "The cluster cannot be read now; no payload preview."
+	}
+	ctx, cancel := context.WithTimeout(ctx, payloadWait)
+	defer cancel()
+	p, err := s.preview(ctx, c)
+	if err != nil {
+		return nil, "No payload preview: " + err.Error()
+	}
+	return p, ""
+}
+
+// shown is a payload preview as the record page prints it.
+type shown struct {
+	Text      string
+	Hex, Cut  bool
+	Size      int
+	Truncated int // bytes not shown
+}
+
+func show(p observer.Preview) shown {
+	text, isHex, cut := p.Text()
+	return shown{Text: text, Hex: isHex, Cut: cut, Size: p.Size, Truncated: p.Size - len(p.Head)}
 }

@@ -103,7 +103,7 @@ func TestServerAndReadOnly(t *testing.T) {
 	if code != 200 || strings.Count(body, `<tr class="finding"`) != 1 || !strings.Contains(body, "safe join") {
 		t.Errorf("/?code=late-joiner-window: %d\n%s", code, body)
 	}
-	if code, body := get(t, srv, "/topics"); code != 200 || !strings.Contains(body, "<td>grow</td>") {
+	if code, body := get(t, srv, "/topics"); code != 200 || !strings.Contains(body, `<tr data-topic="grow">`) {
 		t.Errorf("/topics: %d", code)
 	}
 	down := want[len(want)-2].Coordinates[0] // the late-joiner carrier
