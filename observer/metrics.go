@@ -16,6 +16,7 @@ type metrics struct {
 	ingested prometheus.Counter
 	lag      *prometheus.GaugeVec
 	findings *prometheus.GaugeVec
+	severity *prometheus.GaugeVec
 }
 
 func newMetrics(h *healthState) *metrics {
@@ -37,15 +38,22 @@ func newMetrics(h *healthState) *metrics {
 			Name: "parsley_observer_findings",
 			Help: "Findings at the last evaluation, by code.",
 		}, []string{"code"}),
+		severity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "parsley_observer_findings_by_severity",
+			Help: "Findings at the last evaluation, by severity (a code's findings can differ: a claim on a marker is info, past the log end an error).",
+		}, []string{"severity"}),
 	}
 	for _, c := range AllCodes() {
 		m.findings.WithLabelValues(string(c)).Set(0)
+	}
+	for _, sev := range []Severity{SeverityInfo, SeverityWarning, SeverityError} {
+		m.severity.WithLabelValues(sev.String()).Set(0)
 	}
 	return m
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.ingested, m.lag, m.findings}
+	return []prometheus.Collector{m.ingested, m.lag, m.findings, m.severity}
 }
 
 // Describe implements prometheus.Collector.
@@ -82,10 +90,15 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 // setFindings publishes the count of findings per code.
 func (m *metrics) setFindings(fs []Finding) {
 	n := map[Code]int{}
+	bySeverity := map[Severity]int{}
 	for _, f := range fs {
 		n[f.Code]++
+		bySeverity[f.Severity]++
 	}
 	for _, c := range AllCodes() {
 		m.findings.WithLabelValues(string(c)).Set(float64(n[c]))
+	}
+	for _, sev := range []Severity{SeverityInfo, SeverityWarning, SeverityError} {
+		m.severity.WithLabelValues(sev.String()).Set(float64(bySeverity[sev]))
 	}
 }

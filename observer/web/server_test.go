@@ -89,7 +89,7 @@ func TestServerAndReadOnly(t *testing.T) {
 		t.Errorf("/api/findings?severity=error: %d %v: %d findings, want 4 (gap, regression, unsettleable past the log end, undecodable)", code, err, len(fs))
 	}
 	code, body = get(t, srv, "/metrics")
-	if code != 200 || !strings.Contains(body, `parsley_observer_findings{code="unsettleable-claim"} 3`) || !strings.Contains(body, "parsley_observer_records_ingested_total") {
+	if code != 200 || !strings.Contains(body, `parsley_observer_findings_by_severity{severity="error"} 4`) || !strings.Contains(body, `parsley_observer_findings{code="unsettleable-claim"} 3`) || !strings.Contains(body, "parsley_observer_records_ingested_total") {
 		t.Errorf("/metrics: %d\n%s", code, body)
 	}
 	if code, body := get(t, srv, "/healthz"); code != 200 || body != "ok\n" {
