@@ -257,3 +257,32 @@ func TestScreenshots(t *testing.T) {
 		fmt.Println("wrote", filepath.Join(dir, p.file))
 	}
 }
+
+// TestBrowserCentresTheRecord: on a deep graph, whose fitted view is
+// whole but small, "Centre on record" shows the record at full size in
+// the middle of the drawing.
+func TestBrowserCentresTheRecord(t *testing.T) {
+	ctx := obstest.Ctx(t)
+	c := broker.New(t)
+	bld := obstest.Builder(t, c)
+	deep, _, _ := shapes(t, ctx, bld)
+	_, o := obstest.Scan(t, ctx, c, observer.Config{})
+	srv := httptest.NewServer(obstest.Server(t, o))
+	defer srv.Close()
+	b := newBrowser(t, ctx)
+	b.open(t, srv.URL+"/record/"+deep.String()+"?depth=100", `#graph[data-drawn="true"] svg`)
+	width := `document.querySelector('#graph svg g.node.root').getBoundingClientRect().width`
+	fitted := eval[float64](t, b, width)
+	if err := chromedp.Do(b.ctx, chromedp.Click(chromedp.CSS(`#graph-controls [data-act=centre]`))); err != nil {
+		t.Fatal(err)
+	}
+	full := eval[float64](t, b, width)
+	if full < 100 || full < 2*fitted {
+		t.Errorf("the record is %.0fpx wide after centring (%.0fpx fitted); want its full width", full, fitted)
+	}
+	off := eval[float64](t, b, `(() => { const s = document.querySelector('#graph svg').getBoundingClientRect(), r = document.querySelector('#graph svg g.node.root').getBoundingClientRect();
+		return Math.abs((r.left + r.right) / 2 - (s.left + s.right) / 2) + Math.abs((r.top + r.bottom) / 2 - (s.top + s.bottom) / 2); })()`)
+	if off > 4 {
+		t.Errorf("after centring the record is %.0fpx from the drawing's centre", off)
+	}
+}

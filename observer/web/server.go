@@ -435,8 +435,13 @@ func (s *Server) uiFindings(w http.ResponseWriter, r *http.Request) {
 			fs = append(fs, x)
 		}
 	}
+	names, err := s.store.Names(r.Context())
+	if err != nil {
+		s.failPage(w, err)
+		return
+	}
 	s.render(w, r, "findings", map[string]any{
-		"Title": "Findings", "Findings": fs, "Total": len(all), "Codes": observer.AllCodes(),
+		"Title": "Findings", "Findings": fs, "Total": len(all), "Codes": observer.AllCodes(), "TopicNames": names,
 		"Summary":    s.codeSummary(r.Context(), all),
 		"Severities": []observer.Severity{observer.SeverityInfo, observer.SeverityWarning, observer.SeverityError},
 		"Code":       f.Code, "Severity": f.Severity, "Topic": f.Topic, "Search": f.Search, "DocsURL": docsURL,

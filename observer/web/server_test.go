@@ -100,7 +100,7 @@ func TestServerAndReadOnly(t *testing.T) {
 		t.Errorf("/: %d, %d finding rows, want %d", code, strings.Count(body, `<tr class="finding"`), len(want))
 	}
 	code, body = get(t, srv, "/?code=late-joiner-window")
-	if code != 200 || strings.Count(body, `<tr class="finding"`) != 1 || !strings.Contains(body, "safe join") {
+	if code != 200 || strings.Count(body, `<tr class="finding"`) != 1 || !strings.Contains(body, ">up/0</span> at 0") {
 		t.Errorf("/?code=late-joiner-window: %d\n%s", code, body)
 	}
 	if code, body := get(t, srv, "/topics"); code != 200 || !strings.Contains(body, `<tr data-topic="grow">`) {

@@ -107,9 +107,13 @@
       view = { x: cx - (cx - view.x) * f, y: cy - (cy - view.y) * f, w: view.w * f, h: view.h * f };
       show();
     }
+    // centre shows the root record at full size in the middle of the box:
+    // the fitted view of a large graph is whole but small.
     function centre() {
       if (!root) return;
-      view.x = root.x - view.w / 2; view.y = root.y - view.h / 2;
+      var r = svg.getBoundingClientRect();
+      var w = Math.max(r.width, 1), h = Math.max(r.height, 1);
+      view = { x: root.x - w / 2, y: root.y - h / 2, w: w, h: h };
       show();
     }
     // toDrawing maps a mouse position to drawing coordinates.
