@@ -259,6 +259,27 @@ func TestPruneByAge(t *testing.T) {
 	}
 }
 
+// widening stores n records on chA, record i claiming width(i) channels,
+// one a millisecond.
+func widening(t *testing.T, n int, width func(i int) int) *Store {
+	t.Helper()
+	st, w := newTestWriter(t)
+	var batch []incoming
+	for i := range n {
+		claims := map[headers.Channel]int64{}
+		for p := range width(i) {
+			claims[headers.Channel{Topic: headers.TopicID{0xd}, Partition: int32(p)}] = 0
+		}
+		r := rec(t, int64(i), 0, claims)
+		r.Timestamp = int64(i)
+		batch = append(batch, r)
+	}
+	if err := w.ingest(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // TestGrowthFromRunStatistics judges a large topic (5,000 records, 79
 // statistics runs) from its run statistics: widening stamps are found,
 // steady ones are not.
@@ -278,20 +299,7 @@ func TestGrowthFromRunStatistics(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			st, w := newTestWriter(t)
-			var batch []incoming
-			for i := range 5000 {
-				claims := map[headers.Channel]int64{}
-				for p := range tc.width(i) {
-					claims[headers.Channel{Topic: headers.TopicID{0xd}, Partition: int32(p)}] = 0
-				}
-				r := rec(t, int64(i), 0, claims)
-				r.Timestamp = int64(i)
-				batch = append(batch, r)
-			}
-			if err := w.ingest(ctx, batch); err != nil {
-				t.Fatal(err)
-			}
+			st := widening(t, 5000, tc.width)
 			var runs int
 			st.db.QueryRowContext(ctx, `SELECT count(*) FROM chan_stats`).Scan(&runs)
 			if runs < growthFineBelow {
@@ -320,22 +328,7 @@ func TestGrowthIgnoresWarmUpOnASmallTopic(t *testing.T) {
 		{"growing", func(i int) int { return 1 + i/30 }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			st, w := newTestWriter(t)
-			var batch []incoming
-			for i := range 268 {
-				claims := map[headers.Channel]int64{}
-				for p := range tc.width(i) {
-					claims[headers.Channel{Topic: headers.TopicID{0xd}, Partition: int32(p)}] = 0
-				}
-				r := rec(t, int64(i), 0, claims)
-				r.Timestamp = int64(i)
-				batch = append(batch, r)
-			}
-			if err := w.ingest(ctx, batch); err != nil {
-				t.Fatal(err)
-			}
-			got := codesOf(t, st)
+			got := codesOf(t, widening(t, 268, tc.width))
 			found := len(got) == 1 && strings.HasPrefix(got[0], "stamp-growth "+at(267)+" "+at(0))
 			if found != tc.want || (!tc.want && len(got) != 0) {
 				t.Errorf("findings %q, want stamp growth %v", got, tc.want)

@@ -133,21 +133,8 @@ type Store struct {
 // synchronous=NORMAL: the store is a cache of what the topics hold, so a
 // lost tail is re-read from the brokers.
 func OpenStore(ctx context.Context, path string) (*Store, error) {
-	q := url.Values{}
-	for _, p := range []string{"journal_mode(WAL)", "synchronous(NORMAL)", "busy_timeout(10000)", "cache_size(-32000)"} {
-		q.Add("_pragma", p)
-	}
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
-	if err != nil {
-		return nil, fmt.Errorf("observer: open store %s: %w", path, err)
-	}
-	db.SetMaxOpenConns(8)
-	s := &Store{db: db, path: path}
-	if err := s.init(ctx); err != nil {
-		db.Close()
-		return nil, err
-	}
-	return s, nil
+	return openStore(ctx, path, url.Values{"_pragma": {"journal_mode(WAL)", "synchronous(NORMAL)", "busy_timeout(10000)", "cache_size(-32000)"}},
+		(*Store).init)
 }
 
 // ErrNotStore is wrapped when a file opened read-only is not an observer
@@ -162,18 +149,20 @@ func OpenStoreReadOnly(ctx context.Context, path string) (*Store, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("observer: open store: %w", err)
 	}
-	q := url.Values{}
-	q.Set("mode", "ro")
-	for _, p := range []string{"query_only(1)", "busy_timeout(10000)"} {
-		q.Add("_pragma", p)
-	}
+	return openStore(ctx, path, url.Values{"mode": {"ro"}, "_pragma": {"query_only(1)", "busy_timeout(10000)"}},
+		(*Store).check)
+}
+
+// openStore opens path with the URI parameters q and readies the store
+// with ready (creating or checking its schema).
+func openStore(ctx context.Context, path string, q url.Values, ready func(*Store, context.Context) error) (*Store, error) {
 	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("observer: open store %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(8)
 	s := &Store{db: db, path: path}
-	if err := s.check(ctx); err != nil {
+	if err := ready(s, ctx); err != nil {
 		db.Close()
 		return nil, err
 	}

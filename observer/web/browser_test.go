@@ -32,7 +32,6 @@ func chromium(t *testing.T) string {
 // Chromium, goes from the findings page to a record page, and checks the
 // SVG that dagre laid out has exactly the expected nodes and edges.
 func TestBrowserDrawsTheGraph(t *testing.T) {
-	exe := chromium(t)
 	ctx := obstest.Ctx(t)
 	c := broker.New(t)
 	b := obstest.Builder(t, c)
@@ -48,13 +47,7 @@ func TestBrowserDrawsTheGraph(t *testing.T) {
 	srv := httptest.NewServer(obstest.Server(t, o))
 	defer srv.Close()
 
-	actx, cancel := chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(exe), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.NoFirstRun, chromedp.UserDataDir(t.TempDir()))
-	defer cancel()
-	bctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
+	bctx := newBrowser(t, ctx).ctx
 
 	// The findings page lists the faulty topology's findings.
 	root := ships[2].String()
