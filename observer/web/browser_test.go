@@ -1,16 +1,13 @@
 package web_test
 
 import (
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"slices"
 	"testing"
 
 	"github.com/chromedp/chromedp"
-	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/parsley-go/parsley/internal/obstest"
-	"github.com/parsley-go/parsley/observer"
 )
 
 // chromium finds Debian's chromium. Without one the test skips, unless CI
@@ -33,19 +30,8 @@ func chromium(t *testing.T) string {
 // SVG that dagre laid out has exactly the expected nodes and edges.
 func TestBrowserDrawsTheGraph(t *testing.T) {
 	ctx := obstest.Ctx(t)
-	c := broker.New(t)
-	b := obstest.Builder(t, c)
 	const n = 6
-	ships, err := b.Clean(ctx, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Faulty(ctx); err != nil {
-		t.Fatal(err)
-	}
-	_, o := obstest.Scan(t, ctx, c, observer.Config{})
-	srv := httptest.NewServer(obstest.Server(t, o))
-	defer srv.Close()
+	srv, ships, b := demoServer(t, ctx, n, nil)
 
 	bctx := newBrowser(t, ctx).ctx
 

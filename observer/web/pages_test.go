@@ -154,24 +154,37 @@ func shapes(t *testing.T, ctx context.Context, b *obsdemo.Builder) (deep, wide, 
 	return deep, wide, lone
 }
 
+// demoServer serves, after one observer pass, the demo topology — a clean
+// pipeline of n shipments and one instance of every finding — plus what
+// more adds; it returns the server, the shipments and the builder.
+func demoServer(t *testing.T, ctx context.Context, n int, more func(*obsdemo.Builder)) (*httptest.Server, []headers.Coordinate, *obsdemo.Builder) {
+	t.Helper()
+	c := broker.New(t)
+	bld := obstest.Builder(t, c)
+	ships, err := bld.Clean(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bld.Faulty(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if more != nil {
+		more(bld)
+	}
+	_, o := obstest.Scan(t, ctx, c, observer.Config{})
+	srv := httptest.NewServer(obstest.Server(t, o))
+	t.Cleanup(srv.Close)
+	return srv, ships, bld
+}
+
 // TestBrowserPages loads every page in headless Chromium at 1280×800: no
 // JavaScript error on any; on record pages every node and edge lies inside
 // the SVG's viewport for a deep and a wide graph, the record itself is
 // visible without scrolling, and a record with no edges still draws.
 func TestBrowserPages(t *testing.T) {
 	ctx := obstest.Ctx(t)
-	c := broker.New(t)
-	bld := obstest.Builder(t, c)
-	if _, err := bld.Clean(ctx, 6); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bld.Faulty(ctx); err != nil {
-		t.Fatal(err)
-	}
-	deep, wide, lone := shapes(t, ctx, bld)
-	_, o := obstest.Scan(t, ctx, c, observer.Config{})
-	srv := httptest.NewServer(obstest.Server(t, o))
-	defer srv.Close()
+	var deep, wide, lone headers.Coordinate
+	srv, _, _ := demoServer(t, ctx, 6, func(bld *obsdemo.Builder) { deep, wide, lone = shapes(t, ctx, bld) })
 	b := newBrowser(t, ctx)
 
 	b.open(t, srv.URL+"/", `#codes`)
@@ -227,18 +240,7 @@ func TestScreenshots(t *testing.T) {
 		dir = filepath.Join("..", "..", dir) // relative to the module root
 	}
 	ctx := obstest.Ctx(t)
-	c := broker.New(t)
-	bld := obstest.Builder(t, c)
-	ships, err := bld.Clean(ctx, 6)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bld.Faulty(ctx); err != nil {
-		t.Fatal(err)
-	}
-	_, o := obstest.Scan(t, ctx, c, observer.Config{})
-	srv := httptest.NewServer(obstest.Server(t, o))
-	defer srv.Close()
+	srv, ships, _ := demoServer(t, ctx, 6, nil)
 	b := newBrowser(t, ctx)
 	for _, p := range []struct{ file, path, sel string }{
 		{"observer-findings.png", "/", "#codes"},
