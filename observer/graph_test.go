@@ -2,6 +2,7 @@ package observer_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -169,5 +170,22 @@ func TestSequenceClaimsResolveToTheSendersRecord(t *testing.T) {
 	}
 	if !hasNode(d, down.String()) {
 		t.Errorf("descendants of %s lack %s (sequence claim)", up, down)
+	}
+}
+
+// TestGraphJSONListsAreNeverNull: a record with no causes or effects
+// serialises its lists as [], which the UI and API clients iterate.
+func TestGraphJSONListsAreNeverNull(t *testing.T) {
+	var b bytes.Buffer
+	g := &observer.Graph{Root: "x/0@0", Direction: "both", Nodes: []observer.Node{{ID: "x/0@0", State: observer.StateRecord}}}
+	if err := g.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `"edges": []`) || strings.Contains(b.String(), "null") {
+		t.Errorf("graph JSON:\n%s", b.String())
+	}
+	out, err := json.Marshal(observer.Graph{})
+	if err != nil || !strings.Contains(string(out), `"nodes":[]`) || !strings.Contains(string(out), `"edges":[]`) {
+		t.Errorf("empty graph JSON: %s %v", out, err)
 	}
 }
