@@ -277,10 +277,10 @@ func (o *Observer) poll(ctx context.Context) (int, error) {
 		}
 	})
 	if ferr != nil {
+		// Health follows the probe, not single fetch errors: a partition's
+		// error is logged here, and a cluster out of reach fails the next
+		// probe.
 		o.log.Warn("fetch error", "err", ferr)
-		if o.health.set(time.Now(), ferr) {
-			o.log.Warn("cannot read the cluster", "err", ferr)
-		}
 	}
 	now := time.Now()
 	o.mu.Lock()
