@@ -19,6 +19,7 @@ type incoming struct {
 	Topic     string
 	Offset    int64
 	Timestamp int64 // milliseconds since the epoch
+	Key       []byte
 	Control   bool
 	Headers   []headers.Header
 	// Transactional records stay pending until their producer's marker:
@@ -334,25 +335,29 @@ type recordRow struct {
 	stamp           []byte // the stamp headers as encodeStampHeaders writes them; nil if none
 	err             string // why the stamp does not decode; "" if it does
 	pid             int64  // producer ID of a transactional record, else -1
+	keyHash         int64  // keyHash of its key; 0 without one
 }
 
 // recInsert lists the records columns in the order appendArgs gives them.
-const recInsert = `INSERT INTO records(id, ch, off, ts, kind, stamped, tagged, sender, seq, n_off, n_seq, hdr_bytes, stamp, err, pid) VALUES `
+const recInsert = `INSERT INTO records(id, ch, off, ts, kind, stamped, tagged, sender, seq, n_off, n_seq, hdr_bytes, stamp, err, pid, key_hash) VALUES `
 
 // recCols is the number of columns in recInsert; TestRecordRowMatchesInsert
 // checks appendArgs against it.
-const recCols = 15
+const recCols = 16
 
 func (r *recordRow) appendArgs(args []any) []any {
-	var stamp, errText any
+	var stamp, errText, key any
 	if r.stamp != nil {
 		stamp = r.stamp
 	}
 	if r.err != "" {
 		errText = r.err
 	}
+	if r.keyHash != 0 {
+		key = r.keyHash
+	}
 	return append(args, r.id, r.ch, r.off, r.ts, int(r.kind), r.stamped, r.tagged, r.sender, r.seq,
-		r.nOff, r.nSeq, r.hdrBytes, stamp, errText, r.pid)
+		r.nOff, r.nSeq, r.hdrBytes, stamp, errText, r.pid, key)
 }
 
 // add stores one record: it moves the channel's position, notes skipped
@@ -376,6 +381,9 @@ func (w *writer) add(ctx context.Context, tx *sql.Tx, in *incoming) error {
 	}
 	cs.next, cs.dirty = in.Offset+1, true
 	row := recordRow{id: w.nextRec, ch: cs.id, off: in.Offset, ts: in.Timestamp, kind: kindData, pid: -1}
+	if len(in.Key) > 0 {
+		row.keyHash = keyHash(in.Key)
+	}
 	w.nextRec++
 	if in.Control {
 		return w.addMarker(ctx, tx, cs, in, row)

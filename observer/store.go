@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/url"
 	"os"
 	"strconv"
@@ -74,7 +75,8 @@ CREATE TABLE IF NOT EXISTS records(
 	n_seq INTEGER NOT NULL,
 	hdr_bytes INTEGER NOT NULL,
 	stamp BLOB,
-	err TEXT);
+	err TEXT,
+	key_hash INTEGER);                        -- keyHash of the record's key; NULL without a key
 CREATE UNIQUE INDEX IF NOT EXISTS records_at ON records(ch, off);
 CREATE INDEX IF NOT EXISTS records_seq ON records(ch, sender, seq) WHERE tagged;
 -- Markers and aborted records: the positions a claim must not name.
@@ -207,7 +209,50 @@ func (s *Store) init(ctx context.Context) error {
 	case v != schemaVersion:
 		return fmt.Errorf("observer: store %s has schema version %q, this observer reads %q: %w", s.path, v, schemaVersion, ErrSchemaVersion)
 	}
+	// key_hash came within schema 2: a store written before it gains the
+	// column, NULL for the records already stored.
+	var n int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('records') WHERE name = 'key_hash'`).Scan(&n); err != nil {
+		return fmt.Errorf("observer: read the records columns in %s: %w", s.path, err)
+	}
+	if n == 0 {
+		if _, err := s.db.ExecContext(ctx, `ALTER TABLE records ADD COLUMN key_hash INTEGER`); err != nil {
+			return fmt.Errorf("observer: add key_hash to %s: %w", s.path, err)
+		}
+	}
 	return nil
+}
+
+// keyHash is what the store keeps of a record's key: enough to find the
+// records with a key an operator types, not the key itself. 0 is never
+// returned, so a hash is never confused with no key.
+func keyHash(key []byte) int64 {
+	h := fnv.New64a()
+	h.Write(key)
+	return int64(h.Sum64() | 1)
+}
+
+// KeyRecords returns the coordinates, by topic ID, of up to limit stored
+// records whose key is key, newest first. A store written before keys were
+// kept finds none.
+func (s *Store) KeyRecords(ctx context.Context, key string, limit int) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT c.topic, c.part, r.off FROM records r JOIN channels c ON c.id = r.ch
+		WHERE r.key_hash = ? ORDER BY r.id DESC LIMIT ?`, keyHash([]byte(key)), limit)
+	if err != nil {
+		return nil, fmt.Errorf("observer: records with key %q: %w", key, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var topic []byte
+		var c headers.Coordinate
+		if err := rows.Scan(&topic, &c.Partition, &c.Offset); err != nil {
+			return nil, fmt.Errorf("observer: records with key %q: %w", key, err)
+		}
+		copy(c.Topic[:], topic)
+		out = append(out, c.String())
+	}
+	return out, rows.Err()
 }
 
 // Close closes the database.

@@ -58,3 +58,41 @@ func TestWriterFailsWhenItCannotReload(t *testing.T) {
 		t.Errorf("records stored: %d (%v), want 1", n, err)
 	}
 }
+
+// TestKeysAreFoundByHash: the store keeps a hash of each record's key,
+// finds records by the key an operator types, and adds the column to a
+// store written before keys were kept.
+func TestKeysAreFoundByHash(t *testing.T) {
+	ctx := context.Background()
+	st, w := newTestWriter(t)
+	a, b := rec(t, 0, 1, nil), rec(t, 1, 2, nil)
+	a.Key, b.Key = []byte("cust-42"), []byte("cust-7")
+	if err := w.ingest(ctx, []incoming{a, b, rec(t, 2, 3, nil)}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.KeyRecords(ctx, "cust-42", 10)
+	if err != nil || len(got) != 1 || got[0] != at(0) {
+		t.Errorf("records with key cust-42: %v %v, want [%s]", got, err, at(0))
+	}
+	if got, err := st.KeyRecords(ctx, "cust-", 10); err != nil || len(got) != 0 {
+		t.Errorf("records with key cust-: %v %v, want none (keys match whole)", got, err)
+	}
+	var stored string
+	if err := st.db.QueryRowContext(ctx, `SELECT count(*) FROM records WHERE CAST(key_hash AS TEXT) LIKE '%cust%'`).Scan(&stored); err != nil || stored != "0" {
+		t.Errorf("a key is stored as text: %s %v", stored, err)
+	}
+
+	// A store from before the column: reopening adds it.
+	if _, err := st.db.ExecContext(ctx, `ALTER TABLE records DROP COLUMN key_hash`); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	st2, err := OpenStore(ctx, st.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	if got, err := st2.KeyRecords(ctx, "cust-42", 10); err != nil || len(got) != 0 {
+		t.Errorf("after adding the column to an old store: %v %v, want none and no error", got, err)
+	}
+}

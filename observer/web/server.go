@@ -199,21 +199,38 @@ type findingFilter struct {
 	Search   string // a coordinate, topic or word: matched in coordinates, names and summary
 }
 
-// matches reports whether x passes the filter.
-func (f findingFilter) matches(x observer.Finding, min observer.Severity) bool {
-	if (f.Code != "" && string(x.Code) != f.Code) || x.Severity < min || (f.Topic != "" && x.Topic != f.Topic) {
-		return false
-	}
-	if f.Search == "" {
-		return true
-	}
-	q := strings.ToLower(f.Search)
-	for _, c := range append(slices.Clone(x.Coordinates), x.Names...) {
-		if strings.Contains(strings.ToLower(c), q) {
-			return true
+// keySearchLimit bounds how many records with the searched key are
+// looked for in findings.
+const keySearchLimit = 1000
+
+// filter returns the findings that pass f. A search matches a finding
+// whose coordinates (by ID or name) or summary contain it, or that names
+// a record whose key is the search text.
+func (s *Server) filter(ctx context.Context, all []observer.Finding, f findingFilter) []observer.Finding {
+	min, _ := observer.ParseSeverity(f.Severity)
+	var keyed map[string]bool
+	if f.Search != "" {
+		// A store written before keys were kept has none to find; the
+		// text search still answers.
+		coords, _ := s.store.KeyRecords(ctx, f.Search, keySearchLimit)
+		keyed = make(map[string]bool, len(coords))
+		for _, c := range coords {
+			keyed[c] = true
 		}
 	}
-	return strings.Contains(strings.ToLower(x.Summary), q)
+	q := strings.ToLower(f.Search)
+	out := []observer.Finding{}
+	for _, x := range all {
+		if (f.Code != "" && string(x.Code) != f.Code) || x.Severity < min || (f.Topic != "" && x.Topic != f.Topic) {
+			continue
+		}
+		if q == "" || strings.Contains(strings.ToLower(x.Summary), q) || slices.ContainsFunc(x.Coordinates, func(c string) bool {
+			return keyed[c] || strings.Contains(strings.ToLower(c), q)
+		}) || slices.ContainsFunc(x.Names, func(c string) bool { return strings.Contains(strings.ToLower(c), q) }) {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 func parseFindingFilter(r *http.Request) (findingFilter, error) {
@@ -237,14 +254,7 @@ func (s *Server) findings(ctx context.Context, f findingFilter) ([]observer.Find
 	if err != nil {
 		return nil, err
 	}
-	min, _ := observer.ParseSeverity(f.Severity)
-	out := []observer.Finding{}
-	for _, x := range all {
-		if f.matches(x, min) {
-			out = append(out, x)
-		}
-	}
-	return out, nil
+	return s.filter(ctx, all, f), nil
 }
 
 // evaluateShared returns the findings evaluated within findingsTTL, or
@@ -428,13 +438,7 @@ func (s *Server) uiFindings(w http.ResponseWriter, r *http.Request) {
 		s.failPage(w, err)
 		return
 	}
-	min, _ := observer.ParseSeverity(f.Severity)
-	fs := []observer.Finding{}
-	for _, x := range all {
-		if f.matches(x, min) {
-			fs = append(fs, x)
-		}
-	}
+	fs := s.filter(r.Context(), all, f)
 	names, err := s.store.Names(r.Context())
 	if err != nil {
 		s.failPage(w, err)

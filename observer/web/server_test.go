@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/parsley-go/parsley/internal/obsdemo"
 	"github.com/parsley-go/parsley/internal/obstest"
 	"github.com/parsley-go/parsley/observer"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -207,4 +209,54 @@ func TestReadOnlyGuardWorks(t *testing.T) {
 		t.Error("a produce went unseen by the write detector")
 	}
 	_ = obsdemo.Want{}
+}
+
+// TestSearchByKey: a search for a record key finds the findings that name
+// a record with that key; the key itself is never stored, only its hash.
+func TestSearchByKey(t *testing.T) {
+	ctx := obstest.Ctx(t)
+	c := broker.New(t)
+	b := obstest.Builder(t, c)
+	if err := b.Create(ctx, 1, "keyed"); err != nil {
+		t.Fatal(err)
+	}
+	bad := &kgo.Record{Topic: "keyed", Key: []byte("cust-42"), Value: []byte("v"),
+		Headers: []kgo.RecordHeader{{Key: "vc", Value: []byte{0xff, 0x01}}}}
+	good := &kgo.Record{Topic: "keyed", Key: []byte("cust-7"), Value: []byte("v")}
+	if err := c.Client().ProduceSync(ctx, bad, good).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	_, o := obstest.Scan(t, ctx, c, observer.Config{})
+	srv := httptest.NewServer(obstest.Server(t, o))
+	defer srv.Close()
+	// cust-42's record has the bad stamp; cust-7's is the first unstamped
+	// record of a topic some of whose records carry stamps.
+	for _, tc := range []struct {
+		q    string
+		want []observer.Code
+	}{
+		{"cust-42", []observer.Code{observer.CodeUndecodableStamp}},
+		{"cust-7", []observer.Code{observer.CodePartiallyStamped}},
+		{"cust-4", nil}, // keys match whole
+		{"keyed/0@1", []observer.Code{observer.CodePartiallyStamped}},
+		{"nothing-like-it", nil},
+	} {
+		code, body := get(t, srv, "/api/findings?q="+url.QueryEscape(tc.q))
+		var fs []observer.Finding
+		if err := json.Unmarshal([]byte(body), &fs); code != 200 || err != nil {
+			t.Fatalf("search %q: %d %v", tc.q, code, err)
+		}
+		var got []observer.Code
+		for _, f := range fs {
+			got = append(got, f.Code)
+		}
+		slices.Sort(got)
+		slices.Sort(tc.want)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("search %q found %v, want %v", tc.q, got, tc.want)
+		}
+	}
+	if code, body := get(t, srv, "/?q=cust-7"); code != 200 || strings.Count(body, `<tr class="finding"`) != 1 {
+		t.Errorf("findings page search by key: %d, %d rows", code, strings.Count(body, `<tr class="finding"`))
+	}
 }
