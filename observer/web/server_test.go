@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"github.com/parsley-go/parsley/internal/obsdemo"
 	"github.com/parsley-go/parsley/internal/obstest"
 	"github.com/parsley-go/parsley/observer"
+	"github.com/parsley-go/parsley/observer/web"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -258,5 +260,45 @@ func TestSearchByKey(t *testing.T) {
 	}
 	if code, body := get(t, srv, "/?q=cust-7"); code != 200 || strings.Count(body, `<tr class="finding"`) != 1 {
 		t.Errorf("findings page search by key: %d, %d rows", code, strings.Count(body, `<tr class="finding"`))
+	}
+}
+
+// TestRecordPagePreviewsPayloads: the record page previews key, value and
+// headers from the brokers, capped at observer.PreviewBytes, binary as
+// hex; a server without a payload reader says previews are off.
+func TestRecordPagePreviewsPayloads(t *testing.T) {
+	ctx := obstest.Ctx(t)
+	c := broker.New(t)
+	b := obstest.Builder(t, c)
+	if err := b.Create(ctx, 1, "pay"); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("x", 1000)
+	r := &kgo.Record{Topic: "pay", Key: []byte("cust-42"), Value: []byte(long),
+		Headers: []kgo.RecordHeader{{Key: "trace-id", Value: []byte("abc123")}, {Key: "blob", Value: []byte{0, 1, 0xfe}}}}
+	if err := c.Client().ProduceSync(ctx, r).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	st, o := obstest.Scan(t, ctx, c, observer.Config{})
+	srv := httptest.NewServer(obstest.Server(t, o))
+	defer srv.Close()
+	code, body := get(t, srv, "/record/pay/0@0")
+	for _, want := range []string{"cust-42", ">abc123<", "00 01 fe", fmt.Sprintf("… %d more of 1000 bytes", 1000-observer.PreviewBytes)} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Errorf("record page lacks %q (status %d)", want, code)
+		}
+	}
+	if strings.Contains(body, strings.Repeat("x", observer.PreviewBytes+1)) {
+		t.Error("record page shows more of the value than the preview cap")
+	}
+	off, err := web.New(web.Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvOff := httptest.NewServer(off)
+	defer srvOff.Close()
+	code, body = get(t, srvOff, "/record/pay/0@0")
+	if code != 200 || !strings.Contains(body, "Payload previews are off") || strings.Contains(body, "cust-42") || strings.Contains(body, "abc123") {
+		t.Errorf("record page without payloads: %d, shows payload or lacks the note", code)
 	}
 }
