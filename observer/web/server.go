@@ -356,7 +356,9 @@ func (s *Server) apiRecord(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, map[string]any{"record": recordJSON(rec), "ancestry": up, "descendants": down})
+	m := recordJSON(rec)
+	m["label"] = up.RootLabel // by name; "coordinate" stays by topic ID
+	writeJSON(w, map[string]any{"record": m, "ancestry": up, "descendants": down})
 }
 
 func recordJSON(r *observer.Record) map[string]any {

@@ -116,7 +116,8 @@ func TestServerAndReadOnly(t *testing.T) {
 		Record   map[string]any
 		Ancestry observer.Graph
 	}
-	if err := json.Unmarshal([]byte(body), &rec); code != 200 || err != nil || len(rec.Ancestry.Edges) != 1 || rec.Ancestry.Edges[0].Kind != "seq" {
+	if err := json.Unmarshal([]byte(body), &rec); code != 200 || err != nil || len(rec.Ancestry.Edges) != 1 || rec.Ancestry.Edges[0].Kind != "seq" ||
+		rec.Record["coordinate"] != down || !strings.HasPrefix(fmt.Sprint(rec.Record["label"]), "down/0@") {
 		t.Errorf("/api/records/%s: %d %v\n%s", down, code, err, body)
 	}
 	if code, body := get(t, srv, "/record/down/0@0"); code != 200 || !strings.Contains(body, `id="graph-data"`) {
