@@ -22,32 +22,9 @@ func TestRunWaitsForTopicsThatAppearLater(t *testing.T) {
 	ctx := ctxFor(t)
 	c := broker.New(t)
 	b := builder(t, c)
-	st, err := observer.OpenStore(ctx, filepath.Join(t.TempDir(), "obs.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	o, err := observer.New(observer.Config{Brokers: c.Addrs(), Topics: []string{"named"}, Pattern: regexp.MustCompile("^later-"),
-		Refresh: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- o.Run(rctx) }()
-	defer func() { cancel(); <-done }()
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("timed out waiting for %s; health %+v", what, o.Health())
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}
-	waitFor("a probe", func() bool { return !o.Health().Checked.IsZero() })
+	st, o := running(t, ctx, observer.Config{Brokers: c.Addrs(), Topics: []string{"named"}, Pattern: regexp.MustCompile("^later-"),
+		Refresh: 100 * time.Millisecond})
+	waitFor(t, ctx, "a probe", func() bool { return !o.Health().Checked.IsZero() })
 	h := o.Health()
 	if !h.Up || !slices.Equal(h.Missing, []string{"named", "pattern ^later-"}) || len(h.Topics) != 0 {
 		t.Fatalf("health before the topics exist: %+v; want up, missing the named topic and the pattern", h)
@@ -63,7 +40,7 @@ func TestRunWaitsForTopicsThatAppearLater(t *testing.T) {
 		}
 		recs = append(recs, at)
 	}
-	waitFor("records of topics created after the start", func() bool {
+	waitFor(t, ctx, "records of topics created after the start", func() bool {
 		for _, at := range recs {
 			if _, err := st.Record(ctx, at); err != nil {
 				return false
@@ -71,8 +48,47 @@ func TestRunWaitsForTopicsThatAppearLater(t *testing.T) {
 		}
 		return true
 	})
-	waitFor("health to list both topics", func() bool {
+	waitFor(t, ctx, "health to list both topics", func() bool {
 		h := o.Health()
 		return len(h.Missing) == 0 && slices.Equal(h.Topics, []string{"later-a", "named"})
 	})
+}
+
+// running opens a fresh store and runs an observer configured by cfg (its
+// logs discarded) until the test ends.
+func running(t *testing.T, ctx context.Context, cfg observer.Config) (*observer.Store, *observer.Observer) {
+	t.Helper()
+	st, err := observer.OpenStore(ctx, filepath.Join(t.TempDir(), "obs.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	o, err := observer.New(cfg, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(o.Close)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- o.Run(rctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return st, o
+}
+
+// waitFor polls cond until it holds, failing the test when ctx ends.
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
