@@ -18,8 +18,8 @@ type incoming struct {
 	Channel   headers.Channel
 	Topic     string
 	Offset    int64
-	Timestamp int64 // milliseconds since the epoch
-	Key       []byte
+	Key       []byte // nil when the record has none
+	Timestamp int64  // milliseconds since the epoch
 	Control   bool
 	Headers   []headers.Header
 	// Transactional records stay pending until their producer's marker:
@@ -74,6 +74,7 @@ type writer struct {
 	hdrBuf   []byte
 	// uncommitted: records of open and aborted transactions are fetched.
 	uncommitted bool
+	place       placement // partition counts for checkPlacement (placement.go)
 	// broken, once set, is returned by every call: the caches could not be
 	// rebuilt after a failed batch.
 	broken error
@@ -500,6 +501,7 @@ func (w *writer) addData(ctx context.Context, tx *sql.Tx, cs *chanState, in *inc
 		w.seqArgs = append(w.seqArgs, tcs.id, sid, e.Seq, row.id)
 	}
 	cs.prev.CopyFrom(&st.Clock)
+	w.checkPlacement(in, st)
 	// Reading uncommitted, a stage's aborted sends show up and their
 	// sequence numbers are reused by the redo: judge senders only on
 	// records known to be committed.
