@@ -110,8 +110,11 @@ type Finding struct {
 	// Coordinates are the records (or claimed positions) involved, as
 	// "topicID/partition@offset", the record the finding is about first.
 	Coordinates []string `json:"coordinates"`
-	Summary     string   `json:"summary"`
-	Action      string   `json:"action"`
+	// Names are Coordinates with topics by name, as people read them
+	// (see Names).
+	Names   []string `json:"names"`
+	Summary string   `json:"summary"`
+	Action  string   `json:"action"`
 	// SafeJoin, for a late-joiner window, is the offset per channel
 	// ("topicID/partition") at or below which a new consumer must start to
 	// deliver the claimed record.
@@ -120,9 +123,14 @@ type Finding struct {
 	Count int `json:"count"`
 }
 
-// String is a one-line rendering for terminals and logs.
+// String is a one-line rendering for terminals and logs, by name where
+// names are known.
 func (f Finding) String() string {
-	return fmt.Sprintf("%s %s: %s [%s] — %s", f.Severity, f.Code, f.Summary, strings.Join(f.Coordinates, " "), f.Action)
+	coords := f.Names
+	if len(coords) != len(f.Coordinates) {
+		coords = f.Coordinates
+	}
+	return fmt.Sprintf("%s %s: %s [%s] — %s", f.Severity, f.Code, f.Summary, strings.Join(coords, " "), f.Action)
 }
 
 // Explain returns what a code means and its severity.
@@ -165,3 +173,6 @@ var codeInfo = map[Code]struct {
 		"make every producer of the topic partition with murmur2, Kafka's default (sarama: saramaclock.Murmur2Partitioner; " +
 			"librdkafka: partitioner=murmur2_random; kafka-go: Murmur2Balancer), or key related records alike so they share a partition number"},
 }
+
+// Known reports whether c is one of the codes AllCodes returns.
+func (c Code) Known() bool { return codeInfo[c].action != "" }

@@ -238,7 +238,8 @@ func scan(ctx context.Context, out io.Writer, cl *excluster.Cluster, dir string)
 		return err
 	}
 	defer st.Close()
-	o, err := observer.New(observer.Config{Seeds: cl.Addrs, Topics: []string{"orders", "payments"}}, st)
+	o, err := observer.New(observer.Config{Brokers: cl.Addrs, Topics: []string{"orders", "payments"},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st)
 	if err != nil {
 		return err
 	}

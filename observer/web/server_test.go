@@ -1,18 +1,23 @@
-package observer_test
+package web_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/parsley-go/parsley/internal/obsdemo"
+	"github.com/parsley-go/parsley/internal/obstest"
 	"github.com/parsley-go/parsley/observer"
+	"github.com/parsley-go/parsley/observer/web"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -37,9 +42,9 @@ var writeKeys = map[int16]bool{
 }
 
 func TestServerAndReadOnly(t *testing.T) {
-	ctx := ctxFor(t)
+	ctx := obstest.Ctx(t)
 	c := broker.New(t)
-	b := builder(t, c)
+	b := obstest.Builder(t, c)
 	want, err := b.Faulty(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -56,12 +61,8 @@ func TestServerAndReadOnly(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	_, o := scan(t, ctx, c)
-	h, err := o.Handler()
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
+	_, o := obstest.Scan(t, ctx, c, observer.Config{})
+	srv := httptest.NewServer(obstest.Server(t, o))
 	defer srv.Close()
 
 	code, body := get(t, srv, "/api/findings")
@@ -92,7 +93,7 @@ func TestServerAndReadOnly(t *testing.T) {
 		t.Errorf("/api/findings?severity=error: %d %v: %d findings, want 4 (gap, regression, unsettleable past the log end, undecodable)", code, err, len(fs))
 	}
 	code, body = get(t, srv, "/metrics")
-	if code != 200 || !strings.Contains(body, `parsley_observer_findings{code="unsettleable-claim"} 3`) || !strings.Contains(body, "parsley_observer_records_ingested_total") {
+	if code != 200 || !strings.Contains(body, `parsley_observer_findings_by_severity{severity="error"} 4`) || !strings.Contains(body, `parsley_observer_findings{code="unsettleable-claim"} 3`) || !strings.Contains(body, "parsley_observer_records_ingested_total") {
 		t.Errorf("/metrics: %d\n%s", code, body)
 	}
 	if code, body := get(t, srv, "/healthz"); code != 200 || body != "ok\n" {
@@ -103,10 +104,10 @@ func TestServerAndReadOnly(t *testing.T) {
 		t.Errorf("/: %d, %d finding rows, want %d", code, strings.Count(body, `<tr class="finding"`), len(want))
 	}
 	code, body = get(t, srv, "/?code=late-joiner-window")
-	if code != 200 || strings.Count(body, `<tr class="finding"`) != 1 || !strings.Contains(body, "safe join") {
+	if code != 200 || strings.Count(body, `<tr class="finding"`) != 1 || !strings.Contains(body, ">up/0</span> at 0") {
 		t.Errorf("/?code=late-joiner-window: %d\n%s", code, body)
 	}
-	if code, body := get(t, srv, "/topics"); code != 200 || !strings.Contains(body, "<td>grow</td>") {
+	if code, body := get(t, srv, "/topics"); code != 200 || !strings.Contains(body, `<tr data-topic="grow">`) {
 		t.Errorf("/topics: %d", code)
 	}
 	down := want[len(want)-2].Coordinates[0] // the late-joiner carrier
@@ -115,7 +116,8 @@ func TestServerAndReadOnly(t *testing.T) {
 		Record   map[string]any
 		Ancestry observer.Graph
 	}
-	if err := json.Unmarshal([]byte(body), &rec); code != 200 || err != nil || len(rec.Ancestry.Edges) != 1 || rec.Ancestry.Edges[0].Kind != "seq" {
+	if err := json.Unmarshal([]byte(body), &rec); code != 200 || err != nil || len(rec.Ancestry.Edges) != 1 || rec.Ancestry.Edges[0].Kind != "seq" ||
+		rec.Record["coordinate"] != down || !strings.HasPrefix(fmt.Sprint(rec.Record["label"]), "down/0@") {
 		t.Errorf("/api/records/%s: %d %v\n%s", down, code, err, body)
 	}
 	if code, body := get(t, srv, "/record/down/0@0"); code != 200 || !strings.Contains(body, `id="graph-data"`) {
@@ -190,9 +192,9 @@ func TestServerAndReadOnly(t *testing.T) {
 
 // TestReadOnlyGuardWorks proves the write detector above sees a write.
 func TestReadOnlyGuardWorks(t *testing.T) {
-	ctx := ctxFor(t)
+	ctx := obstest.Ctx(t)
 	c := broker.New(t)
-	b := builder(t, c)
+	b := obstest.Builder(t, c)
 	var seen bool
 	c.Fake().Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
 		if writeKeys[req.Key()] {
@@ -210,4 +212,94 @@ func TestReadOnlyGuardWorks(t *testing.T) {
 		t.Error("a produce went unseen by the write detector")
 	}
 	_ = obsdemo.Want{}
+}
+
+// TestSearchByKey: a search for a record key finds the findings that name
+// a record with that key; the key itself is never stored, only its hash.
+func TestSearchByKey(t *testing.T) {
+	ctx := obstest.Ctx(t)
+	c := broker.New(t)
+	b := obstest.Builder(t, c)
+	if err := b.Create(ctx, 1, "keyed"); err != nil {
+		t.Fatal(err)
+	}
+	bad := &kgo.Record{Topic: "keyed", Key: []byte("cust-42"), Value: []byte("v"),
+		Headers: []kgo.RecordHeader{{Key: "vc", Value: []byte{0xff, 0x01}}}}
+	good := &kgo.Record{Topic: "keyed", Key: []byte("cust-7"), Value: []byte("v")}
+	if err := c.Client().ProduceSync(ctx, bad, good).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	_, o := obstest.Scan(t, ctx, c, observer.Config{})
+	srv := httptest.NewServer(obstest.Server(t, o))
+	defer srv.Close()
+	// cust-42's record has the bad stamp; cust-7's is the first unstamped
+	// record of a topic some of whose records carry stamps.
+	for _, tc := range []struct {
+		q    string
+		want []observer.Code
+	}{
+		{"cust-42", []observer.Code{observer.CodeUndecodableStamp}},
+		{"cust-7", []observer.Code{observer.CodePartiallyStamped}},
+		{"cust-4", nil}, // keys match whole
+		{"keyed/0@1", []observer.Code{observer.CodePartiallyStamped}},
+		{"nothing-like-it", nil},
+	} {
+		code, body := get(t, srv, "/api/findings?q="+url.QueryEscape(tc.q))
+		var fs []observer.Finding
+		if err := json.Unmarshal([]byte(body), &fs); code != 200 || err != nil {
+			t.Fatalf("search %q: %d %v", tc.q, code, err)
+		}
+		var got []observer.Code
+		for _, f := range fs {
+			got = append(got, f.Code)
+		}
+		slices.Sort(got)
+		slices.Sort(tc.want)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("search %q found %v, want %v", tc.q, got, tc.want)
+		}
+	}
+	if code, body := get(t, srv, "/?q=cust-7"); code != 200 || strings.Count(body, `<tr class="finding"`) != 1 {
+		t.Errorf("findings page search by key: %d, %d rows", code, strings.Count(body, `<tr class="finding"`))
+	}
+}
+
+// TestRecordPagePreviewsPayloads: the record page previews key, value and
+// headers from the brokers, capped at observer.PreviewBytes, binary as
+// hex; a server without a payload reader says previews are off.
+func TestRecordPagePreviewsPayloads(t *testing.T) {
+	ctx := obstest.Ctx(t)
+	c := broker.New(t)
+	b := obstest.Builder(t, c)
+	if err := b.Create(ctx, 1, "pay"); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("x", 1000)
+	r := &kgo.Record{Topic: "pay", Key: []byte("cust-42"), Value: []byte(long),
+		Headers: []kgo.RecordHeader{{Key: "trace-id", Value: []byte("abc123")}, {Key: "blob", Value: []byte{0, 1, 0xfe}}}}
+	if err := c.Client().ProduceSync(ctx, r).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	st, o := obstest.Scan(t, ctx, c, observer.Config{})
+	srv := httptest.NewServer(obstest.Server(t, o))
+	defer srv.Close()
+	code, body := get(t, srv, "/record/pay/0@0")
+	for _, want := range []string{"cust-42", ">abc123<", "00 01 fe", fmt.Sprintf("… %d more of 1000 bytes", 1000-observer.PreviewBytes)} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Errorf("record page lacks %q (status %d)", want, code)
+		}
+	}
+	if strings.Contains(body, strings.Repeat("x", observer.PreviewBytes+1)) {
+		t.Error("record page shows more of the value than the preview cap")
+	}
+	off, err := web.New(web.Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvOff := httptest.NewServer(off)
+	defer srvOff.Close()
+	code, body = get(t, srvOff, "/record/pay/0@0")
+	if code != 200 || !strings.Contains(body, "Payload previews are off") || strings.Contains(body, "cust-42") || strings.Contains(body, "abc123") {
+		t.Errorf("record page without payloads: %d, shows payload or lacks the note", code)
+	}
 }

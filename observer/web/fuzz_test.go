@@ -1,37 +1,39 @@
-package observer
+package web_test
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"testing"
 
 	"github.com/parsley-go/parsley/headers"
+	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/obstest"
+	"github.com/parsley-go/parsley/observer"
+	"github.com/parsley-go/parsley/observer/web"
 )
 
 // FuzzServerNeverFails500 sends arbitrary coordinates and query parameters
 // to every route: a malformed request is the client's fault (400) or names
 // nothing (404), never a server error.
 func FuzzServerNeverFails500(f *testing.F) {
-	st, err := OpenStore(context.Background(), f.TempDir()+"/f.db")
+	ctx := obstest.Ctx(f)
+	c := broker.New(f)
+	b := obstest.Builder(f, c)
+	if err := b.Create(ctx, 1, "t"); err != nil {
+		f.Fatal(err)
+	}
+	first, err := b.Produce(ctx, "t", 0, nil)
 	if err != nil {
 		f.Fatal(err)
 	}
-	defer st.Close()
-	w, err := newWriter(context.Background(), st)
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer w.close()
-	ch := headers.Channel{Topic: headers.TopicID{0xf}, Partition: 0}
 	var s headers.Stamp
-	s.Clock.SetOffset(ch, 0)
-	hs, _ := headers.AppendStamp([]headers.Header(nil), &s, headers.DialectVC)
-	if err := w.ingest(context.Background(), []incoming{{Channel: ch, Topic: "t", Offset: 0}, {Channel: ch, Topic: "t", Offset: 1, Headers: hs}}); err != nil {
+	s.Clock.SetOffset(first.Channel, first.Offset)
+	if _, err := b.Stamped(ctx, "t", 0, &s); err != nil {
 		f.Fatal(err)
 	}
-	srv, err := NewServer(st, nil, nil)
+	st, _ := obstest.Scan(f, ctx, c, observer.Config{})
+	srv, err := web.New(web.Config{Store: st})
 	if err != nil {
 		f.Fatal(err)
 	}

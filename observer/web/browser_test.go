@@ -1,14 +1,13 @@
-package observer_test
+package web_test
 
 import (
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"slices"
 	"testing"
 
 	"github.com/chromedp/chromedp"
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/obstest"
 )
 
 // chromium finds Debian's chromium. Without one the test skips, unless CI
@@ -30,33 +29,11 @@ func chromium(t *testing.T) string {
 // Chromium, goes from the findings page to a record page, and checks the
 // SVG that dagre laid out has exactly the expected nodes and edges.
 func TestBrowserDrawsTheGraph(t *testing.T) {
-	exe := chromium(t)
-	ctx := ctxFor(t)
-	c := broker.New(t)
-	b := builder(t, c)
+	ctx := obstest.Ctx(t)
 	const n = 6
-	ships, err := b.Clean(ctx, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Faulty(ctx); err != nil {
-		t.Fatal(err)
-	}
-	_, o := scan(t, ctx, c)
-	h, err := o.Handler()
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	defer srv.Close()
+	srv, ships, b := demoServer(t, ctx, n, nil)
 
-	actx, cancel := chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(exe), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.NoFirstRun, chromedp.UserDataDir(t.TempDir()))
-	defer cancel()
-	bctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
+	bctx := newBrowser(t, ctx).ctx
 
 	// The findings page lists the faulty topology's findings.
 	root := ships[2].String()
@@ -134,7 +111,7 @@ func TestBrowserDrawsTheGraph(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if title != "Record "+ships[5].String() {
+	if title != "Record shipments/0@5" {
 		t.Errorf("after clicking the node of %s the page is %q", ships[5], title)
 	}
 }
