@@ -37,6 +37,7 @@ var writeKeys = map[int16]bool{
 }
 
 func TestServerAndReadOnly(t *testing.T) {
+	broker.KfakeOnly(t, "watches every request the cluster receives through a kfake Control hook")
 	ctx := ctxFor(t)
 	c := broker.New(t)
 	b := builder(t, c)
@@ -190,6 +191,7 @@ func TestServerAndReadOnly(t *testing.T) {
 
 // TestReadOnlyGuardWorks proves the write detector above sees a write.
 func TestReadOnlyGuardWorks(t *testing.T) {
+	broker.KfakeOnly(t, "watches every request the cluster receives through a kfake Control hook")
 	ctx := ctxFor(t)
 	c := broker.New(t)
 	b := builder(t, c)
