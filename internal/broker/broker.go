@@ -192,7 +192,7 @@ func (c *Cluster) CreateTopics(ctx context.Context, ts ...Topic) error {
 			err = resp.Err
 		}
 		if err == nil && c.fake == nil {
-			err = c.waitTopics(ctx, []string{t.Name}, topicReady(parts))
+			err = c.waitTopics(ctx, []string{t.Name}, topicReady(resp.ID, parts))
 		}
 		if err != nil {
 			return fmt.Errorf("broker: create topic %q: %w", t.Name, err)
@@ -215,6 +215,11 @@ func (c *Cluster) DeleteTopics(ctx context.Context, names ...string) error {
 		}
 		if r.Err != nil {
 			return fmt.Errorf("broker: delete topic %q: %w", name, r.Err)
+		}
+	}
+	if c.fake == nil {
+		if err := c.waitTopics(ctx, names, topicGone); err != nil {
+			return fmt.Errorf("broker: delete topics %q: %w", names, err)
 		}
 	}
 	return nil
