@@ -15,7 +15,9 @@ import (
 	"github.com/parsley-go/parsley/internal/testkafka"
 	"github.com/parsley-go/parsley/stage"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Options shape one soak run.
@@ -134,7 +136,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		if err != nil {
 			return rep, fmt.Errorf("failover: create topic %q: %w", t.name, err)
 		}
-		if err := waitLed(ctx, adm, t.name, opts.Partitions); err != nil {
+		if err := waitLed(ctx, admCl, t.name, opts.Partitions); err != nil {
 			return rep, err
 		}
 	}
@@ -385,28 +387,55 @@ func (p *progress) stallSince(since time.Time) time.Duration {
 	return worst
 }
 
-// waitLed waits until every partition of topic has a leader: CreateTopics
-// returns before the brokers have caught up, and the stage's startup check
+// waitLed waits until every broker's metadata shows every partition of
+// topic led. CreateTopics returns before the brokers have caught up, each
+// at its own pace, and the stage's startup check, asking whichever broker,
 // would report the topic missing.
-func waitLed(ctx context.Context, adm *kadm.Client, topic string, partitions int32) error {
+func waitLed(ctx context.Context, cl *kgo.Client, topic string, partitions int32) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
-		md, err := adm.Metadata(ctx, topic)
+		err := ledEverywhere(ctx, cl, topic, partitions)
 		if err == nil {
-			td := md.Topics[topic]
-			led := td.Err == nil && int32(len(td.Partitions)) == partitions
-			for _, p := range td.Partitions {
-				led = led && p.Leader >= 0 && p.Err == nil
-			}
-			if led {
-				return nil
-			}
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("failover: topic %q has no leader for every partition after a minute (last error %v)", topic, err)
+			return fmt.Errorf("failover: topic %q not led everywhere after a minute: %w", topic, err)
 		}
 		if err := sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
+}
+
+func ledEverywhere(ctx context.Context, cl *kgo.Client, topic string, partitions int32) error {
+	md, err := kadm.NewClient(cl).BrokerMetadata(ctx)
+	if err != nil {
+		return err
+	}
+	for _, b := range md.Brokers {
+		req := kmsg.NewPtrMetadataRequest()
+		t := kmsg.NewMetadataRequestTopic()
+		t.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, t)
+		resp, err := req.RequestWith(ctx, cl.Broker(int(b.NodeID)))
+		if err != nil {
+			return fmt.Errorf("broker %d: %w", b.NodeID, err)
+		}
+		if len(resp.Topics) != 1 {
+			return fmt.Errorf("broker %d: %d topics in the response", b.NodeID, len(resp.Topics))
+		}
+		rt := resp.Topics[0]
+		if err := kerr.ErrorForCode(rt.ErrorCode); err != nil {
+			return fmt.Errorf("broker %d: %w", b.NodeID, err)
+		}
+		if int32(len(rt.Partitions)) != partitions {
+			return fmt.Errorf("broker %d: %d partitions", b.NodeID, len(rt.Partitions))
+		}
+		for _, p := range rt.Partitions {
+			if p.Leader < 0 || p.ErrorCode != 0 {
+				return fmt.Errorf("broker %d: partition %d not led", b.NodeID, p.Partition)
+			}
+		}
+	}
+	return nil
 }
