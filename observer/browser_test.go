@@ -73,8 +73,8 @@ func TestBrowserDrawsTheGraph(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	if rows != 9 {
-		t.Errorf("findings page shows %d findings, want 9", rows)
+	if rows != 10 {
+		t.Errorf("findings page shows %d findings, want 10", rows)
 	}
 	nodes, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#graph svg g.node')).map(g => g.dataset.id)`))
 	if err != nil {

@@ -42,7 +42,7 @@ const (
 func AllCodes() []Code {
 	return []Code{
 		CodeSequenceGap, CodeStampRegression, CodeUnsettleableClaim, CodePartiallyStamped,
-		CodeUndecodableStamp, CodeLateJoinerWindow, CodeStampGrowth,
+		CodeUndecodableStamp, CodeLateJoinerWindow, CodeStampGrowth, CodeCrossPartitionCause,
 	}
 }
 
@@ -159,4 +159,9 @@ var codeInfo = map[Code]struct {
 	CodeStampGrowth: {SeverityWarning,
 		"stamp entries and header bytes per record keep rising on the topic",
 		"check for a topology that keeps adding channels to its clocks (a fan-in over ever more partitions, or deleted topics never truncated); rescope or truncate"},
+	CodeCrossPartitionCause: {SeverityWarning, // placement.go
+		"a record that is not on the partition murmur2 of its key gives claims a cause on another partition of a topic with as many partitions: " +
+			"a stage reading both topics consumes the two in different tasks and does not order them",
+		"make every producer of the topic partition with murmur2, Kafka's default (sarama: saramaclock.Murmur2Partitioner; " +
+			"librdkafka: partitioner=murmur2_random; kafka-go: Murmur2Balancer), or key related records alike so they share a partition number"},
 }

@@ -17,7 +17,8 @@ type incoming struct {
 	Channel   headers.Channel
 	Topic     string
 	Offset    int64
-	Timestamp int64 // milliseconds since the epoch
+	Key       []byte // nil when the record has none
+	Timestamp int64  // milliseconds since the epoch
 	Control   bool
 	Headers   []headers.Header
 	// Transactional records stay pending until their producer's marker:
@@ -71,6 +72,7 @@ type writer struct {
 	hdrBuf   []byte
 	// uncommitted: records of open and aborted transactions are fetched.
 	uncommitted bool
+	place       placement // partition counts for checkPlacement (placement.go)
 }
 
 // statsKey names a run of 64 offsets of a channel.
@@ -413,6 +415,7 @@ func (w *writer) add(ctx context.Context, tx *sql.Tx, in *incoming) error {
 		w.seqArgs = append(w.seqArgs, tcs.id, sid, e.Seq, id)
 	}
 	cs.prev.CopyFrom(&st.Clock)
+	w.checkPlacement(in, st)
 	// Reading uncommitted, a stage's aborted sends show up and their
 	// sequence numbers are reused by the redo: judge senders only on
 	// records known to be committed.

@@ -274,7 +274,7 @@ func (o *Observer) poll(ctx context.Context) (int, error) {
 				o.metrics.lag.WithLabelValues(t.Topic, itoa(int64(p.Partition))).Set(float64(max(0, p.HighWatermark-lastOffset(p.Records)-1)))
 			}
 			for _, r := range p.Records {
-				in := incoming{Channel: ch, Topic: r.Topic, Offset: r.Offset, Timestamp: r.Timestamp.UnixMilli(), Control: r.Attrs.IsControl(),
+				in := incoming{Channel: ch, Topic: r.Topic, Offset: r.Offset, Key: r.Key, Timestamp: r.Timestamp.UnixMilli(), Control: r.Attrs.IsControl(),
 					Transactional: r.Attrs.IsTransactional(), ProducerID: r.ProducerID}
 				if in.Control {
 					// The key of a control record is version (int16), type (int16):

@@ -83,9 +83,11 @@ func (p *EdgeProducer) op() error {
 		return p.observeOne()
 	}
 	n, txn := 1, 0
+	var before headers.Clock
 	if p.spec.Transactional {
 		n = 1 + p.w.rng.IntN(3)
 		txn = p.w.Broker.Begin()
+		before.CopyFrom(&p.clock)
 	}
 	n = min(n, p.spec.Ops-p.ops)
 	type sent struct {
@@ -123,8 +125,8 @@ func (p *EdgeProducer) op() error {
 		acks = append(acks, sent{ch, off})
 		p.ops++
 		// RecordProduced: the acknowledgement comes back before the next
-		// send, inside a transaction too. If the transaction aborts, the
-		// claim names an aborted record's offset: real, skipped, a delay.
+		// send, inside a transaction too, where the claimed record commits
+		// or aborts with the claiming one.
 		p.clock.SetOffset(ch, off)
 	}
 	if txn == 0 {
@@ -134,6 +136,9 @@ func (p *EdgeProducer) op() error {
 	if p.w.rng.IntN(6) == 0 {
 		p.w.Broker.Abort(txn)
 		p.w.Oracle.Abort(p.actor)
+		// An aborted send is no record: later stamps must not name it
+		// (wire constraint 8), so the clock forgets the transaction.
+		p.clock.CopyFrom(&before)
 		p.ops -= len(acks)
 		p.w.stats.EdgeAborts++
 		p.w.trace("abort %s", p.spec.Name)

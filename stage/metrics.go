@@ -1,5 +1,8 @@
 package stage
 
+// Prometheus metrics: the collector over the published snapshot, and the
+// step latency histogram.
+
 import (
 	"strconv"
 	"time"
@@ -7,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metric names follow the Java reference's vc-metrics names (reference
-// 18), with the prefix parsley_ and underscores: the hold gauges are what
+// Metric names follow the Java library's vc-metrics names, with the prefix
+// parsley_ and underscores (docs/metrics.md): the hold gauges are what
 // to alert on, because a stage's own consumer lag never shows holding.
 // Task series carry the labels stage and partition; the per-topic hold
 // gauges add topic. Task series exist while the instance runs the task:
@@ -27,10 +30,12 @@ const (
 	metricStepCommits    = "parsley_step_commits_total"
 	metricStepAborts     = "parsley_step_aborts_total"
 	metricStepLatency    = "parsley_step_duration_seconds"
+	metricScopeCrossings = "parsley_cross_task_claims_total"
 	labelStage           = "stage"
 	labelPartition       = "partition"
 	labelTopic           = "topic"
 	labelApplicationName = "application"
+	labelClaimedTopic    = "claimed_topic"
 )
 
 // Collector returns a Prometheus collector of the application's metrics.
@@ -49,6 +54,7 @@ type descs struct {
 	held, heldAge, topicHeld, topicHeldAge           *prometheus.Desc
 	delivered, replays, sweepsSkipped, ticks         *prometheus.Desc
 	stampOffsets, stampSeqs, stepCommits, stepAborts *prometheus.Desc
+	scopeCrossings                                   *prometheus.Desc
 }
 
 func newDescs(app string) *descs {
@@ -71,6 +77,9 @@ func newDescs(app string) *descs {
 		stampSeqs:     d(metricStampSeqs, "Sequence entries in the stamp-side clock: claims not yet resolved to offsets.", task),
 		stepCommits:   d(metricStepCommits, "Steps (transactions) committed by this instance.", nil),
 		stepAborts:    d(metricStepAborts, "Steps (transactions) aborted by this instance.", nil),
+		scopeCrossings: d(metricScopeCrossings, "Records delivered in committed steps that claim an offset on another partition of a source topic of the stage, "+
+			"a cause another task consumes and this one does not wait for, while murmur2 of their key names another partition than the one they are on.",
+			[]string{labelStage, labelTopic, labelClaimedTopic}),
 	}
 }
 
@@ -82,18 +91,21 @@ type metricsCollector struct {
 func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := c.d
 	for _, x := range []*prometheus.Desc{d.held, d.heldAge, d.topicHeld, d.topicHeldAge, d.delivered, d.replays,
-		d.sweepsSkipped, d.ticks, d.stampOffsets, d.stampSeqs, d.stepCommits, d.stepAborts} {
+		d.sweepsSkipped, d.ticks, d.stampOffsets, d.stampSeqs, d.stepCommits, d.stepAborts, d.scopeCrossings} {
 		ch <- x
 	}
-	c.a.ops.latency.h.Describe(ch)
+	c.a.latency.h.Describe(ch)
 }
 
 func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	a, d := c.a, c.d
-	ch <- prometheus.MustNewConstMetric(d.stepCommits, prometheus.CounterValue, float64(a.ops.commits.Load()))
-	ch <- prometheus.MustNewConstMetric(d.stepAborts, prometheus.CounterValue, float64(a.ops.aborts.Load()))
-	a.ops.latency.h.Collect(ch)
-	snap := a.ops.snap.Load()
+	ch <- prometheus.MustNewConstMetric(d.stepCommits, prometheus.CounterValue, float64(a.commits.Load()))
+	ch <- prometheus.MustNewConstMetric(d.stepAborts, prometheus.CounterValue, float64(a.aborts.Load()))
+	a.latency.h.Collect(ch)
+	for _, c := range a.scope.snapshot() {
+		ch <- prometheus.MustNewConstMetric(d.scopeCrossings, prometheus.CounterValue, float64(c.n), c.stage, c.topic, c.claimed)
+	}
+	snap := a.snap.Load()
 	if snap == nil {
 		return
 	}
