@@ -17,12 +17,13 @@ import (
 // real cluster: a comma-separated list of seed brokers. When it is set,
 // Start and New connect to that cluster instead of starting kfake.
 //
-// The cluster it names is for tests only: every Start takes an exclusive
-// lease on it (a lock file shared by every test process on the machine)
-// and deletes every topic and consumer group on it, so each test sees an
-// empty cluster and the fixed topic, group and transactional names tests
-// use cannot collide. Tests against one real cluster therefore run one at
-// a time.
+// The cluster it names is for tests only: every Start takes the lease on
+// it (a lock file that excludes other test processes on the machine; see
+// acquireLease) and deletes every topic and consumer group on it, so each
+// test sees an empty cluster and the fixed topic, group and transactional
+// names tests use cannot collide. Tests against one real cluster therefore
+// run one at a time, and a second Start within a test (a "new cluster")
+// is the same cluster, emptied.
 const EnvBrokers = "PARSLEY_TEST_BROKERS"
 
 // realBrokers returns the seed brokers named by EnvBrokers, or nil.

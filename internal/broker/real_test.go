@@ -3,6 +3,8 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -59,25 +61,84 @@ func TestRealStartWipesTheLastTest(t *testing.T) {
 	}
 }
 
-// TestRealLeaseIsExclusive checks that a second Start waits for the first
-// to close rather than wiping the cluster under it.
-func TestRealLeaseIsExclusive(t *testing.T) {
-	needReal(t)
-	held := broker.New(t)
-	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+// envLeaseProbe makes the test binary, re-executed by
+// TestRealLeaseExcludesOtherProcesses, try to take the lease once.
+const envLeaseProbe = "PARSLEY_BROKER_LEASE_PROBE"
+
+// TestRealLeaseProbe is the child side: it exits 0 if the lease was taken
+// within a moment, 3 if the wait timed out.
+func TestRealLeaseProbe(t *testing.T) {
+	if os.Getenv(envLeaseProbe) == "" {
+		t.Skip("run by TestRealLeaseExcludesOtherProcesses")
+	}
+	short, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	if c, err := broker.Start(short); !errors.Is(err, context.DeadlineExceeded) {
-		if c != nil {
-			c.Close()
+	c, err := broker.Start(short)
+	switch {
+	case err == nil:
+		c.Close()
+		os.Exit(0)
+	case errors.Is(err, context.DeadlineExceeded):
+		os.Exit(3)
+	default:
+		t.Fatal(err)
+	}
+}
+
+// TestRealLeaseExcludesOtherProcesses checks that another test process
+// waits for the lease rather than wiping the cluster under this one, and
+// gets it once this one closes.
+func TestRealLeaseExcludesOtherProcesses(t *testing.T) {
+	needReal(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := func() int {
+		cmd := exec.Command(exe, "-test.run=^TestRealLeaseProbe$", "-test.count=1")
+		cmd.Env = append(os.Environ(), envLeaseProbe+"=1")
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return exit.ExitCode()
 		}
-		t.Fatalf("second Start while the lease is held: err = %v, want a deadline", err)
+		if err != nil {
+			t.Fatalf("probe: %v\n%s", err, out)
+		}
+		return 0
+	}
+	held, err := broker.Start(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := probe(); code != 3 {
+		held.Close()
+		t.Fatalf("another process took the lease while this one held it (probe exit %d, want 3)", code)
 	}
 	held.Close()
-	c, err := broker.Start(ctx(t))
-	if err != nil {
-		t.Fatalf("Start after the lease ended: %v", err)
+	if code := probe(); code != 0 {
+		t.Fatalf("another process could not take the lease once it was free (probe exit %d, want 0)", code)
 	}
-	c.Close()
+}
+
+// TestRealNestedStartIsTheSameClusterEmptied checks that a second Start
+// within a test does not wait for the lease the test already holds, and
+// hands over the same cluster wiped, as a new cluster would be.
+func TestRealNestedStartIsTheSameClusterEmptied(t *testing.T) {
+	needReal(t)
+	outer := broker.New(t, broker.Topics(broker.Topic{Name: "outer"}))
+	inner, err := broker.Start(ctx(t), broker.Topics(broker.Topic{Name: "inner"}))
+	if err != nil {
+		t.Fatalf("nested Start: %v", err)
+	}
+	defer inner.Close()
+	topics, err := outer.Admin().ListTopics(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if topics.Has("outer") || !topics.Has("inner") {
+		t.Fatalf("topics after the nested Start: %v, want only inner", topics.Names())
+	}
 }
 
 func TestKfakeOnlySkipsOnlyOnRealKafka(t *testing.T) {
