@@ -371,6 +371,7 @@ func TestResolverNoticesRecreationWhenTheCacheExpires(t *testing.T) {
 // A fresh cached answer is served without asking the cluster; Forget makes
 // the next lookup ask.
 func TestResolverCachesAnswers(t *testing.T) {
+	broker.KfakeOnly(t, "counts the resolver's metadata requests through a kfake Control hook")
 	c := cluster(t, broker.Topic{Name: "x"})
 	r := clock.NewResolver(c.Admin(), 0)
 	var mu sync.Mutex
@@ -773,6 +774,7 @@ func TestStampValuesAreNeverRewritten(t *testing.T) {
 // A lookup that was already under way when the topic was forgotten does
 // not bring the forgotten ID back.
 func TestResolverKeepsTheNewerWord(t *testing.T) {
+	broker.KfakeOnly(t, "holds a metadata request in a kfake Control hook to order it against Forget")
 	c := cluster(t, broker.Topic{Name: "x"})
 	r := clock.NewResolver(c.Admin(), 0)
 	entered, release := make(chan struct{}), make(chan struct{})

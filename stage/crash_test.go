@@ -106,6 +106,11 @@ func TestCrashWithSIGKILL(t *testing.T) {
 		// Kill once the child is visibly past where it started, while the
 		// rest of the batch is still being processed.
 		e.readCommitted("out", before+10, 30*time.Second)
+		// Aim the kill at an open transaction: on a real broker a
+		// transaction is open for a small part of each step (the commit
+		// round trips dominate), so a kill at a random moment rarely lands
+		// inside one.
+		awaitOngoing(e, "app-crashy", 5*time.Second)
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
@@ -132,4 +137,16 @@ func TestCrashWithSIGKILL(t *testing.T) {
 	}
 	checkCounts(t, outs, want)
 	checkStates(t, foldStates(t, dir), want)
+}
+
+// awaitOngoing polls the state of transaction txnID until it is Ongoing or
+// timeout passes; the caller checks the state again after acting on it.
+func awaitOngoing(e *env, txnID string, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		d, err := e.c.Admin().DescribeTransactions(context.Background(), txnID)
+		if err == nil && d[txnID].State == "Ongoing" {
+			return
+		}
+	}
 }

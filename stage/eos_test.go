@@ -113,6 +113,7 @@ func checkStates(t *testing.T, got map[string]int64, want map[string][]string) {
 // read_committed outputs have no duplicate and no gap, and the fold state
 // equals a pure fold over the inputs.
 func TestExactlyOnceUnderForcedAborts(t *testing.T) {
+	broker.KfakeOnly(t, "forces TxnOffsetCommit and EndTxn failures through kfake Control hooks")
 	e := newEnv(t, broker.Topic{Name: "in", Partitions: 2}, broker.Topic{Name: "out", Partitions: 2})
 	in, out := NewTopic("in", String(), String()), NewTopic("out", String(), String())
 	st := counterStage(in, out)

@@ -10,6 +10,11 @@
 // New does the same for a test and closes everything when the test ends.
 // Against a real cluster nothing changes but the seed brokers, so code under
 // test should take its clients from here rather than build them itself.
+//
+// When PARSLEY_TEST_BROKERS names a real cluster (see EnvBrokers), Start
+// and New use it instead of kfake, so the same integration tests run
+// against Apache Kafka (the real-Kafka tier of .ci/run starts one with
+// internal/testkafka). Tests that need kfake's hooks call KfakeOnly.
 package broker
 
 import (
@@ -41,7 +46,8 @@ type config struct {
 // Option configures Start and New.
 type Option func(*config)
 
-// Brokers sets the number of brokers in the cluster (default 1).
+// Brokers sets the number of brokers in the cluster (default 1). A real
+// cluster has the brokers it has; this option only shapes kfake.
 func Brokers(n int) Option { return func(c *config) { c.brokers = n } }
 
 // Topics creates topics once the cluster is up.
@@ -54,19 +60,23 @@ func ClientOpts(opts ...kgo.Opt) Option {
 }
 
 // FakeOpts passes options straight to kfake, for behaviour this package
-// does not name (faults, persistence, ACLs).
+// does not name (faults, persistence, ACLs). A real cluster ignores them;
+// the one internal/testkafka starts already allows group session timeouts
+// down to 100ms, the one kfake option the tests commonly set.
 func FakeOpts(opts ...kfake.Opt) Option {
 	return func(c *config) { c.fakeOpts = append(c.fakeOpts, opts...) }
 }
 
-// Cluster is a running in-process cluster and a client for it.
+// Cluster is a running in-process cluster, or the lease on a real one, and
+// a client for it.
 type Cluster struct {
-	fake   *kfake.Cluster
-	addrs  []string
-	client *kgo.Client
-	admin  *kadm.Client
-	opts   []kgo.Opt
-	close  sync.Once
+	fake    *kfake.Cluster // nil on a real cluster
+	release func()         // ends the lease on a real cluster
+	addrs   []string
+	client  *kgo.Client
+	admin   *kadm.Client
+	opts    []kgo.Opt
+	close   sync.Once
 }
 
 // Start starts a cluster, creates the requested topics and returns the
@@ -78,6 +88,9 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 	}
 	if cfg.brokers < 1 {
 		return nil, fmt.Errorf("broker: %d brokers requested; need at least one", cfg.brokers)
+	}
+	if addrs := realBrokers(); addrs != nil {
+		return startReal(ctx, cfg, addrs)
 	}
 	fake, err := kfake.NewCluster(append([]kfake.Opt{
 		kfake.NumBrokers(cfg.brokers),
@@ -113,7 +126,11 @@ type TB interface {
 // if the cluster cannot start.
 func New(t TB, opts ...Option) *Cluster {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	wait := 30 * time.Second
+	if Real() {
+		wait = realLeaseWait
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	c, err := Start(ctx, opts...)
 	if err != nil {
@@ -133,7 +150,7 @@ func (c *Cluster) Client() *kgo.Client { return c.client }
 func (c *Cluster) Admin() *kadm.Client { return c.admin }
 
 // Fake returns the underlying kfake cluster, for fault injection and
-// control hooks.
+// control hooks, or nil on a real cluster (see KfakeOnly).
 func (c *Cluster) Fake() *kfake.Cluster { return c.fake }
 
 // NewClient returns a new client for the cluster. The defaults suit tests:
@@ -164,9 +181,18 @@ func (c *Cluster) CreateTopics(ctx context.Context, ts ...Topic) error {
 		if parts <= 0 {
 			parts = 1
 		}
-		resp, err := c.admin.CreateTopic(ctx, parts, 1, t.Configs, t.Name)
+		// A real cluster replicates as its brokers default to (-1), so a
+		// three-broker cluster exercises replication.
+		rf := int16(1)
+		if c.fake == nil {
+			rf = -1
+		}
+		resp, err := c.admin.CreateTopic(ctx, parts, rf, t.Configs, t.Name)
 		if err == nil {
 			err = resp.Err
+		}
+		if err == nil && c.fake == nil {
+			err = c.waitTopics(ctx, []string{t.Name}, topicReady(resp.ID, parts))
 		}
 		if err != nil {
 			return fmt.Errorf("broker: create topic %q: %w", t.Name, err)
@@ -191,6 +217,11 @@ func (c *Cluster) DeleteTopics(ctx context.Context, names ...string) error {
 			return fmt.Errorf("broker: delete topic %q: %w", name, r.Err)
 		}
 	}
+	if c.fake == nil {
+		if err := c.waitTopics(ctx, names, topicGone); err != nil {
+			return fmt.Errorf("broker: delete topics %q: %w", names, err)
+		}
+	}
 	return nil
 }
 
@@ -211,13 +242,18 @@ func (c *Cluster) TopicID(ctx context.Context, name string) ([16]byte, error) {
 	return td.ID, nil
 }
 
-// Close closes the client and stops the cluster. It is safe to call more
-// than once.
+// Close closes the client and stops the cluster, or ends the lease on a
+// real one. It is safe to call more than once.
 func (c *Cluster) Close() {
 	c.close.Do(func() {
 		if c.client != nil {
 			c.client.Close()
 		}
-		c.fake.Close()
+		if c.fake != nil {
+			c.fake.Close()
+		}
+		if c.release != nil {
+			c.release()
+		}
 	})
 }

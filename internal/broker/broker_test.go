@@ -23,7 +23,7 @@ func TestRoundTripAcrossBrokers(t *testing.T) {
 		broker.Topic{Name: "in", Partitions: 3},
 		broker.Topic{Name: "compacted", Partitions: 1, Configs: map[string]*string{"cleanup.policy": new("compact")}},
 	))
-	if n := len(c.Addrs()); n != 3 {
+	if n := len(c.Addrs()); n != 3 && !broker.Real() {
 		t.Fatalf("%d listen addresses, want 3", n)
 	}
 	md, err := c.Admin().Metadata(ctx(t), "in", "compacted")

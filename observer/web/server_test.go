@@ -42,6 +42,7 @@ var writeKeys = map[int16]bool{
 }
 
 func TestServerAndReadOnly(t *testing.T) {
+	broker.KfakeOnly(t, "watches every request the cluster receives through a kfake Control hook")
 	ctx := obstest.Ctx(t)
 	c := broker.New(t)
 	b := obstest.Builder(t, c)
@@ -192,6 +193,7 @@ func TestServerAndReadOnly(t *testing.T) {
 
 // TestReadOnlyGuardWorks proves the write detector above sees a write.
 func TestReadOnlyGuardWorks(t *testing.T) {
+	broker.KfakeOnly(t, "watches every request the cluster receives through a kfake Control hook")
 	ctx := obstest.Ctx(t)
 	c := broker.New(t)
 	b := obstest.Builder(t, c)

@@ -1,0 +1,153 @@
+package testkafka
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// needJVM skips a test that starts brokers unless PARSLEY_TESTKAFKA=1:
+// JVMs are slow to start on a small machine, so the default `go test
+// ./...` leaves them to the real-Kafka tier in .ci/run.
+func needJVM(t *testing.T) {
+	t.Helper()
+	if os.Getenv("PARSLEY_TESTKAFKA") != "1" {
+		t.Skip("starts Kafka JVMs; set PARSLEY_TESTKAFKA=1 (the real-Kafka tier of .ci/run does)")
+	}
+	for _, bin := range []string{"java", "mvn"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("PARSLEY_TESTKAFKA=1 but %s is missing: %v", bin, err)
+		}
+	}
+}
+
+func TestConfigRejectsMoreInsyncReplicasThanNodes(t *testing.T) {
+	_, err := Start(context.Background(), Config{Nodes: 1, MinInsyncReplicas: 2})
+	if err == nil || !strings.Contains(err.Error(), "min.insync.replicas 2 exceeds 1 nodes") {
+		t.Fatalf("err = %v, want min.insync.replicas rejected", err)
+	}
+}
+
+func TestNoJavaIsATypedError(t *testing.T) {
+	_, err := Start(context.Background(), Config{Java: "/nonexistent/java"})
+	if !errors.Is(err, ErrNoJava) {
+		t.Fatalf("err = %v, want ErrNoJava", err)
+	}
+}
+
+func TestServerPropertiesNameEveryVoterAndOverride(t *testing.T) {
+	c := &Cluster{cfg: Config{Nodes: 3, MinInsyncReplicas: 2, Props: map[string]string{"num.io.threads": "3"}}}
+	for i := range 3 {
+		c.nodes = append(c.nodes, &node{id: i + 1, port: 9000 + i, ctrlPort: 9100 + i, dir: "/d"})
+	}
+	p := c.serverProperties(c.nodes[1])
+	for _, want := range []string{
+		"node.id=2\n",
+		"controller.quorum.voters=1@127.0.0.1:9100,2@127.0.0.1:9101,3@127.0.0.1:9102\n",
+		"advertised.listeners=PLAINTEXT://127.0.0.1:9001\n",
+		"offsets.topic.replication.factor=3\n",
+		"transaction.state.log.min.isr=2\n",
+		"min.insync.replicas=2\n",
+		"group.initial.rebalance.delay.ms=0\n",
+		"num.io.threads=3\n",
+	} {
+		if !strings.Contains(p, want) {
+			t.Errorf("server.properties lacks %q:\n%s", want, p)
+		}
+	}
+	if strings.Count(p, "num.io.threads=") != 1 {
+		t.Errorf("override of num.io.threads written next to the default:\n%s", p)
+	}
+}
+
+func TestFreePortsAreDistinct(t *testing.T) {
+	ps, err := freePorts(6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, p := range ps {
+		if seen[p] || p == 0 {
+			t.Fatalf("ports %v repeat or are zero", ps)
+		}
+		seen[p] = true
+	}
+}
+
+// TestKillLeaderThenRestart runs three nodes, kills the leader of a
+// replicated partition, checks that acks=all writes continue on the new
+// leader and that the killed node rejoins, and that Close removes the
+// nodes' directories.
+func TestKillLeaderThenRestart(t *testing.T) {
+	needJVM(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := Start(ctx, Config{Nodes: 3, MinInsyncReplicas: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.DefaultProduceTopic("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if r, err := adm.CreateTopic(ctx, 1, 3, nil, "t"); err != nil || r.Err != nil {
+		t.Fatalf("create topic: %v %v", err, r.Err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("before")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	leader := partitionLeader(ctx, t, adm, "t")
+	if err := c.Kill(leader); err != nil {
+		t.Fatal(err)
+	}
+	if c.Running(leader) {
+		t.Fatalf("node %d still running after Kill", leader)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("during")}).FirstErr(); err != nil {
+		t.Fatalf("produce with the leader killed: %v", err)
+	}
+	if now := partitionLeader(ctx, t, adm, "t"); now == leader {
+		t.Fatalf("leader still %d after it was killed", now)
+	}
+	if err := c.Restart(ctx, leader); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Running(leader) {
+		t.Fatalf("node %d not running after Restart", leader)
+	}
+	root := c.root
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("%s left behind after Close: %v", root, err)
+	}
+	for _, id := range c.NodeIDs() {
+		if c.Running(id) {
+			t.Errorf("node %d running after Close", id)
+		}
+	}
+}
+
+func partitionLeader(ctx context.Context, t *testing.T, adm *kadm.Client, topic string) int32 {
+	t.Helper()
+	md, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := md.Topics[topic].Partitions[0]
+	if !ok {
+		t.Fatalf("no partition 0 of %s in metadata", topic)
+	}
+	return p.Leader
+}
