@@ -124,6 +124,13 @@ type SimNode struct {
 
 	restarts int
 	swept    int // step of the incarnation's last truncation sweep; -1 = none
+
+	// The invariant checks' memory (see checkInvariants): watermarks last
+	// seen and as of the last commit, one past the highest position
+	// committed per channel, and whether this incarnation already failed.
+	inv, invCommitted watermarks
+	reached           map[headers.Channel]int64
+	invBroken         bool
 }
 
 // Name returns the node's name.
@@ -174,10 +181,17 @@ func (n *SimNode) commit() error {
 	if err := n.proto.Flush(); err != nil {
 		return err
 	}
+	n.checkInvariants("Flush")
 	if err := n.batch.Commit(); err != nil {
 		return err
 	}
 	n.pos = n.spos
+	for ch, p := range n.pos {
+		if r, ok := n.reached[ch]; !ok || p > r {
+			n.reached[ch] = p
+		}
+	}
+	n.invCommitted = n.inv.clone()
 	n.w.Broker.Commit(n.txn)
 	n.w.Oracle.Commit(n.actor)
 	return nil
@@ -208,6 +222,7 @@ func (n *SimNode) down() {
 	}
 	n.proto, n.batch, n.spos, n.txn = nil, nil, nil, 0
 	n.state = down
+	n.inv, n.invBroken = n.invCommitted.clone(), false
 }
 
 // handle processes deliveries in order: the oracle judges each, then the
@@ -268,6 +283,8 @@ func (n *SimNode) send(em Emission) error {
 	if err != nil {
 		return err
 	}
+	n.checkInvariants("PrepareSend")
+	n.checkStamp(ch, st)
 	// H4, checked inline: every offset claim names a really-appended offset.
 	for e := range st.Clock.OffsetEntries() {
 		if n.w.Broker.TopicByID(e.Channel.Topic) == nil {
@@ -287,6 +304,9 @@ func (n *SimNode) send(em Emission) error {
 		return err
 	}
 	id := n.w.Oracle.NewID(n.actor)
+	if st.Tagged {
+		n.w.Oracle.Tag(id, st.Sender, st.Seq)
+	}
 	off, err := n.w.Broker.Append(ch, n.txn, em.Key, em.Value, hs, id)
 	if err != nil {
 		return err
@@ -306,6 +326,7 @@ func (n *SimNode) feed(ch headers.Channel, off int64, e *Entry) error {
 	if err != nil {
 		return err
 	}
+	n.checkInvariants("OnRecord")
 	if n.proto.Counters().Held > 0 {
 		n.w.stats.held = true
 	}
@@ -400,6 +421,7 @@ func (n *SimNode) advance(ch headers.Channel) error {
 	if err != nil {
 		return err
 	}
+	n.checkInvariants("PositionAdvance")
 	return n.handle(ds)
 }
 
@@ -482,6 +504,11 @@ func (n *SimNode) start(ctx context.Context) error {
 	n.proto = p
 	n.state = up
 	n.swept = -1
+	for _, ch := range n.gone {
+		n.inv.forget(ch)
+		n.invCommitted.forget(ch)
+	}
+	n.checkInvariants("New")
 	if h := p.Counters().Held; h > 0 {
 		n.w.stats.RestoredHeld++
 	}
@@ -529,6 +556,7 @@ func (n *SimNode) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	n.checkInvariants("Release")
 	if err := n.handle(ds); err != nil {
 		return err
 	}
@@ -545,6 +573,7 @@ func (n *SimNode) start(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
+				n.checkInvariants("PositionAdvance")
 				if err := n.handle(ds); err != nil {
 					return err
 				}

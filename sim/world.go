@@ -147,7 +147,8 @@ func NewWorld(spec Spec, seed uint64, opts Options) (*World, error) {
 	for _, ns := range spec.Nodes {
 		ns.Redeploys = slices.Clone(ns.Redeploys) // the node adjusts them
 		n := &SimNode{spec: ns, w: w, actor: w.Oracle.Actor(ns.Name, true), store: protocol.NewMemStore(),
-			pos: map[headers.Channel]int64{}, ticks: ns.Ticks, sinks: ns.Sinks}
+			pos: map[headers.Channel]int64{}, ticks: ns.Ticks, sinks: ns.Sinks,
+			inv: newWatermarks(), invCommitted: newWatermarks(), reached: map[headers.Channel]int64{}}
 		ins, err := n.resolve(ns.Inputs)
 		if err != nil {
 			return nil, err
@@ -309,7 +310,13 @@ func (w *World) actions() []action {
 					if w.recreated > 0 {
 						w.stats.SweptAfterRecreate++
 					}
-					return n.inStep(func() error { return n.proto.TruncateToLogStarts(ctx) })
+					return n.inStep(func() error {
+						if err := n.proto.TruncateToLogStarts(ctx); err != nil {
+							return err
+						}
+						n.checkInvariants("TruncateToLogStarts")
+						return nil
+					})
 				}})
 			}
 		}
