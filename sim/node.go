@@ -541,6 +541,7 @@ func (n *SimNode) start(ctx context.Context) error {
 				}
 			}
 		}
+		from := pos
 		for _, r := range resume {
 			if r.Channel == ch && r.Offset > pos {
 				pos = r.Offset
@@ -550,7 +551,9 @@ func (n *SimNode) start(ctx context.Context) error {
 			pos = ls // H6: a position below the log start resets to it
 		}
 		n.spos[ch] = pos
-		n.w.Oracle.Consume(n.actor, ch, pos)
+		// The oracle's baseline does not trust ResumePositions: it is the
+		// start position only as far as the oracle's own bound allows.
+		n.w.Oracle.Consume(n.actor, ch, n.checkResume(ch, from, pos, resume))
 	}
 	ds, err := p.Release()
 	if err != nil {
