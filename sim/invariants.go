@@ -129,3 +129,47 @@ func (n *SimNode) checkInvariants(op string) {
 		}
 	}
 }
+
+// noteDelivered remembers the sender tag of a delivered record.
+func (n *SimNode) noteDelivered(d *protocol.Delivery) {
+	if !d.Stamp.Tagged {
+		return
+	}
+	if n.seqSeen == nil {
+		n.seqSeen = map[headers.Channel]map[headers.SenderID]int64{}
+	}
+	m := n.seqSeen[d.Channel]
+	if m == nil {
+		m = map[headers.SenderID]int64{}
+		n.seqSeen[d.Channel] = m
+	}
+	if s, ok := m[d.Stamp.Sender]; !ok || d.Stamp.Seq > s {
+		m[d.Stamp.Sender] = d.Stamp.Seq
+	}
+}
+
+// noteSharedClaims counts the state the shared-senders family targets: a
+// record fed with a sequence claim on another input that its own sender
+// has not met yet, while another sender's delivered sequence there has.
+// A gate that resolves the claim by the wrong sender's mark passes it.
+func (n *SimNode) noteSharedClaims(rec *protocol.Record) {
+	var st headers.Stamp
+	if headers.ReadStamp(&st, rec.Headers) != nil || st.Clock.NumSeqs() == 0 {
+		return
+	}
+	for e := range st.Clock.SeqEntries() {
+		m := n.seqSeen[e.Channel]
+		if e.Channel == rec.Channel || m == nil {
+			continue
+		}
+		if s, ok := m[e.Sender]; ok && s >= e.Seq {
+			continue
+		}
+		for other, s := range m {
+			if other != e.Sender && s >= e.Seq {
+				n.w.stats.SharedClaims++
+				return
+			}
+		}
+	}
+}

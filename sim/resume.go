@@ -55,3 +55,11 @@ func (n *SimNode) checkResume(ch headers.Channel, from, start int64, resume []pr
 	}
 	return min(start, bound)
 }
+
+// ForgetPast empties actor a's causal past: its state was lost, so what it
+// delivered before no longer shapes what it sends. What it delivered stays
+// recorded, so a second delivery is still a duplicate.
+func (o *Oracle) ForgetPast(a int) {
+	ac := o.actors[a]
+	ac.cur.past, ac.committed.past = nil, nil
+}

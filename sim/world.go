@@ -37,8 +37,13 @@ type Spec struct {
 	Steps int
 	// Recreate names topics the scheduler deletes and recreates under a
 	// new topic ID once some node has redeployed away from them. No
-	// producer may target them, and no node may consume them then.
+	// producer may target them; a node that (re)starts afterwards and
+	// names them consumes or writes the new incarnation.
 	Recreate []string
+	// StoreFaults is the number of steps the scheduler may run with a
+	// store that fails mid-step; the host then discards the node and
+	// rebuilds it from committed state (H3).
+	StoreFaults int
 }
 
 // Scenario builds a Spec; it may draw the topology's shape from r.
@@ -70,7 +75,13 @@ type Stats struct {
 	PositionAdvances, PositionFolds           int
 	SkippedRunFolds, Retentions, Truncations  int
 	EdgeAborts, Recreated, SweptAfterRecreate int
+	ReplaysDropped, StateResets               int
+	FlushThenCrash, StoreFaults               int
+	SharedClaims                              int // a sequence claim fed while another sender's mark had passed it
+	InitOpenTxn, FetchOpenTxn                 int
 	Held                                      bool // some node held a record at the gate
+	WideHeld                                  bool // a node with more than 16 inputs held a record
+	HeldAboveZero                             bool // a task on a partition above 0 held a record
 	held                                      bool
 }
 
@@ -110,11 +121,11 @@ type World struct {
 	hash  hash.Hash64
 	step  int
 
-	crashes, retention, truncations int
-	redeployEnds                    map[headers.Channel]int64
-	err                             error
-	recreated                       int
-	deletedAt                       map[headers.TopicID]int // topic → step of its deletion
+	crashes, retention, truncations, storeFaults int
+	redeployEnds                                 map[headers.Channel]int64
+	err                                          error
+	recreated                                    int
+	deletedAt                                    map[headers.TopicID]int // topic → step of its deletion
 }
 
 // snapshotEnds records every channel's log end (for AtFirstRedeploy).
@@ -139,7 +150,7 @@ func NewWorld(spec Spec, seed uint64, opts Options) (*World, error) {
 	}
 	w := &World{Broker: NewBroker(), Oracle: NewOracle(), spec: spec, opts: opts,
 		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), hash: fnv.New64a(),
-		crashes: spec.Crashes, retention: spec.Retention, truncations: spec.Truncations,
+		crashes: spec.Crashes, retention: spec.Retention, truncations: spec.Truncations, storeFaults: spec.StoreFaults,
 		deletedAt: map[headers.TopicID]int{}}
 	for _, t := range spec.Topics {
 		w.Broker.CreateTopic(t.Name, t.Partitions)
@@ -324,7 +335,18 @@ func (w *World) actions() []action {
 	if w.retention > 0 {
 		acts = append(acts, action{name: "retention", weight: 1, run: w.retain})
 	}
-	if w.recreated < len(w.spec.Recreate) && w.stats.Redeploys > 0 {
+	if w.storeFaults > 0 {
+		for _, n := range w.Nodes {
+			for _, ch := range n.inputs {
+				if n.state == up && n.fetchable(ch) {
+					acts = append(acts, action{name: "store-fault " + n.spec.Name + " " + ch.String(), weight: 1, node: n,
+						run: func(context.Context) error { return n.faultyFetch(ch) }})
+					break
+				}
+			}
+		}
+	}
+	if w.recreated < len(w.spec.Recreate) && w.stats.Redeploys > 0 && !w.declared(w.spec.Recreate[w.recreated]) {
 		name := w.spec.Recreate[w.recreated]
 		acts = append(acts, action{name: "recreate " + name, weight: 4, run: func(context.Context) error {
 			w.recreated++
@@ -338,6 +360,25 @@ func (w *World) actions() []action {
 		}})
 	}
 	return acts
+}
+
+// declared reports whether a started node's current scope names the live
+// incarnation of topic name, as an input or a sink: such a topic is not
+// deleted under it.
+func (w *World) declared(name string) bool {
+	t := w.Broker.Topic(name)
+	if t == nil {
+		return false
+	}
+	for _, n := range w.Nodes {
+		if n.state == notStarted {
+			continue
+		}
+		if slices.Contains(n.sinks, name) || slices.ContainsFunc(n.inputs, func(ch headers.Channel) bool { return ch.Topic == t.ID }) {
+			return true
+		}
+	}
+	return false
 }
 
 // retain advances one channel's log start toward its end, as retention
@@ -397,6 +438,15 @@ func (n *SimNode) crash(context.Context) error {
 		n.begin()
 		if err := bodies[w.rng.IntN(len(bodies))](); err != nil {
 			return err
+		}
+		if w.rng.IntN(2) == 0 {
+			// Between Flush and commit: the store's writes are staged,
+			// and die with the step.
+			w.stats.FlushThenCrash++
+			if err := n.proto.Flush(); err != nil {
+				return err
+			}
+			n.checkInvariants("Flush")
 		}
 		n.abort()
 		return nil
