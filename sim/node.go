@@ -461,6 +461,9 @@ func (n *SimNode) advance(ch headers.Channel) error {
 		return nil
 	}
 	n.w.stats.PositionAdvances++
+	if n.w.opts.Fault == AdvanceAhead {
+		p++
+	}
 	ds, err := n.proto.PositionAdvance(ch, p)
 	if err != nil {
 		return err

@@ -12,14 +12,15 @@ import (
 )
 
 // catch runs opts over the named scenarios and returns, per scenario and in
-// total, how many seeds the kit flagged.
-func catch(t *testing.T, opts Options, names []string, n int) (caught, total int, per string) {
+// total, how many seeds the kit flagged (with a violation of kind want,
+// when want is set).
+func catch(t *testing.T, opts Options, want ViolationKind, names []string, n int) (caught, total int, per string) {
 	var b strings.Builder
 	for _, name := range names {
 		sc := scenario(t, name)
 		c := 0
 		for seed := uint64(1); seed <= uint64(n); seed++ {
-			if r := RunScenario(context.Background(), sc, seed, opts); r.Failed() {
+			if r := RunScenario(context.Background(), sc, seed, opts); r.Failed() && (want == 0 || r.Has(want)) {
 				c++
 			}
 		}
@@ -35,13 +36,16 @@ type selfTest struct {
 	opts    Options
 	targets []string // scenarios built to expose the defect
 	pct     int      // floor: percent of target seeds caught
+	// want, when set, is the check that must catch it: a seed counts only
+	// with a violation of this kind.
+	want ViolationKind
 }
 
 func runSelfTests(t *testing.T, cases []selfTest) {
 	n := seeds(t, 50)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			caught, total, per := catch(t, c.opts, c.targets, n)
+			caught, total, per := catch(t, c.opts, c.want, c.targets, n)
 			t.Logf("caught %d/%d seeds (floor %d%%):%s", caught, total, c.pct, per)
 			if caught*100 < c.pct*total {
 				t.Errorf("%s caught on %d of %d seeds, below the floor of %d%%: the kit no longer catches it", c.name, caught, total, c.pct)
@@ -54,7 +58,7 @@ func runSelfTests(t *testing.T, cases []selfTest) {
 // must be flagged. If this fails, every green result is meaningless.
 func TestOracleSelfTest(t *testing.T) {
 	runSelfTests(t, []selfTest{
-		{"eager", Options{NewProtocol: EagerProtocol}, []string{"fanout", "request-reply", "multi-partition", "ticks", "soak", "linear", "triangle"}, 70},
+		{"eager", Options{NewProtocol: EagerProtocol}, []string{"fanout", "request-reply", "multi-partition", "ticks", "soak", "linear", "triangle"}, 70, 0},
 	})
 }
 
@@ -62,15 +66,16 @@ func TestOracleSelfTest(t *testing.T) {
 // must be caught, on the scenarios built to expose it.
 func TestHostContractSelfTest(t *testing.T) {
 	runSelfTests(t, []selfTest{
-		{BreakAtomicity.String(), Options{Fault: BreakAtomicity}, []string{"crash-chain", "fanout", "soak"}, 50},
-		{WithholdPositionAdvance.String(), Options{Fault: WithholdPositionAdvance}, []string{"trailing-marker", "filter"}, 25},
-		{FeedOutOfOrder.String(), Options{Fault: FeedOutOfOrder}, []string{"linear", "fanout", "soak"}, 90},
-		{SkipOwnOutputSeed.String(), Options{Fault: SkipOwnOutputSeed}, []string{"trailing-marker", "own-outputs"}, 25},
-		{IgnoreLogStart.String(), Options{Fault: IgnoreLogStart}, []string{"truncation", "soak"}, 25},
+		{BreakAtomicity.String(), Options{Fault: BreakAtomicity}, []string{"crash-chain", "fanout", "soak"}, 50, 0},
+		{WithholdPositionAdvance.String(), Options{Fault: WithholdPositionAdvance}, []string{"trailing-marker", "filter"}, 25, 0},
+		{FeedOutOfOrder.String(), Options{Fault: FeedOutOfOrder}, []string{"linear", "fanout", "soak"}, 90, 0},
+		{SkipOwnOutputSeed.String(), Options{Fault: SkipOwnOutputSeed}, []string{"trailing-marker", "own-outputs"}, 25, 0},
+		{IgnoreLogStart.String(), Options{Fault: IgnoreLogStart}, []string{"truncation", "soak"}, 25, 0},
+		{AdvanceAhead.String(), Options{Fault: AdvanceAhead}, []string{"filter", "trailing-marker", "open-txn"}, 90, Invariant},
 	})
 	// Every fault has a row above.
-	if got := len(HostFaults()); got != 5 {
-		t.Errorf("%d host faults, 5 self-tested", got)
+	if got := len(HostFaults()); got != 6 {
+		t.Errorf("%d host faults, 6 self-tested", got)
 	}
 }
 
@@ -78,11 +83,24 @@ func TestHostContractSelfTest(t *testing.T) {
 // measured share of its target scenarios' seeds.
 func TestSabotage(t *testing.T) {
 	runSelfTests(t, []selfTest{
-		{DropHeldRecord.String(), Options{NewProtocol: Sabotaged(DropHeldRecord)}, []string{"fanout", "multi-partition", "soak"}, 80},
-		{StampReadAsAbsent.String(), Options{NewProtocol: Sabotaged(StampReadAsAbsent)}, []string{"fanout", "request-reply", "soak"}, 80},
-		{NoSequenceClaims.String(), Options{NewProtocol: Sabotaged(NoSequenceClaims)}, []string{"fanout", "request-reply", "multi-partition", "own-outputs"}, 80},
-		{SkipTruncation.String(), Options{NewProtocol: Sabotaged(SkipTruncation)}, []string{"former-sink"}, 20},
-		{FrontierOnlyStamp.String(), Options{NewProtocol: Sabotaged(FrontierOnlyStamp)}, []string{"linear", "diamond", "trailing-marker", "own-outputs", "scope-shrink"}, 30},
+		{DropHeldRecord.String(), Options{NewProtocol: Sabotaged(DropHeldRecord)}, []string{"fanout", "multi-partition", "soak"}, 80, 0},
+		{StampReadAsAbsent.String(), Options{NewProtocol: Sabotaged(StampReadAsAbsent)}, []string{"fanout", "request-reply", "soak"}, 80, 0},
+		{NoSequenceClaims.String(), Options{NewProtocol: Sabotaged(NoSequenceClaims)}, []string{"fanout", "request-reply", "multi-partition", "own-outputs"}, 80, 0},
+		{SkipTruncation.String(), Options{NewProtocol: Sabotaged(SkipTruncation)}, []string{"former-sink"}, 20, 0},
+		{FrontierOnlyStamp.String(), Options{NewProtocol: Sabotaged(FrontierOnlyStamp)}, []string{"linear", "diamond", "trailing-marker", "own-outputs", "scope-shrink"}, 30, 0},
+		{ResumeAhead.String(), Options{NewProtocol: Sabotaged(ResumeAhead)}, []string{"scope-regrow", "regrow-seq", "crash-chain"}, 80, LostOnResume},
+	})
+}
+
+// TestNewChecksSelfTest: the checks issue 13 added each catch a broken
+// subject on their own, counted only when that check fires: the stamp
+// check at send time, the watermark invariants, and the resume bound.
+func TestNewChecksSelfTest(t *testing.T) {
+	runSelfTests(t, []selfTest{
+		{"stamp-gap/" + FrontierOnlyStamp.String(), Options{NewProtocol: Sabotaged(FrontierOnlyStamp)}, []string{"linear", "diamond", "shrink-ancestry", "own-outputs"}, 80, StampGap},
+		{"stamp-gap/" + NoSequenceClaims.String(), Options{NewProtocol: Sabotaged(NoSequenceClaims)}, []string{"fanout", "shared-senders", "multi-partition"}, 90, StampGap},
+		{"invariant/" + AdvanceAhead.String(), Options{Fault: AdvanceAhead}, []string{"filter", "trailing-marker", "open-txn"}, 90, Invariant},
+		{"lost-on-resume/" + ResumeAhead.String(), Options{NewProtocol: Sabotaged(ResumeAhead)}, []string{"scope-regrow", "regrow-seq", "crash-chain"}, 80, LostOnResume},
 	})
 }
 
@@ -115,11 +133,11 @@ func TestFailClosed(t *testing.T) {
 func TestProtocolSabotage(t *testing.T) {
 	sw := func(s protocol.Sabotage) Options { return Options{ProtocolSabotage: s} }
 	runSelfTests(t, []selfTest{
-		{"IgnoreClaims", sw(protocol.SabotageIgnoreClaims), []string{"fanout", "request-reply", "multi-partition", "own-outputs", "soak"}, 80},
-		{"DropHeldRecord", sw(protocol.SabotageDropHeldRecord), []string{"fanout", "multi-partition", "truncation", "soak"}, 50},
-		{"SkipReceiveFold", sw(protocol.SabotageSkipReceiveFold), []string{"linear", "diamond", "truncation"}, 30},
-		{"ForgetDeliveredSeqs", sw(protocol.SabotageForgetDeliveredSeqs), []string{"fanout", "request-reply", "multi-partition"}, 40},
-		{"SkipHeadFold", sw(protocol.SabotageSkipHeadFold), []string{"head-fold", "request-reply", "multi-partition", "own-outputs", "soak"}, 3},
-		{"SkipCarried", sw(protocol.SabotageSkipCarried), []string{"scope-shrink"}, 20},
+		{"IgnoreClaims", sw(protocol.SabotageIgnoreClaims), []string{"fanout", "request-reply", "multi-partition", "own-outputs", "soak"}, 80, 0},
+		{"DropHeldRecord", sw(protocol.SabotageDropHeldRecord), []string{"fanout", "multi-partition", "truncation", "soak"}, 50, 0},
+		{"SkipReceiveFold", sw(protocol.SabotageSkipReceiveFold), []string{"linear", "diamond", "truncation"}, 30, 0},
+		{"ForgetDeliveredSeqs", sw(protocol.SabotageForgetDeliveredSeqs), []string{"fanout", "request-reply", "multi-partition"}, 40, 0},
+		{"SkipHeadFold", sw(protocol.SabotageSkipHeadFold), []string{"head-fold", "request-reply", "multi-partition", "own-outputs", "soak"}, 3, 0},
+		{"SkipCarried", sw(protocol.SabotageSkipCarried), []string{"scope-shrink"}, 20, 0},
 	})
 }
