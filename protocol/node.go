@@ -62,10 +62,6 @@ type Config struct {
 
 	Store   Store
 	Offsets BrokerOffsets
-
-	// Sabotage breaks rules on purpose, for verification harnesses only.
-	// The zero value is the correct protocol.
-	Sabotage Sabotage
 }
 
 // Node is the causal node: the delivery gate with its hold queues, density
@@ -97,8 +93,8 @@ type Node struct {
 	senders   []headers.SenderID // interned senders of held records; index+1 in skeletons
 	senderIdx map[headers.SenderID]uint32
 
-	gateLookup bool // the gate looks inputs up in the clock rather than walking it
-	sabotage   Sabotage
+	gateLookup bool        // the gate looks inputs up in the clock rather than walking it
+	sabotage   sabotageSet // verification builds only; see sabotage.go
 
 	nonEmpty int // inputs with a non-empty queue
 	held     int
@@ -139,6 +135,11 @@ type dsMark struct{ seq, offset int64 }
 // After New, call Release once: a rescope that shrank the inputs can make
 // restored held records deliverable. ResumePositions says where to fetch.
 func New(ctx context.Context, cfg Config) (*Node, error) {
+	var correct sabotageSet
+	return newNode(ctx, cfg, correct)
+}
+
+func newNode(ctx context.Context, cfg Config, sab sabotageSet) (*Node, error) {
 	if err := checkConfig(&cfg); err != nil {
 		return nil, err
 	}
@@ -160,7 +161,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.byChan[ch] = in
 	}
 	n.gateLookup = len(n.inputs) <= 16
-	n.sabotage = cfg.Sabotage
+	n.sabotage = sab
 	n.sinks = slices.Clone(cfg.Sinks)
 	slices.SortFunc(n.sinks, headers.TopicID.Compare)
 	for _, t := range n.sinks {
@@ -528,7 +529,7 @@ func (n *Node) restoreQueue(in *input) error {
 	if err != nil {
 		return wrapStore(op, pfx, err)
 	}
-	if n.sabotage&SabotageDropHeldRecord != 0 && q.len() > 0 {
+	if n.sabotage.has(sabDropHeldRecord) && q.len() > 0 {
 		q.skels = q.skels[:len(q.skels)-1]
 		t--
 		q.flushedTail = t

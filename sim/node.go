@@ -525,7 +525,7 @@ func (n *SimNode) start(ctx context.Context) error {
 		n.w.trace("state-reset %s", n.spec.Name)
 	}
 	cfg := protocol.Config{ApplicationID: "sim", Stage: n.spec.Name, Partition: n.spec.Partition,
-		Inputs: n.inputs, Store: nil, Offsets: n.w.Broker, Sabotage: n.w.opts.ProtocolSabotage}
+		Inputs: n.inputs, Store: nil, Offsets: n.w.Broker}
 	for _, s := range n.sinks {
 		t := n.w.Broker.Topic(s)
 		if t == nil {

@@ -59,9 +59,6 @@ type Options struct {
 	NewProtocol NewProtocol
 	// Fault makes every node shirk one host duty.
 	Fault HostFault
-	// ProtocolSabotage is set in every node's protocol.Config: the
-	// protocol's own test-only switches, for the self-tests.
-	ProtocolSabotage protocol.Sabotage
 	// Trace, when set, receives every trace line.
 	Trace func(string)
 }
