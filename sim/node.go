@@ -281,6 +281,9 @@ func (n *SimNode) handle(ds []protocol.Delivery) error {
 		n.w.Oracle.Deliver(n.actor, d.Coordinate)
 		n.w.stats.Deliveries++
 		n.noteDelivered(d)
+		if n.w.recreatedIDs[d.Channel.Topic] {
+			n.w.stats.RecreatedReads++
+		}
 		logic := n.spec.Logic
 		if n.restarts > 0 && n.spec.LogicAfterRestart != nil {
 			logic = n.spec.LogicAfterRestart
@@ -308,6 +311,9 @@ func (n *SimNode) send(em Emission) error {
 		p = int32(n.w.rng.IntN(t.Partitions()))
 	}
 	ch := t.Channel(p)
+	if n.w.recreatedIDs[t.ID] {
+		n.w.stats.RecreatedWrites++
+	}
 	st, err := n.proto.PrepareSend(ch)
 	if err != nil {
 		return err

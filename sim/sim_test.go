@@ -68,6 +68,8 @@ var (
 	initOpenTxn   = floor{"an own-output seed meeting an open transaction", 20, func(s *Stats) bool { return s.InitOpenTxn > 0 }}
 	stateReset    = floor{"a sender's state reset", 20, func(s *Stats) bool { return s.StateResets > 0 }}
 	flushCrash    = floor{"a crash between Flush and commit", 20, func(s *Stats) bool { return s.FlushThenCrash > 0 }}
+	rewritten     = floor{"a recreated topic written again", 20, func(s *Stats) bool { return s.RecreatedWrites > 0 }}
+	reread        = floor{"a recreated topic consumed", 20, func(s *Stats) bool { return s.RecreatedReads > 0 }}
 	storeFault    = floor{"a store failure mid-step", 20, func(s *Stats) bool { return s.StoreFaults > 0 }}
 	scenarioFloor = map[string][]floor{
 		"linear":          {crashed, posFold},
@@ -97,7 +99,7 @@ var (
 		"shrink-ancestry": {redeployed, crashed},
 		"regrow-seq":      {regrown, held},
 		"store-faults":    {held, storeFault, flushCrash},
-		"recreate-reuse":  {recreated, regrown},
+		"recreate-reuse":  {recreated, rewritten, reread},
 	}
 )
 

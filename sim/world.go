@@ -76,6 +76,7 @@ type Stats struct {
 	FlushThenCrash, StoreFaults               int
 	SharedClaims                              int // a sequence claim fed while another sender's mark had passed it
 	InitOpenTxn, FetchOpenTxn                 int
+	RecreatedWrites, RecreatedReads           int  // sends to and deliveries from a recreated topic
 	Held                                      bool // some node held a record at the gate
 	WideHeld                                  bool // a node with more than 16 inputs held a record
 	HeldAboveZero                             bool // a task on a partition above 0 held a record
@@ -123,6 +124,7 @@ type World struct {
 	err                                          error
 	recreated                                    int
 	deletedAt                                    map[headers.TopicID]int // topic → step of its deletion
+	recreatedIDs                                 map[headers.TopicID]bool
 }
 
 // snapshotEnds records every channel's log end (for AtFirstRedeploy).
@@ -148,7 +150,7 @@ func NewWorld(spec Spec, seed uint64, opts Options) (*World, error) {
 	w := &World{Broker: NewBroker(), Oracle: NewOracle(), spec: spec, opts: opts,
 		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), hash: fnv.New64a(),
 		crashes: spec.Crashes, retention: spec.Retention, truncations: spec.Truncations, storeFaults: spec.StoreFaults,
-		deletedAt: map[headers.TopicID]int{}}
+		deletedAt: map[headers.TopicID]int{}, recreatedIDs: map[headers.TopicID]bool{}}
 	for _, t := range spec.Topics {
 		w.Broker.CreateTopic(t.Name, t.Partitions)
 	}
@@ -350,7 +352,7 @@ func (w *World) actions() []action {
 			if old := w.Broker.Topic(name); old != nil {
 				w.deletedAt[old.ID] = w.step
 				w.Broker.DeleteTopic(name)
-				w.Broker.CreateTopic(name, old.Partitions())
+				w.recreatedIDs[w.Broker.CreateTopic(name, old.Partitions()).ID] = true
 				w.stats.Recreated++
 			}
 			return nil
