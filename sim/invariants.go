@@ -74,7 +74,10 @@ func (n *SimNode) reach(ch headers.Channel) (int64, bool) {
 //     the head was delivered or skipped, and the head was not;
 //   - the frontier and the highest fed offset stay below what the host has
 //     fetched or reported as a position;
-//   - per channel and sender, the delivered sequence mark never decreases.
+//   - per channel and sender, the delivered sequence mark never decreases;
+//   - every held head waits on a claim the watermarks do not meet, judged
+//     from the stamp the broker holds at the head's offset: each call
+//     cascades to its fixpoint, so a deliverable head is never left held.
 //
 // A violation is recorded once per node incarnation, so a broken subject
 // does not flood the result.
@@ -103,6 +106,11 @@ func (n *SimNode) checkInvariants(op string) {
 		}
 		if r, ok := n.reach(s.Channel); ok && (s.Frontier >= r || s.Fed >= r) {
 			bad("frontier %d or fed offset %d on %v at or past %d, the highest position fetched or reported", s.Frontier, s.Fed, s.Channel, r)
+			return
+		}
+		// New restores without cascading; Release is the call that does.
+		if s.Held > 0 && op != "New" && settles(states, s, n.w.Broker.Entry(s.Channel, s.Head)) {
+			bad("held head %v@%d waits on no unmet claim: the cascade stopped short of its fixpoint", s.Channel, s.Head)
 			return
 		}
 		marks := n.inv.marks[s.Channel]
@@ -172,4 +180,47 @@ func (n *SimNode) noteSharedClaims(rec *protocol.Record) {
 			}
 		}
 	}
+}
+
+// settles reports whether the watermarks in states meet every claim of the
+// stamp of e, the record at the head of s's queue: offset claims by the
+// frontier, sequence claims by the claimed sender's delivered mark, on
+// every consumed channel other than the head's own.
+func settles(states []protocol.InputState, s *protocol.InputState, e *Entry) bool {
+	if e == nil || e.Kind != Business {
+		return false
+	}
+	var st headers.Stamp
+	if headers.ReadStamp(&st, e.Headers) != nil {
+		return false
+	}
+	find := func(ch headers.Channel) *protocol.InputState {
+		for i := range states {
+			if states[i].Channel == ch {
+				return &states[i]
+			}
+		}
+		return nil
+	}
+	for c := range st.Clock.OffsetEntries() {
+		if in := find(c.Channel); in != nil && in != s && in.Frontier < c.Offset {
+			return false
+		}
+	}
+	for c := range st.Clock.SeqEntries() {
+		in := find(c.Channel)
+		if in == nil || in == s {
+			continue
+		}
+		met := false
+		for _, m := range in.Delivered {
+			if m.Sender == c.Sender && m.Seq >= c.Seq {
+				met = true
+			}
+		}
+		if !met {
+			return false
+		}
+	}
+	return true
 }
