@@ -128,6 +128,20 @@ func families() []Scenario {
 					{Name: "B", Inputs: in("a", "b", "c")},
 				}, Crashes: 4, StoreFaults: 6}
 		}},
+		{Name: "truncate-at-claim", Build: func(r *rand.Rand) Spec {
+			// Retention moves a's log start exactly onto the records B's
+			// clocks claim (through b), then sweeps: the entry sitting at
+			// the log start is still a real ancestor of B's sends and must
+			// stay in its stamps. B's ticks send without a new delivery
+			// folding the claim back in.
+			return Spec{Topics: topics(1, "a", "b", "c", "t"),
+				Producers: []ProducerSpec{producer("p", 10, r.IntN(2) == 0, "a")},
+				Nodes: []NodeSpec{
+					{Name: "A", Inputs: in("a"), Sinks: []string{"b"}, Logic: Forward("b")},
+					{Name: "B", Inputs: in("b", "t"), Sinks: []string{"c", "t"}, Logic: Forward("c"), TickTopic: "t", Ticks: 10},
+					{Name: "C", Inputs: in("a", "c")},
+				}, Crashes: 2, Retention: 12, Truncations: 12, RetainToRecords: true}
+		}},
 		{Name: "recreate-reuse", Build: func(r *rand.Rand) Spec {
 			// A drops its sink b, b is recreated under a new ID, and A's
 			// second redeploy writes the new b again; L joins after the

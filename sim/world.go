@@ -40,6 +40,10 @@ type Spec struct {
 	// producer may target them; a node that (re)starts afterwards and
 	// names them consumes or writes the new incarnation.
 	Recreate []string
+	// RetainToRecords makes retention move a log start onto the offset of
+	// one of the channel's last three business records, the offsets
+	// stamps claim, instead of anywhere up to the log end.
+	RetainToRecords bool
 	// StoreFaults is the number of steps the scheduler may run with a
 	// store that fails mid-step; the host then discards the node and
 	// rebuilds it from committed state (H3).
@@ -77,6 +81,7 @@ type Stats struct {
 	SharedClaims                              int // a sequence claim fed while another sender's mark had passed it
 	InitOpenTxn, FetchOpenTxn                 int
 	RecreatedWrites, RecreatedReads           int  // sends to and deliveries from a recreated topic
+	RetainedToRecord                          int  // retention moved a log start exactly onto a record
 	Held                                      bool // some node held a record at the gate
 	WideHeld                                  bool // a node with more than 16 inputs held a record
 	HeldAboveZero                             bool // a task on a partition above 0 held a record
@@ -398,8 +403,22 @@ func (w *World) retain(context.Context) error {
 	ch := chans[w.rng.IntN(len(chans))]
 	end := w.Broker.End(ch)
 	to := w.Broker.LogStart(ch) + w.rng.Int64N(end-w.Broker.LogStart(ch)+1)
+	if w.spec.RetainToRecords {
+		var recs []int64
+		for off := end - 1; off >= w.Broker.LogStart(ch) && len(recs) < 3; off-- {
+			if e := w.Broker.Entry(ch, off); e != nil && e.Kind == Business {
+				recs = append(recs, off)
+			}
+		}
+		if len(recs) > 0 {
+			to = recs[w.rng.IntN(len(recs))]
+		}
+	}
 	got := w.Broker.AdvanceLogStart(ch, to)
 	w.stats.Retentions++
+	if got == to && w.spec.RetainToRecords {
+		w.stats.RetainedToRecord++
+	}
 	w.trace("retention %v→%d", ch, got)
 	return nil
 }
