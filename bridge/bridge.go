@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"sync/atomic"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/parsley-go/parsley/stage"
@@ -179,15 +178,4 @@ func (b *Bridge) CommittedSteps() int64 {
 		return 0
 	}
 	return app.CommittedSteps()
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

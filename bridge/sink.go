@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/parsley-go/parsley/internal/wait"
 	"github.com/parsley-go/parsley/stage"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -197,7 +198,7 @@ func checkStream(ctx context.Context, c SinkConfig, js jetstream.JetStream) ([]s
 			return nil, nil
 		}
 		c.Logger.Warn("bridge: NATS not answering; retrying", "err", err, "backoff", backoff)
-		if sleep(ctx, backoff) != nil {
+		if wait.Sleep(ctx, backoff) != nil {
 			return nil, nil
 		}
 	}

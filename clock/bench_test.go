@@ -49,7 +49,7 @@ func benchClock(b testing.TB, opts ...clock.Option) (*clock.Clock, *broker.Clust
 func BenchmarkStamp(b *testing.B) {
 	for _, d := range []headers.Dialect{headers.DialectVC, headers.DialectCauses} {
 		b.Run(d.String()+"/unchanged", func(b *testing.B) {
-			clk, _ := benchClock(b, clock.WithDialect(d))
+			clk, _ := benchClock(b, clock.Dialect(d))
 			ctx := testCtx(b)
 			rec := &kgo.Record{Topic: "bench"}
 			b.ReportAllocs()
@@ -61,7 +61,7 @@ func BenchmarkStamp(b *testing.B) {
 			}
 		})
 		b.Run(d.String()+"/after-fold", func(b *testing.B) {
-			clk, _ := benchClock(b, clock.WithDialect(d))
+			clk, _ := benchClock(b, clock.Dialect(d))
 			ctx := testCtx(b)
 			rec := &kgo.Record{Topic: "bench"}
 			at := headers.Coordinate{Channel: ch(headers.TopicID{1, 3}, 7), Offset: 5000}

@@ -56,29 +56,30 @@ type config struct {
 	timeout time.Duration
 }
 
-// Option configures a Clock.
+// Option configures a Clock. Options are named for what they set, as in
+// franz-go; a With… name in this module is a builder step (stage.WithState).
 type Option func(*config)
 
-// WithDialect selects the header dialect Stamp writes: headers.DialectVC
+// Dialect selects the header dialect Stamp writes: headers.DialectVC
 // (the default, readable by the Java library 0.2) or headers.DialectCauses
 // (the single parsley.causes header). The causes dialect carries offset
 // claims only: a clock that folded sequence claims from stage-produced
 // records cannot be written in it, and Stamp then fails with
 // headers.ErrUnencodable rather than drop a cause.
-func WithDialect(d headers.Dialect) Option { return func(c *config) { c.dialect = d } }
+func Dialect(d headers.Dialect) Option { return func(c *config) { c.dialect = d } }
 
-// WithResolver makes the clock resolve topic names through r, so several
+// SharedResolver makes the clock resolve topic names through r, so several
 // clocks share one cache.
-func WithResolver(r *Resolver) Option { return func(c *config) { c.res = r } }
+func SharedResolver(r *Resolver) Option { return func(c *config) { c.res = r } }
 
-// WithTopicIDMaxAge sets how long a resolved topic ID is trusted before the
+// TopicIDMaxAge sets how long a resolved topic ID is trusted before the
 // cluster is asked again (default DefaultTopicIDMaxAge). It is ignored with
-// WithResolver.
-func WithTopicIDMaxAge(d time.Duration) Option { return func(c *config) { c.maxAge = d } }
+// SharedResolver.
+func TopicIDMaxAge(d time.Duration) Option { return func(c *config) { c.maxAge = d } }
 
-// WithLookupTimeout bounds the topic lookups of Observe and RecordProduced
+// LookupTimeout bounds the topic lookups of Observe and RecordProduced
 // (default DefaultLookupTimeout).
-func WithLookupTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+func LookupTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
 
 // New returns an empty clock that resolves topic names through admin. The
 // caller keeps ownership of admin.

@@ -134,7 +134,7 @@ func TestConsumeThenProduceClaimsCauseAndItsPast(t *testing.T) {
 func TestCausesDialectCarriesTheSameClaims(t *testing.T) {
 	c := cluster(t, broker.Topic{Name: "x", Partitions: 3}, broker.Topic{Name: "y"})
 	vc := clock.New(c.Admin())
-	causes := clock.New(c.Admin(), clock.WithDialect(headers.DialectCauses))
+	causes := clock.New(c.Admin(), clock.Dialect(headers.DialectCauses))
 	for p := int32(0); p < 3; p++ {
 		for i := int32(0); i <= p; i++ {
 			r := produce(t, c, &kgo.Record{Topic: "x", Partition: p})
@@ -177,7 +177,7 @@ func TestCausesDialectCarriesTheSameClaims(t *testing.T) {
 func TestStampRefusesReservedHeaders(t *testing.T) {
 	c := cluster(t, broker.Topic{Name: "x"})
 	for _, dialect := range []headers.Dialect{headers.DialectVC, headers.DialectCauses} {
-		clk := clock.New(c.Admin(), clock.WithDialect(dialect))
+		clk := clock.New(c.Admin(), clock.Dialect(dialect))
 		for _, tc := range []struct {
 			key      string
 			reserved bool
@@ -541,7 +541,7 @@ func TestSequenceClaimsNeedTheVCDialect(t *testing.T) {
 		dialect headers.Dialect
 		want    error
 	}{{headers.DialectVC, nil}, {headers.DialectCauses, headers.ErrUnencodable}} {
-		clk := clock.New(c.Admin(), clock.WithDialect(tc.dialect))
+		clk := clock.New(c.Admin(), clock.Dialect(tc.dialect))
 		if err := clk.Observe(in); err != nil {
 			t.Fatal(err)
 		}
@@ -738,7 +738,7 @@ func TestStampValuesAreNeverRewritten(t *testing.T) {
 	c := cluster(t, broker.Topic{Name: "x"})
 	x := topicID(t, c, "x")
 	for _, d := range []headers.Dialect{headers.DialectVC, headers.DialectCauses} {
-		clk := clock.New(c.Admin(), clock.WithDialect(d))
+		clk := clock.New(c.Admin(), clock.Dialect(d))
 		stamp := func() *kgo.Record {
 			r := &kgo.Record{Topic: "x"}
 			if err := clk.Stamp(testCtx(t), r); err != nil {
@@ -812,7 +812,7 @@ func TestResolverKeepsTheNewerWord(t *testing.T) {
 
 func TestUnknownDialectIsRefused(t *testing.T) {
 	c := cluster(t, broker.Topic{Name: "x"})
-	clk := clock.New(c.Admin(), clock.WithDialect(headers.Dialect(9)))
+	clk := clock.New(c.Admin(), clock.Dialect(headers.Dialect(9)))
 	rec := &kgo.Record{Topic: "x"}
 	if err := clk.Stamp(testCtx(t), rec); !errors.Is(err, headers.ErrUnencodable) || len(rec.Headers) != 0 {
 		t.Errorf("unknown dialect: err = %v, %d headers; want ErrUnencodable and none", err, len(rec.Headers))

@@ -9,25 +9,35 @@ import (
 	"github.com/parsley-go/parsley/headers"
 )
 
-// Store layout, format version 1. Keys are ASCII strings:
+// Store layout, format version 2. Keys are ASCII strings:
 //
-//	v                          uint32 format version (1)
+//	v                          uint32 format version (2; a version 1 store, which
+//	                           has 8-byte frontiers and no ack/ keys, upgrades)
 //	scope                      uint32 inputCount, per input: topic(16) int32 partition;
 //	                           uint32 sinkCount, per sink: topic(16)
 //	ca                         vc clock: carried ancestry
-//	f/<ch>                     int64 frontier
+//	f/<ch>                     int64 frontier, int64 claim: the highest offset at or
+//	                           below the frontier known to hold a committed record
+//	                           (-1 none); an 8-byte value (an older build) is a
+//	                           frontier whose claim is the frontier itself
 //	cc/<ch>                    vc clock: the channel's advertised clock
 //	q/<ch>/m                   int64 headIndex, int64 tailIndex (one past the last entry)
 //	q/<ch>/e/<16 hex digits>   held record (see appendHeld), by queue index
 //	sq/<ch>                    int64 last send sequence issued to sink channel ch
 //	ds/<ch>/<sender>           int64 seq, int64 offset: highest delivered send
-//	                           sequence from sender on ch, and its offset
+//	                           sequence from sender on ch, and its offset; kept
+//	                           when ch leaves the inputs
+//	ack/<ch>                   int64 highest acknowledged offset of this node's
+//	                           committed sends to sink channel ch
 //
 // <ch> is the topic ID in canonical UUID text, a colon, and the partition as
 // ten decimal digits (zero-padded), so keys of one topic sort by partition.
 // <sender> is the sender ID in canonical UUID text. All integers are
 // big-endian; clocks use the vc dialect's layout (headers.AppendVC).
-const formatVersion = 1
+const (
+	formatVersion  = 2
+	formatVersion1 = 1 // read and upgraded
+)
 
 const (
 	keyVersion = "v"
@@ -38,6 +48,7 @@ const (
 	pfxQueue   = "q/"
 	pfxSeq     = "sq/"
 	pfxDS      = "ds/"
+	pfxAcked   = "ack/"
 )
 
 // chanKey returns the text form of ch used inside store keys.
@@ -92,6 +103,22 @@ func decodeInt64(b []byte) (int64, bool) {
 		return 0, false
 	}
 	return int64(binary.BigEndian.Uint64(b)), true
+}
+
+// appendFrontier encodes an input's frontier and claim.
+func appendFrontier(b []byte, frontier, claim int64) []byte {
+	return appendInt64(appendInt64(b, frontier), claim)
+}
+
+// decodeFrontier decodes a frontier value: 16 bytes (frontier, claim) with
+// -1 ≤ claim ≤ frontier, or the 8-byte frontier of an older build, whose
+// stamps claimed the frontier itself.
+func decodeFrontier(b []byte) (frontier, claim int64, ok bool) {
+	if f, ok := decodeInt64(b); ok {
+		return f, f, f >= -1
+	}
+	f, c, ok := decodePair(b)
+	return f, c, ok && f >= -1 && c >= -1 && c <= f
 }
 
 func decodePair(b []byte) (int64, int64, bool) {

@@ -22,11 +22,15 @@
 // (everything under the head was delivered, the rest was skipped), and below
 // a reported consumer position when the queue is empty.
 //
-// Every record the node sends carries a stamp from PrepareSend: the frontier,
-// the clocks of everything received, the ancestry of channels it no longer
-// consumes, the sink end offsets seen at init (its prior incarnations' sends),
-// and sequence claims on its own sends to its other sink channels, whose
-// offsets it cannot know yet. The stamp is tagged with the node's sender
+// Every record the node sends carries a stamp from PrepareSend: the highest
+// delivered record of each input, the clocks of everything received, the
+// ancestry of channels it no longer consumes, the acknowledged sends of its
+// prior incarnations (reported by the host through Sent), and sequence
+// claims on its own sends to its other sink channels, whose offsets it
+// cannot know yet. Every offset it names is a committed record, never a
+// transaction marker, an aborted record or the log end (parsley.causes
+// constraint 8); a sender's sequences only increase, even across a reset
+// of its state. The stamp is tagged with the node's sender
 // identity and the send's sequence on its channel, which is how receivers
 // resolve sequence claims.
 //
@@ -34,7 +38,7 @@
 //
 // Like etcd's raft package, the node does no I/O of its own, reads no clock,
 // starts no goroutine and draws no random number. It reads and writes a Store
-// the host gives it, asks the host's BrokerOffsets for end offsets (at New)
+// the host gives it, asks the host's BrokerOffsets for sink end offsets (at New)
 // and log starts (TruncateToLogStarts), and otherwise only returns values:
 // deliveries in the order to process them, and stamps. Nothing depends on Go
 // map iteration order; the same configuration, store contents, broker answers
@@ -66,9 +70,13 @@
 //   - H4. Partition before stamping: call PrepareSend with the concrete
 //     destination partition, attach exactly that stamp (headers.AppendStamp,
 //     vc dialect), and send the record in the same step. Sequence claims rely
-//     on every stamped send being appended, or aborted with the step.
-//   - H5. Restart through New: it restores the store, seeds own outputs from
-//     the sinks' end offsets, and rescopes against the recorded inputs and
+//     on every stamped send being appended, or aborted with the step. Report
+//     each send's acknowledged offset through Sent before Flush, so it
+//     commits with the send; later incarnations claim it as an own output.
+//     (A host that reports none falls back to claiming sink end offsets:
+//     sound, but it names markers.)
+//   - H5. Restart through New: it restores the store and the own outputs
+//     (the acknowledged sends), and rescopes against the recorded inputs and
 //     sinks. Then call Release once, fetch each input from the higher of
 //     the committed position and ResumePositions (clamped to the log start,
 //     H6), and report that start position through PositionAdvance for every

@@ -43,8 +43,8 @@ var (
 	// disagree with their queue's indices.
 	ErrCorruptState = errors.New("corrupt protocol state")
 
-	// ErrSinkMissing: a declared sink topic does not exist at init, so its
-	// end offsets cannot seed own outputs.
+	// ErrSinkMissing: a declared sink topic does not exist at init, so the
+	// node cannot know where its sequences there must start.
 	ErrSinkMissing = errors.New("declared sink topic does not exist")
 
 	// ErrNodeFailed: an earlier call failed in a way that left the node's

@@ -136,7 +136,7 @@ func TestFailClosedUnknownStateFormat(t *testing.T) {
 		key  string
 		val  []byte
 	}{
-		{"future version", keyVersion, []byte{0, 0, 0, 2}},
+		{"future version", keyVersion, []byte{0, 0, 0, 3}},
 		{"malformed version", keyVersion, []byte{1}},
 		{"state without version", keyScope, encodeScope(scope{})},
 		{"held entry without version", pfxQueue + chanKey(a0) + "/m", make([]byte, 16)},

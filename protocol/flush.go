@@ -33,7 +33,7 @@ func (n *Node) Flush() error {
 	}
 	for _, in := range n.inputs {
 		if in.frontierDirty {
-			if err := put(pfxFront+in.key, appendInt64(nil, in.frontier)); err != nil {
+			if err := put(pfxFront+in.key, appendFrontier(make([]byte, 0, 16), in.frontier, in.claim)); err != nil {
 				return err
 			}
 			in.frontierDirty = false
@@ -75,16 +75,22 @@ func (n *Node) Flush() error {
 		}
 		n.caDirty = false
 	}
-	if len(n.sqDirty) > 0 {
-		slices.SortFunc(n.sqDirty, headers.Channel.Compare)
-		for _, ch := range n.sqDirty {
-			if err := put(pfxSeq+chanKey(ch), appendInt64(nil, n.sq[ch])); err != nil {
+	// putInts writes the changed per-channel integers under prefix, in
+	// channel order, and forgets which changed.
+	putInts := func(dirty *[]headers.Channel, prefix string, vals map[headers.Channel]int64) error {
+		slices.SortFunc(*dirty, headers.Channel.Compare)
+		for _, ch := range *dirty {
+			if err := put(prefix+chanKey(ch), appendInt64(nil, vals[ch])); err != nil {
 				return err
 			}
 		}
-		n.sqDirty = n.sqDirty[:0]
+		*dirty = (*dirty)[:0]
+		return nil
 	}
-	return nil
+	if err := putInts(&n.sqDirty, pfxSeq, n.sq); err != nil {
+		return err
+	}
+	return putInts(&n.ackedDirty, pfxAcked, n.acked)
 }
 
 func (n *Node) flushQueue(in *input) error {

@@ -263,7 +263,13 @@ func TestSendSequencesStartAtZeroAndPersist(t *testing.T) {
 func TestStampTerms(t *testing.T) {
 	S, S2 := chn(31, 0), chn(31, 1)
 	e := newEnv(t, []headers.Channel{a0, b0}, []headers.TopicID{S.Topic})
-	e.offs.ends[S.Topic] = []int64{10, 0} // own outputs: S/0 up to 9; S/1 empty
+	e.offs.ends[S.Topic] = []int64{10, 0}
+	prev := e.node() // own outputs: a previous incarnation's send, acknowledged at S/0@9
+	prepare(t, prev, S)
+	if err := prev.Sent(at(S, 9)); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, prev)
 	n := e.node()
 	other := headers.SenderID{5}
 	feed(t, n, plain(a0, 3))

@@ -80,15 +80,20 @@ type Node struct {
 	sinkSet map[headers.TopicID]bool
 
 	carried headers.Clock // ca: delivered past on channels no longer consumed
-	own     headers.Clock // own outputs: sink end offsets at init
+	own     headers.Clock // own outputs: previous incarnations' committed sends, as of init
 	agg     headers.Clock // carried ∪ own ∪ every input's advertised clock
 	caDirty bool
 	fresh   bool
+	upgrade bool // the store is in format version 1
 
 	sq      map[headers.Channel]int64 // last send sequence issued per sink channel
 	sqInit  map[headers.Channel]int64 // sq as restored at init
 	sent    []headers.Channel         // sink channels sent to this incarnation, sorted
 	sqDirty []headers.Channel
+	sqSeed  map[headers.Channel]int64 // first sequence on a sink channel with none stored: its end offset at init
+
+	acked      map[headers.Channel]int64 // highest acknowledged send offset per sink channel, as stored
+	ackedDirty []headers.Channel
 
 	senders   []headers.SenderID // interned senders of held records; index+1 in skeletons
 	senderIdx map[headers.SenderID]uint32
@@ -110,6 +115,7 @@ type input struct {
 	key string // chanKey(ch)
 
 	frontier  int64 // contiguous delivered-or-skipped watermark; -1 = nothing
+	claim     int64 // highest offset ≤ frontier known to hold a committed record; -1 = none
 	fed       int64 // highest offset fed in this incarnation; -1 = none
 	accounted int64 // highest offset accounted for at init (frontier or held tail)
 	position  int64 // highest consumer position reported; 0 = none
@@ -126,9 +132,10 @@ type input struct {
 
 type dsMark struct{ seq, offset int64 }
 
-// New builds a node from cfg: it restores the state in cfg.Store, seeds own
-// outputs from the sinks' end offsets, and rescopes against the scope the
-// state was written under (host duty H5). It writes the reconciled state to
+// New builds a node from cfg: it restores the state in cfg.Store and the own
+// outputs (the sends acknowledged through Sent), reads the sinks' end
+// offsets (where sequences start on sink channels with none stored), and
+// rescopes against the scope the state was written under (host duty H5). It writes the reconciled state to
 // the store (init is idempotent: building a node twice over the same store
 // writes the same bytes) and returns the node ready for records.
 //
@@ -151,12 +158,14 @@ func newNode(ctx context.Context, cfg Config, sab sabotageSet) (*Node, error) {
 		sinkSet:   make(map[headers.TopicID]bool, len(cfg.Sinks)),
 		sq:        make(map[headers.Channel]int64),
 		sqInit:    make(map[headers.Channel]int64),
+		sqSeed:    make(map[headers.Channel]int64),
+		acked:     make(map[headers.Channel]int64),
 		senderIdx: make(map[headers.SenderID]uint32),
 	}
 	chans := slices.Clone(cfg.Inputs)
 	slices.SortFunc(chans, headers.Channel.Compare)
 	for _, ch := range chans {
-		in := &input{ch: ch, key: chanKey(ch), frontier: -1, fed: -1, accounted: -1, ds: make(map[headers.SenderID]dsMark)}
+		in := &input{ch: ch, key: chanKey(ch), frontier: -1, claim: -1, fed: -1, accounted: -1, ds: make(map[headers.SenderID]dsMark)}
 		n.inputs = append(n.inputs, in)
 		n.byChan[ch] = in
 	}
@@ -219,9 +228,13 @@ func (n *Node) init(ctx context.Context) error {
 	var prev scope
 	hadScope := false
 	if ok {
-		if len(v) != 4 || v[0] != 0 || v[1] != 0 || v[2] != 0 || v[3] != formatVersion {
+		if len(v) != 4 || v[0] != 0 || v[1] != 0 || v[2] != 0 || (v[3] != formatVersion && v[3] != formatVersion1) {
 			return keyErr(op, keyVersion, because(ErrUnknownStateFormat, "version bytes "+hexBytes(v)))
 		}
+		// Version 1 differs only in what version 2 adds (a frontier's claim,
+		// acknowledged sends); it upgrades in place, and a build that knows
+		// only version 1 refuses the result rather than misread it.
+		n.upgrade = v[3] != formatVersion
 		sv, ok, err := st.Get(keyScope)
 		if err != nil {
 			return keyErr(op, keyScope, err)
@@ -237,7 +250,7 @@ func (n *Node) init(ctx context.Context) error {
 		// No version: the store must be empty of protocol state; anything
 		// else was written by a format this build does not know.
 		var found string
-		for _, p := range []string{keyScope, keyCarried, pfxFront, pfxCC, pfxQueue, pfxSeq, pfxDS} {
+		for _, p := range []string{keyScope, keyCarried, pfxFront, pfxCC, pfxQueue, pfxSeq, pfxDS, pfxAcked} {
 			err := st.Scan(p, func(k string, _ []byte) error { found = k; return errStop })
 			if err != nil && !errors.Is(err, errStop) {
 				return keyErr(op, p, err)
@@ -267,18 +280,6 @@ func (n *Node) init(ctx context.Context) error {
 		if err := n.restoreInput(in); err != nil {
 			return err
 		}
-		if hadScope && !prevInputs[in.ch] {
-			// Growth: seed at the carried knowledge of the channel, never
-			// below it; the host resumes one past it.
-			if c, ok := n.carried.Offset(in.ch); ok && c > in.frontier {
-				in.frontier = c
-				in.frontierDirty = true
-			}
-		}
-		in.accounted = in.frontier
-		if l := in.q.len(); l > 0 {
-			in.accounted = max(in.accounted, in.q.at(l-1).offset)
-		}
 	}
 
 	// Departing inputs (shrink): refuse held records first, then fold.
@@ -290,10 +291,10 @@ func (n *Node) init(ctx context.Context) error {
 	}
 	slices.SortFunc(departing, headers.Channel.Compare)
 	type fold struct {
-		ch       headers.Channel
-		frontier int64
-		cc       headers.Clock
-		keys     []string
+		ch    headers.Channel
+		claim int64
+		cc    headers.Clock
+		keys  []string
 	}
 	var folds []fold
 	for _, ch := range departing {
@@ -317,15 +318,19 @@ func (n *Node) init(ctx context.Context) error {
 		if held != "" {
 			return &Error{Op: op + ": shrink", Channel: ch, HasChannel: true, Key: held, Err: ErrHeldOnRemovedInput}
 		}
-		f := fold{ch: ch, frontier: -1, keys: []string{pfxFront + ck, pfxCC + ck, metaKey(ck)}}
+		// The delivered-sequence marks stay: each names a record at or
+		// below the claim carried here, so if the channel returns, the
+		// sequence claims they resolved stay resolved although those
+		// records are never fetched again.
+		f := fold{ch: ch, claim: -1, keys: []string{pfxFront + ck, pfxCC + ck, metaKey(ck)}}
 		if b, ok, err := st.Get(pfxFront + ck); err != nil {
 			return keyErr(op, pfxFront+ck, err)
 		} else if ok {
-			v, ok := decodeInt64(b)
+			_, c, ok := decodeFrontier(b)
 			if !ok {
-				return corrupt(op, pfxFront+ck, "want 8 bytes")
+				return corrupt(op, pfxFront+ck, "want an int64 frontier ≥ -1, optionally with a claim in [-1, frontier]")
 			}
-			f.frontier = v
+			f.claim = c
 		}
 		if b, ok, err := st.Get(pfxCC + ck); err != nil {
 			return keyErr(op, pfxCC+ck, err)
@@ -334,82 +339,58 @@ func (n *Node) init(ctx context.Context) error {
 				return keyErr(op, pfxCC+ck, because(ErrCorruptState, err.Error()))
 			}
 		}
-		if err := st.Scan(pfxDS+ck+"/", func(k string, _ []byte) error { f.keys = append(f.keys, k); return nil }); err != nil {
-			return keyErr(op, pfxDS+ck, err)
-		}
 		folds = append(folds, f)
 	}
 
-	// Former sinks fold their end offsets into carried ancestry; a topic
-	// that no longer exists is unclaimable and skipped.
-	var formerEnds headers.Clock
-	for _, t := range prev.sinks {
-		if n.sinkSet[t] {
-			continue
-		}
-		ends, exists, err := n.offsets.EndOffsets(ctx, t)
-		if err != nil {
-			return &Error{Op: op + ": former sink end offsets", Topic: t, Err: err}
-		}
-		if !exists {
-			continue
-		}
-		for p, e := range ends {
-			if e > 0 {
-				formerEnds.SetOffset(headers.Channel{Topic: t, Partition: int32(p)}, e-1)
-			}
-		}
-	}
-
-	// Own outputs: every declared sink's end offset.
-	for _, t := range n.sinks {
-		ends, exists, err := n.offsets.EndOffsets(ctx, t)
-		if err != nil {
-			return &Error{Op: op + ": sink end offsets", Topic: t, Err: err}
-		}
-		if !exists {
-			return &Error{Op: op, Topic: t, Err: ErrSinkMissing}
-		}
-		for p, e := range ends {
-			if e > 0 {
-				n.own.SetOffset(headers.Channel{Topic: t, Partition: int32(p)}, e-1)
-			}
-		}
-	}
-
 	// Send sequences.
-	err = st.Scan(pfxSeq, func(k string, b []byte) error {
-		ch, ok := parseChanKey(k[len(pfxSeq):])
-		if !ok {
-			return corrupt(op, k, "bad channel")
-		}
-		v, ok := decodeInt64(b)
-		if !ok || v < 0 {
-			return corrupt(op, k, "want a non-negative int64")
-		}
+	err = scanChannelInts(st, op, pfxSeq, func(ch headers.Channel, v int64) {
 		n.sq[ch] = v
 		n.sqInit[ch] = v
-		return nil
 	})
 	if err != nil {
-		return wrapStore(op, pfxSeq, err)
+		return err
+	}
+
+	// Own outputs and former sinks (own.go).
+	formerOwn, err := n.restoreOwn(ctx, prev.sinks)
+	if err != nil {
+		return err
 	}
 
 	// Everything is validated: apply the rescope.
 	for i := range folds {
 		f := &folds[i]
-		if f.frontier >= 0 {
-			n.carried.SetOffset(f.ch, f.frontier)
+		if f.claim >= 0 {
+			n.carried.SetOffset(f.ch, f.claim)
 		}
 		n.carried.Merge(&f.cc)
 		n.caDirty = true
 	}
-	if !formerEnds.IsEmpty() {
-		n.carried.Merge(&formerEnds)
+	if !formerOwn.IsEmpty() {
+		n.carried.Merge(&formerOwn)
 		n.caDirty = true
 	}
+	// Growth seeds only after the whole rescope is folded in, so a channel
+	// that left the sinks (or the inputs) and joins the inputs in this same
+	// init is seeded from what that fold carries.
+	for _, in := range n.inputs {
+		if hadScope && !prevInputs[in.ch] {
+			// Growth: seed at the carried knowledge of the channel, never
+			// below it; the host resumes one past it. Carried ancestry
+			// names only committed records, so the seed is a claim too.
+			if c, ok := n.carried.Offset(in.ch); ok && c > in.frontier {
+				in.frontier = c
+				in.claim = c
+				in.frontierDirty = true
+			}
+		}
+		in.accounted = in.frontier
+		if l := in.q.len(); l > 0 {
+			in.accounted = max(in.accounted, in.q.at(l-1).offset)
+		}
+	}
 	n.rebuildAgg()
-	if n.fresh {
+	if n.fresh || n.upgrade {
 		if err := st.Put(keyVersion, []byte{0, 0, 0, formatVersion}); err != nil {
 			return keyErr(op, keyVersion, n.fail(err))
 		}
@@ -435,6 +416,27 @@ func (n *Node) init(ctx context.Context) error {
 
 var errStop = errors.New("stop")
 
+// scanChannelInts reads every key prefix+<ch> holding a non-negative int64
+// and hands each to fn.
+func scanChannelInts(st Store, op, prefix string, fn func(headers.Channel, int64)) error {
+	err := st.Scan(prefix, func(k string, b []byte) error {
+		ch, ok := parseChanKey(k[len(prefix):])
+		if !ok {
+			return corrupt(op, k, "bad channel")
+		}
+		v, ok := decodeInt64(b)
+		if !ok || v < 0 {
+			return corrupt(op, k, "want a non-negative int64")
+		}
+		fn(ch, v)
+		return nil
+	})
+	if err != nil {
+		return wrapStore(op, prefix, err)
+	}
+	return nil
+}
+
 func wrapStore(op, key string, err error) error {
 	var e *Error
 	if errors.As(err, &e) {
@@ -451,11 +453,11 @@ func (n *Node) restoreInput(in *input) error {
 	if b, ok, err := st.Get(pfxFront + in.key); err != nil {
 		return keyErr(op, pfxFront+in.key, err)
 	} else if ok {
-		v, ok := decodeInt64(b)
-		if !ok || v < -1 {
-			return corrupt(op, pfxFront+in.key, "want an int64 ≥ -1")
+		f, c, ok := decodeFrontier(b)
+		if !ok {
+			return corrupt(op, pfxFront+in.key, "want an int64 frontier ≥ -1, optionally with a claim in [-1, frontier]")
 		}
-		in.frontier = v
+		in.frontier, in.claim = f, c
 	}
 	if b, ok, err := st.Get(pfxCC + in.key); err != nil {
 		return keyErr(op, pfxCC+in.key, err)

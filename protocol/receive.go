@@ -36,6 +36,15 @@ func (n *Node) OnRecord(rec *Record) ([]Delivery, error) {
 	if rec.Offset <= in.fed {
 		return nil, coordErr(op, rec.Channel, rec.Offset, because(ErrOutOfOrderFeed, "already fed offset "+itoa(in.fed)))
 	}
+	// A replay is dropped before its stamp is read: the node accounted for
+	// the offset already, so what its metadata says cannot matter, and a
+	// stamp that does not decode must not refuse a record that is never
+	// delivered.
+	if (rec.Offset <= in.frontier || rec.Offset <= in.accounted) && !n.sabotage.has(sabAdmitReplays) {
+		in.fed = rec.Offset
+		n.counters.ReplaysSkipped++
+		return n.out, nil
+	}
 	if err := headers.ReadStamp(&n.scratch, rec.Headers); err != nil {
 		if !n.sabotage.has(sabUndecodableAsAbsent) {
 			return nil, coordErr(op, rec.Channel, rec.Offset, err)
@@ -43,10 +52,6 @@ func (n *Node) OnRecord(rec *Record) ([]Delivery, error) {
 		n.scratch.Reset()
 	}
 	in.fed = rec.Offset
-	if (rec.Offset <= in.frontier || rec.Offset <= in.accounted) && !n.sabotage.has(sabAdmitReplays) {
-		n.counters.ReplaysSkipped++
-		return n.out, nil
-	}
 	// Fold at receive, not at delivery: an over-claim only delays, and every
 	// later stamp must dominate the whole clock of every record delivered.
 	if !n.scratch.Clock.IsEmpty() && !n.sabotage.has(sabSkipReceiveFold) {
@@ -80,7 +85,9 @@ func (n *Node) OnRecord(rec *Record) ([]Delivery, error) {
 	n.nonEmpty++
 	raised := n.raiseFrontier(in, rec.Offset-1) // seed / bridge: the run below was skipped
 	if n.deliverable(in, &q.headStmp) {
-		n.deliver(in)
+		if err := n.deliver(in); err != nil {
+			return nil, err
+		}
 		if n.nonEmpty == 0 {
 			return n.out, nil
 		}
@@ -166,7 +173,9 @@ func (n *Node) cascade() error {
 				if !n.deliverable(in, &in.q.headStmp) {
 					break
 				}
-				n.deliver(in)
+				if err := n.deliver(in); err != nil {
+					return err
+				}
 				progress = true
 			}
 		}
@@ -243,9 +252,17 @@ func (n *Node) offsetsWalk(own *input, c *headers.Clock) bool {
 	return true
 }
 
-// deliver releases the loaded head of in's queue.
-func (n *Node) deliver(in *input) {
+// deliver releases the loaded head of in's queue. A head at or below the
+// frontier would move the frontier backwards (or deliver an offset twice):
+// the state that let it get there is inconsistent, so the node fails
+// rather than let the frontier, and every stamp after it, claim less than
+// was delivered.
+func (n *Node) deliver(in *input) error {
 	q := &in.q
+	if o := q.at(0).offset; o <= in.frontier {
+		return n.fail(coordErr("deliver", in.ch, o, because(ErrCorruptState,
+			"delivery would move the frontier back from "+itoa(in.frontier))))
+	}
 	i := len(n.out)
 	if i < cap(n.out) {
 		n.out = n.out[:i+1]
@@ -256,6 +273,7 @@ func (n *Node) deliver(in *input) {
 	d.Record = q.head
 	d.Stamp, q.headStmp = q.headStmp, d.Stamp
 	in.frontier = d.Offset
+	in.claim = d.Offset // a delivered business record: committed, claimable
 	in.frontierDirty = true
 	if d.Stamp.Tagged {
 		m, ok := in.ds[d.Stamp.Sender]
@@ -276,7 +294,7 @@ func (n *Node) deliver(in *input) {
 			in.frontier = in.position - 1
 			n.counters.PositionFolds++
 		}
-		return
+		return nil
 	}
 	// The skipped run behind a held head: head-of-line order means every
 	// record below the new head was delivered, so the rest was skipped.
@@ -284,6 +302,7 @@ func (n *Node) deliver(in *input) {
 		in.frontier = o
 		n.counters.SkippedRunFolds++
 	}
+	return nil
 }
 
 func containsSender(s []headers.SenderID, x headers.SenderID) bool {

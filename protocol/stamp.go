@@ -52,9 +52,13 @@ func (n *Node) PrepareSendInto(s *headers.Stamp, dest headers.Channel) error {
 			c.Merge(&in.cc)
 		}
 	}
+	// Each input is claimed at its highest delivered record, not its
+	// frontier: a claim covers every cause at or below it, markers and
+	// aborted records are never causes, and a frontier folded past them
+	// names an offset no committed record occupies (wire constraint 8).
 	for _, in := range n.inputs {
-		if in.frontier >= 0 {
-			c.SetOffset(in.ch, in.frontier)
+		if in.claim >= 0 {
+			c.SetOffset(in.ch, in.claim)
 		}
 	}
 	for _, ch := range n.sent {
@@ -67,7 +71,11 @@ func (n *Node) PrepareSendInto(s *headers.Stamp, dest headers.Channel) error {
 	}
 	last, ok := n.sq[dest]
 	if !ok {
-		last = -1
+		// No sequence stored: the sender's state may have been reset, but
+		// its identity was not. Every earlier send to dest took an offset
+		// below dest's end at init, and sequences never outrun offsets,
+		// so starting there keeps every new sequence above every old one.
+		last = n.sqSeed[dest] - 1
 	}
 	seq := last + 1
 	n.sq[dest] = seq

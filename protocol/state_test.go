@@ -217,22 +217,28 @@ func TestGrowthSeedsAtCarriedKnowledgeAndResumes(t *testing.T) {
 	wantCoords(t, "b@10", feed(t, m, plain(b0, 10)), at(b0, 10))
 }
 
-func TestFormerSinkFoldsEndOffsetsAndGoneTopicIsSkipped(t *testing.T) {
-	S, F, G := chn(31, 0), chn(33, 0), chn(34, 0)
+func TestFormerSinkFoldsOwnSendsAndGoneTopicIsSkipped(t *testing.T) {
+	S, F, F1, G := chn(31, 0), chn(33, 0), chn(33, 1), chn(34, 0)
 	e := newEnv(t, nil, []headers.TopicID{S.Topic, F.Topic, G.Topic})
 	e.offs.ends[F.Topic] = []int64{5, 8}
 	n := e.node()
+	for _, c := range []headers.Coordinate{at(F, 6), at(F1, 7), at(G, 0)} {
+		prepare(t, n, c.Channel)
+		if err := n.Sent(c); err != nil {
+			t.Fatal(err)
+		}
+	}
 	flush(t, n)
 	e.cfg.Sinks = []headers.TopicID{S.Topic}
-	e.offs.ends[F.Topic] = []int64{12, 8}
+	e.offs.ends[F.Topic] = []int64{12, 9} // others wrote after: markers, not our sends
 	e.offs.gone[G.Topic] = true
 	m := e.node()
 	s := prepare(t, m, S)
-	if o, ok := s.Clock.Offset(F); !ok || o != 11 {
-		t.Fatalf("former sink F/0 claim = %d %v, want 11", o, ok)
+	if o, ok := s.Clock.Offset(F); !ok || o != 6 {
+		t.Fatalf("former sink F/0 claim = %d %v, want the acknowledged send 6", o, ok)
 	}
-	if o, ok := s.Clock.Offset(chn(33, 1)); !ok || o != 7 {
-		t.Fatalf("former sink F/1 claim = %d %v, want 7", o, ok)
+	if o, ok := s.Clock.Offset(F1); !ok || o != 7 {
+		t.Fatalf("former sink F/1 claim = %d %v, want the acknowledged send 7", o, ok)
 	}
 	for e := range s.Clock.OffsetEntries() {
 		if e.Channel.Topic == G.Topic {

@@ -34,7 +34,9 @@ type Store interface {
 }
 
 // BrokerOffsets answers the broker offset questions a node asks: the end
-// offsets of its sinks at init (the own-outputs seed and former sinks) and
+// offsets of its sinks at init (where sequences start, whether former sinks
+// still exist, and the fallback own-outputs claim of a host that reports no
+// acknowledgements) and
 // log-start offsets for truncation. It is the only way the node learns
 // anything from the broker.
 //

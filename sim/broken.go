@@ -39,6 +39,7 @@ func (e *eager) Release() ([]protocol.Delivery, error)                          
 func (e *eager) ResumePositions() []protocol.Position                                { return nil }
 func (e *eager) TruncateToLogStarts(context.Context) error                           { return nil }
 func (e *eager) Flush() error                                                        { return nil }
+func (e *eager) Sent(headers.Coordinate) error                                       { return nil }
 func (e *eager) Counters() protocol.Counters                                         { return protocol.Counters{Delivered: e.n} }
 
 func (e *eager) PrepareSend(dest headers.Channel) (*headers.Stamp, error) {

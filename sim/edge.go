@@ -44,8 +44,9 @@ type EdgeProducer struct {
 	observe []headers.Channel
 	pos     map[headers.Channel]int64
 	seq     int
-	open    int // the open transaction of an OpenAcross producer; 0 = none
-	inOpen  int // sends made in it
+	open    int           // the open transaction of an OpenAcross producer; 0 = none
+	inOpen  int           // sends made in it
+	before  headers.Clock // the clock when the open transaction began
 }
 
 // Name returns the producer's name.
@@ -94,11 +95,13 @@ func (p *EdgeProducer) op() error {
 	case p.spec.Transactional && p.spec.OpenAcross:
 		if p.open == 0 {
 			p.open, p.inOpen = p.w.Broker.Begin(), 0
+			p.before.CopyFrom(&p.clock)
 		}
 		txn = p.open
 	case p.spec.Transactional:
 		n = 1 + p.w.rng.IntN(3)
 		txn = p.w.Broker.Begin()
+		p.before.CopyFrom(&p.clock)
 	}
 	n = min(n, p.spec.Ops-p.ops)
 	type sent struct {
@@ -136,8 +139,8 @@ func (p *EdgeProducer) op() error {
 		acks = append(acks, sent{ch, off})
 		p.ops++
 		// RecordProduced: the acknowledgement comes back before the next
-		// send, inside a transaction too. If the transaction aborts, the
-		// claim names an aborted record's offset: real, skipped, a delay.
+		// send, inside a transaction too, where the claimed record commits
+		// or aborts with the claiming one.
 		p.clock.SetOffset(ch, off)
 	}
 	if txn == 0 {
@@ -155,6 +158,9 @@ func (p *EdgeProducer) op() error {
 	if p.w.rng.IntN(6) == 0 {
 		p.w.Broker.Abort(txn)
 		p.w.Oracle.Abort(p.actor)
+		// An aborted send is no record: later stamps must not name it
+		// (wire constraint 8), so the clock forgets the transaction.
+		p.clock.CopyFrom(&p.before)
 		p.ops -= sends
 		p.w.stats.EdgeAborts++
 		p.w.trace("abort %s", p.spec.Name)

@@ -118,6 +118,17 @@ func families() []Scenario {
 					{Name: "T", Inputs: in("b", "c", "d")},
 				}, Crashes: 6}
 		}},
+		{Name: "sender-reset", Build: func(r *rand.Rand) Spec {
+			// A loses its store at its first restart and keeps sending to
+			// b then c under the same sender identity; G, which gated on
+			// A's old sequences, must not take its new claims as met.
+			return Spec{Topics: topics(1, "a", "b", "c"),
+				Producers: []ProducerSpec{producer("p", 14, true, "a")},
+				Nodes: []NodeSpec{
+					{Name: "A", Inputs: in("a"), Sinks: []string{"b", "c"}, Logic: Forward("b", "c"), ResetAt: 1},
+					{Name: "G", Inputs: in("b", "c")},
+				}, Crashes: 2}
+		}},
 		{Name: "store-faults", Build: func(r *rand.Rand) Spec {
 			// Steps whose store fails mid-step, crashes between Flush and
 			// commit, on a chain that holds.
@@ -156,20 +167,4 @@ func families() []Scenario {
 				}, Crashes: 4, Truncations: 10, Recreate: []string{"b"}}
 		}},
 	}
-}
-
-// SenderReset is the sender-reset probe: A loses its store at its first
-// restart and keeps sending to b then c under the same sender identity;
-// G, which gated on A's old sequences, must not take its new claims as
-// met. It joins Scenarios once issue 14's fix (a reset sender's
-// sequences never restart below earlier ones) lands.
-func SenderReset() Scenario {
-	return Scenario{Name: "sender-reset", Build: func(r *rand.Rand) Spec {
-		return Spec{Topics: topics(1, "a", "b", "c"),
-			Producers: []ProducerSpec{producer("p", 14, true, "a")},
-			Nodes: []NodeSpec{
-				{Name: "A", Inputs: in("a"), Sinks: []string{"b", "c"}, Logic: Forward("b", "c"), ResetAt: 1},
-				{Name: "G", Inputs: in("b", "c")},
-			}, Crashes: 2}
-	}}
 }

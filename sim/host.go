@@ -17,6 +17,7 @@ type Protocol interface {
 	PositionAdvance(ch headers.Channel, pos int64) ([]protocol.Delivery, error)
 	Release() ([]protocol.Delivery, error)
 	PrepareSend(dest headers.Channel) (*headers.Stamp, error)
+	Sent(at headers.Coordinate) error
 	ResumePositions() []protocol.Position
 	TruncateToLogStarts(ctx context.Context) error
 	Flush() error
@@ -52,8 +53,9 @@ const (
 	// FeedOutOfOrder (H1): when two records are fetchable the host feeds
 	// the later first, and ignores the refusal of the earlier.
 	FeedOutOfOrder
-	// SkipOwnOutputSeed (H5): the BrokerOffsets handed to New reports every
-	// sink as empty, so restarts seed no own outputs.
+	// SkipOwnOutputSeed (H5): the host never reports its sends' offsets
+	// (Sent) and the BrokerOffsets handed to New reports every sink as
+	// empty, so restarts seed no own outputs.
 	SkipOwnOutputSeed
 	// IgnoreLogStart (H6): restart positions are not clamped to the log
 	// start and retention ignores subscribers' lag.

@@ -84,6 +84,12 @@ type NodeSpec struct {
 	// sender identity is the same, so its sequences must not restart
 	// below the ones it sent before.
 	ResetAt int
+	// LegacyHost reports no send acknowledgements (Sent), as a host built
+	// before they were reported: its restarts fall back to claiming sink
+	// end offsets — trailing commit markers — as 0.2 writers do. Its own
+	// stamps are exempt from the constraint-8 check; readers must still
+	// settle its claims by position advance and the skipped-run fold.
+	LegacyHost bool
 }
 
 // Redeploy is a changed scope a node restarts into at its At-th restart
@@ -109,9 +115,10 @@ const (
 // protocol.Batch, consumer positions are staged, every send is stamped at
 // the single site (PrepareSend with the concrete partition) and appended in
 // the step's broker transaction, and the step ends in commit or — on a
-// crash — abort of all three together (H3). Nothing hands a send's offset
-// back to the node. A restart goes through the full init path: New over
-// the committed store (restore, own-output seed, rescope), Release, and
+// crash — abort of all three together (H3). Each append's offset goes back
+// to the node (Sent) inside the step, as a produce acknowledgement does. A
+// restart goes through the full init path: New over the committed store
+// (restore, own outputs, rescope), Release, and
 // positions from the committed ones and ResumePositions, clamped to the log
 // start (H5, H6).
 type SimNode struct {
@@ -320,6 +327,9 @@ func (n *SimNode) send(em Emission) error {
 	}
 	n.checkInvariants("PrepareSend")
 	n.checkStamp(ch, st)
+	if err := n.checkCommitted(ch, st); err != nil { // wire constraint 8 (committed.go)
+		return err
+	}
 	// H4, checked inline: every offset claim names a really-appended offset.
 	for e := range st.Clock.OffsetEntries() {
 		if n.w.Broker.TopicByID(e.Channel.Topic) == nil {
@@ -347,6 +357,11 @@ func (n *SimNode) send(em Emission) error {
 		return err
 	}
 	n.w.Oracle.Emit(n.actor, id, headers.Coordinate{Channel: ch, Offset: off})
+	if n.w.opts.Fault != SkipOwnOutputSeed && !n.spec.LegacyHost {
+		if err := n.proto.Sent(headers.Coordinate{Channel: ch, Offset: off}); err != nil { // the acknowledgement, before the step commits
+			return err
+		}
+	}
 	n.w.trace("send %s %v@%d", n.spec.Name, ch, off)
 	n.w.stats.Sends++
 	return nil

@@ -54,7 +54,7 @@ func TestProtocolSabotage(t *testing.T) {
 		{"ForgetDeliveredSeqs", sw(protocol.SabotageForgetDeliveredSeqs), []string{"fanout", "request-reply", "multi-partition"}, 60, 0},
 		{"SkipHeadFold", sw(protocol.SabotageSkipHeadFold), []string{"head-fold", "request-reply", "multi-partition", "own-outputs", "soak"}, 60, 0},
 		{"SkipCarried", sw(protocol.SabotageSkipCarried), []string{"scope-shrink"}, 40, 0},
-		{"AdmitReplays", sw(protocol.SabotageAdmitReplays), []string{"replays"}, 90, Duplicate},
+		{"AdmitReplays", sw(protocol.SabotageAdmitReplays), []string{"replays"}, 90, 0},
 		// The watermark invariants see two switches directly.
 		{"SkipHeadFold/invariant", sw(protocol.SabotageSkipHeadFold), []string{"head-fold", "multi-partition", "soak"}, 60, Invariant},
 		{"ForgetDeliveredSeqs/invariant", sw(protocol.SabotageForgetDeliveredSeqs), []string{"fanout", "shared-senders", "multi-partition"}, 60, Invariant},

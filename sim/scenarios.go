@@ -104,11 +104,14 @@ func Scenarios() []Scenario {
 		}},
 		{Name: "request-reply", Build: func(r *rand.Rand) Spec {
 			// The server writes the effect before the reply; the client
-			// stage consumes both and must see the effect first.
+			// stage consumes both and must see the effect first. On three
+			// seeds in four the server is a legacy host (a 0.2 writer),
+			// whose trailing-marker claims exercise the skipped-run fold.
+			legacy := r.IntN(4) != 0
 			return Spec{Topics: topics(1, "req", "effect", "reply"),
 				Producers: []ProducerSpec{producer("client", 10, false, "req")},
 				Nodes: []NodeSpec{
-					{Name: "server", Inputs: in("req"), Sinks: []string{"effect", "reply"}, Logic: Forward("effect", "reply")},
+					{Name: "server", Inputs: in("req"), Sinks: []string{"effect", "reply"}, Logic: Forward("effect", "reply"), LegacyHost: legacy},
 					{Name: "client-stage", Inputs: in("reply", "effect")},
 				}, Crashes: 3}
 		}},
@@ -125,31 +128,33 @@ func Scenarios() []Scenario {
 		}},
 		{Name: "filter", Build: func(r *rand.Rand) Spec {
 			// Filters leave quiet sinks whose logs end in commit markers; a
-			// restart's end-offset seed then claims a trailing marker, which
-			// only a position advance resolves.
+			// legacy host's restart seeds own outputs at end offsets and so
+			// claims a trailing marker, which only a position advance
+			// resolves.
 			return Spec{Topics: topics(1, "a", "b", "c"),
 				Producers: []ProducerSpec{producer("p", 14, true, "a")},
 				Nodes: []NodeSpec{
-					{Name: "F", Inputs: in("a"), Sinks: []string{"b", "c"}, Logic: Then(Filter(0.3, "b"), Filter(0.3, "c"))},
+					{Name: "F", Inputs: in("a"), Sinks: []string{"b", "c"}, Logic: Then(Filter(0.3, "b"), Filter(0.3, "c")), LegacyHost: true},
 					{Name: "G", Inputs: in("b", "c")},
 				}, Crashes: 4}
 		}},
 		{Name: "trailing-marker", Build: func(r *rand.Rand) Spec {
-			// F writes to b until it restarts, then only to c: b's log ends
-			// in a commit marker that the restart's end-offset seed claims
-			// in every later c record. Only a position advance reveals it,
+			// F (a legacy host) writes to b until it restarts, then only to
+			// c: b's log ends in a commit marker that the restart's
+			// end-offset seed claims in every later c record. Only a position advance reveals it,
 			// and only the seed orders b's records before c's at G, which
 			// joins once everything else is done.
 			return Spec{Topics: topics(1, "a", "b", "c"),
 				Producers: []ProducerSpec{producer("p", 12, r.IntN(2) == 0, "a")},
 				Nodes: []NodeSpec{
-					{Name: "F", Inputs: in("a"), Sinks: []string{"b", "c"}, Logic: Forward("b"), LogicAfterRestart: Forward("c")},
+					{Name: "F", Inputs: in("a"), Sinks: []string{"b", "c"}, Logic: Forward("b"), LogicAfterRestart: Forward("c"), LegacyHost: true},
 					{Name: "G", Inputs: in("b", "c"), Join: JoinWhenQuiet},
 				}, Crashes: 2}
 		}},
 		{Name: "head-fold", Build: func(r *rand.Rand) Spec {
-			// X writes b until it restarts, then c; its restart seed makes
-			// every c record claim the commit marker ending X's b history.
+			// X (a legacy host) writes b until it restarts, then c; its
+			// restart seed makes every c record claim the commit marker
+			// ending X's b history.
 			// Y relays c into b, behind that marker. T, joining once all is
 			// done, holds X's last b record (waiting on a) while Y's record
 			// arrives behind it: only the skipped-run fold behind the held
@@ -157,18 +162,20 @@ func Scenarios() []Scenario {
 			return Spec{Topics: topics(1, "a", "b", "c"),
 				Producers: []ProducerSpec{producer("p", 10, true, "a")},
 				Nodes: []NodeSpec{
-					{Name: "X", Inputs: in("a"), Sinks: []string{"b", "c"}, Logic: Forward("b"), LogicAfterRestart: Forward("c")},
+					{Name: "X", Inputs: in("a"), Sinks: []string{"b", "c"}, Logic: Forward("b"), LogicAfterRestart: Forward("c"), LegacyHost: true},
 					{Name: "Y", Inputs: in("c"), Sinks: []string{"b"}, Logic: Forward("b")},
 					{Name: "T", Inputs: in("a", "b", "c"), Join: JoinWhenQuiet},
 				}, Crashes: 2}
 		}},
 		{Name: "multi-partition", Build: func(r *rand.Rand) Spec {
 			// A spreads its sends over two partitions; T consumes both, and
-			// only sequence claims order A's sends across them.
+			// only sequence claims order A's sends across them. On three
+			// seeds in four A is a legacy host (a 0.2 writer).
+			legacy := r.IntN(4) != 0
 			return Spec{Topics: append(topics(1, "a"), TopicSpec{Name: "b", Partitions: 2}),
 				Producers: []ProducerSpec{producer("p", 12, true, "a")},
 				Nodes: []NodeSpec{
-					{Name: "A", Inputs: in("a"), Sinks: []string{"b"}, Logic: Then(Forward("b"), Forward("b"))},
+					{Name: "A", Inputs: in("a"), Sinks: []string{"b"}, Logic: Then(Forward("b"), Forward("b")), LegacyHost: legacy},
 					{Name: "T", Inputs: []Ref{{Topic: "b", Partition: 0}, {Topic: "b", Partition: 1}}},
 				}, Crashes: 3}
 		}},
@@ -195,12 +202,14 @@ func Scenarios() []Scenario {
 		{Name: "own-outputs", Build: func(r *rand.Rand) Spec {
 			// A sends each record to b or c. T joins once everything else
 			// is done and consumes both: A's prior-incarnation sends race
-			// its later ones, and only the restart's end-offset seed
-			// relates them.
+			// its later ones, and only the restart's own-outputs claim
+			// relates them: the acknowledged sends, or on half the seeds,
+			// where A is a legacy host, the end-offset seed.
+			legacy := r.IntN(2) == 0
 			return Spec{Topics: topics(1, "a", "b", "c"),
 				Producers: []ProducerSpec{producer("p", 14, false, "a")},
 				Nodes: []NodeSpec{
-					{Name: "A", Inputs: in("a"), Sinks: []string{"b", "c"}, Logic: OneOf("b", "c")},
+					{Name: "A", Inputs: in("a"), Sinks: []string{"b", "c"}, Logic: OneOf("b", "c"), LegacyHost: legacy},
 					{Name: "T", Inputs: in("b", "c"), Join: JoinWhenQuiet},
 				}, Crashes: 2}
 		}},
@@ -234,7 +243,7 @@ func Scenarios() []Scenario {
 				}, Crashes: 4}
 		}},
 		{Name: "former-sink", Build: func(r *rand.Rand) Spec {
-			// A writes b and c, then restarts without b: its end offsets
+			// A writes b and c, then restarts without b: its sends to b
 			// fold into carried ancestry. b is then deleted and recreated
 			// under a new ID; truncation sweeps must drop the old b from
 			// A's stamps, and T keeps judging A's c output and a.
@@ -259,13 +268,16 @@ func Scenarios() []Scenario {
 				}, Crashes: 2, Retention: 6, Truncations: 6}
 		}},
 		{Name: "soak", Build: func(r *rand.Rand) Spec {
-			// Most of the above in one world.
+			// Most of the above in one world; on half the seeds A is a
+			// legacy host, as a fleet mixing 0.2 writers is, so readers
+			// also settle claims on its trailing markers.
+			legacy := r.IntN(2) == 0
 			return Spec{Topics: append(topics(1, "a", "b", "c", "d", "x", "y", "ticks"), TopicSpec{Name: "m", Partitions: 2}),
 				Producers: []ProducerSpec{producer("p", 14, true, "a"),
 					{Name: "q", Targets: in("b"), Observe: in("a"), Ops: 8},
 					{Name: "f", Targets: in("x"), Ops: 4, MaxHops: 3, Transactional: true}},
 				Nodes: []NodeSpec{
-					{Name: "A", Inputs: in("a", "b"), Sinks: []string{"c", "m"}, Logic: Then(Filter(0.7, "c"), Forward("m"))},
+					{Name: "A", Inputs: in("a", "b"), Sinks: []string{"c", "m"}, Logic: Then(Filter(0.7, "c"), Forward("m")), LegacyHost: legacy},
 					{Name: "B", Inputs: in("c", "ticks"), Sinks: []string{"d", "ticks"}, Logic: Forward("d"), TickTopic: "ticks", Ticks: 4},
 					{Name: "X", Inputs: in("x"), Sinks: []string{"y"}, Logic: Damped("y")},
 					{Name: "Y", Inputs: in("y", "d"), Sinks: []string{"x"}, Logic: Damped("x")},

@@ -26,7 +26,7 @@ func replay(sc string, seed uint64) string {
 }
 
 func scenario(t testing.TB, name string) Scenario {
-	all := append(Scenarios(), LateJoiner(Latest), LateJoiner(Earliest), CorruptStamp(), SenderReset())
+	all := append(Scenarios(), LateJoiner(Latest), LateJoiner(Earliest), CorruptStamp())
 	for _, sc := range all {
 		if sc.Name == name {
 			return sc
@@ -99,6 +99,7 @@ var (
 		"open-txn":          {held, fetchOpenTxn, initOpenTxn},
 		"shrink-ancestry":   {redeployed, crashed},
 		"regrow-seq":        {regrown, held},
+		"sender-reset":      {stateReset, held},
 		"store-faults":      {held, storeFault, flushCrash},
 		"recreate-reuse":    {recreated, rewritten, reread},
 		"truncate-at-claim": {retainedAt, truncated, held},
@@ -204,32 +205,5 @@ func TestLateJoinerProbe(t *testing.T) {
 	}
 	if late*100 < 50*n {
 		t.Errorf("the at-latest wedge appeared on only %d of %d seeds (floor 50%%): the probe no longer reaches it", late, n)
-	}
-}
-
-// knownDefect14_SenderReset: until issue 14's fix lands, a sender whose
-// store is reset restarts its sequences at 0 and receivers take its new
-// claims as met by its old delivered marks (causal-order at G). Set to
-// false with that fix, and move SenderReset into Scenarios.
-const knownDefect14_SenderReset = true
-
-// TestSenderReset runs the sender-reset probe with its floors.
-func TestSenderReset(t *testing.T) {
-	if knownDefect14_SenderReset {
-		t.Skip("known defect, issue 14: a reset sender's sequences restart below its earlier ones")
-	}
-	n := seeds(t, 100)
-	sc, resets := SenderReset(), 0
-	for seed := uint64(1); seed <= uint64(n); seed++ {
-		r := RunScenario(context.Background(), sc, seed, Options{})
-		if r.Failed() {
-			t.Errorf("seed %d: %v\n%s", seed, r.Violations[0], replay(sc.Name, seed))
-		}
-		if stateReset.hit(&r.Stats) {
-			resets++
-		}
-	}
-	if resets*100 < stateReset.pct*n {
-		t.Errorf("anti-vacuity: %s on %d of %d seeds, floor %d%%", stateReset.what, resets, n, stateReset.pct)
 	}
 }

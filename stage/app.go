@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"github.com/parsley-go/parsley/headers"
+	"github.com/parsley-go/parsley/internal/wait"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -28,17 +29,27 @@ func Run(ctx context.Context, cfg Config, stages ...*Stage) error {
 
 // App is a running (or runnable) application: a handle for diagnostics
 // while Run is in progress.
+//
+// Run's goroutine (the session loop) owns the tasks and everything a step
+// touches, without a lock. Other goroutines read only atomics and the
+// snapshot the loop publishes after every step and idle poll (snapshot.go):
+// Tasks, ExplainHolds, the collector and the health handler never wait for
+// a step.
 type App struct {
 	cfg    Config
 	stages []*Stage
 	log    *slog.Logger
 
 	bySource map[string][]int // source topic -> stage indexes
-	topics   map[string]topicMeta
-	idName   map[headers.TopicID]string
+	// Per stage index: the stage's tick topic and its binding, "" and nil
+	// when the stage does not tick (ticks.go).
+	tickTopic []string
+	tickBind  []*binding
 
-	admin *kadm.Client
-	boot  *kgo.Client
+	// Resolved by the startup checks (topology.go); read-only afterwards.
+	topics map[string]topicMeta
+	idName map[headers.TopicID]string
+	admin  *kadm.Client
 
 	// assignment, written by the group's callbacks
 	amu      sync.Mutex
@@ -46,33 +57,37 @@ type App struct {
 	gen      uint64
 	seenGen  uint64
 
-	// tasks, read by ExplainHolds
-	mu    sync.Mutex
-	tasks map[taskID]*task
+	// Owned by the session loop.
+	tasks  map[taskID]*task
+	env    *taskEnv    // what tasks use of the App (env.go)
+	sent   sendResults // the open step's produce results
+	xfails uint        // consecutive steps whose external sinks did not settle
 
-	pmu     sync.Mutex
-	prodErr error
+	snap            atomic.Pointer[snapshot] // published by the session loop
+	commits, aborts atomic.Uint64
+	latency         *stepLatency
 
-	running atomic.Bool
-	steps   atomic.Int64 // committed steps
-	ready   atomic.Bool
-	xfails  uint // consecutive steps whose external sinks did not settle
+	running          atomic.Bool
+	started, stopped atomic.Bool
+	beat             atomic.Int64 // real-clock unix nanos of the loop's last sign of life
+	steps            atomic.Int64 // committed steps
+	ready            atomic.Bool
 
 	hooks hooks
-
-	ops appOps // ticks, hold diagnosis, metrics, health (ops.go)
 }
 
 // hooks are test seams. Each is nil in production.
 type hooks struct {
 	// beforeEnd runs before the step's End; returning true aborts the step.
 	beforeEnd func(step int64) bool
-	// session wraps the group session before use (fault injection).
+	// onSession sees the group session before use (fault injection).
 	onSession func(*kgo.GroupTransactSession)
 	// afterCommit runs after a committed step's stores are written.
 	afterCommit func()
 	// afterAbort runs after a step that did not commit.
 	afterAbort func()
+	// idle runs on the session loop at every poll that needs no step.
+	idle func()
 }
 
 type topicMeta struct {
@@ -103,9 +118,11 @@ func New(cfg Config, stages ...*Stage) (*App, error) {
 			a.bySource[b.topic] = append(a.bySource[b.topic], i)
 		}
 	}
-	if err := a.wireOps(); err != nil {
+	if err := a.wireTicks(); err != nil {
 		return nil, err
 	}
+	a.latency = newStepLatency(c.ApplicationID)
+	a.snap.Store(&snapshot{why: "not started"})
 	return a, nil
 }
 
@@ -126,17 +143,18 @@ func (a *App) Run(ctx context.Context) error {
 	if !a.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: App.Run called twice", ErrInvalidConfig)
 	}
-	a.ops.started.Store(true)
-	defer a.ops.stopped.Store(true)
+	a.started.Store(true)
+	defer a.stopped.Store(true)
 	boot, err := kgo.NewClient(a.baseOpts()...)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	defer boot.Close()
-	a.boot, a.admin = boot, kadm.NewClient(boot)
+	a.admin = kadm.NewClient(boot)
 	if err := errors.Join(a.checkTopology(ctx), a.checkTickTopics(ctx)); err != nil {
 		return err
 	}
+	a.env = a.newTaskEnv()
 	if err := os.MkdirAll(a.cfg.StateDir, 0o755); err != nil {
 		return fmt.Errorf("stage: state dir: %w", err)
 	}
@@ -150,7 +168,7 @@ func (a *App) Run(ctx context.Context) error {
 			return f.err
 		}
 		a.log.Warn("stage: client failed; rebuilding it and rejoining", "err", err)
-		if sleep(ctx, a.cfg.RetryBackoff) != nil {
+		if wait.Sleep(ctx, a.cfg.RetryBackoff) != nil {
 			return nil
 		}
 	}

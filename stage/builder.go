@@ -1,10 +1,14 @@
 package stage
 
+// Declaring a stage: the Builder, its sources, state and sinks, and the
+// handler and fold types user logic is written in.
+
 import (
 	"errors"
 	"fmt"
 	"reflect"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
@@ -141,6 +145,10 @@ type stateIO interface {
 type stateDecl[S any] struct {
 	codec   Codec[S]
 	initial S
+	// nilable: S is a pointer, map, slice, interface, channel or function
+	// type, whose nil value deletes the key's state. Decided once at
+	// declaration, so a fold step over any other type uses no reflection.
+	nilable bool
 }
 
 // Builder declares a stage. Methods record problems instead of failing;
@@ -175,7 +183,7 @@ func WithState[S any](b *Builder, codec Codec[S], initial S) *Builder {
 	if codec == nil {
 		b.errf("state declared with a nil codec")
 	}
-	b.state, b.hasState = &stateDecl[S]{codec: codec, initial: initial}, true
+	b.state, b.hasState = &stateDecl[S]{codec: codec, initial: initial, nilable: nilable[S]()}, true
 	return b
 }
 
@@ -233,8 +241,8 @@ func OnFold[S, K, V any](b *Builder, t *Topic[K, V], f Fold[S, K, V]) *Builder {
 	return b
 }
 
-// applyFold loads a key's or the tick slot's state (or the initial value), applies step and
-// stores, deletes or keeps the result.
+// applyFold loads a key's or the tick slot's state (or the initial value),
+// applies step and stores, deletes or keeps the result.
 func applyFold[S any](sd *stateDecl[S], io stateIO, step func(S) (Step[S], error)) ([]Emission, error) {
 	s := sd.initial
 	raw, ok, err := io.load()
@@ -252,7 +260,7 @@ func applyFold[S any](sd *stateDecl[S], io stateIO, step func(S) (Step[S], error
 	}
 	switch {
 	case st.keep:
-	case st.Delete || isNil(st.State):
+	case st.Delete || sd.nilable && isNil(st.State):
 		err = io.del()
 	default:
 		enc, eerr := sd.codec.Encode(st.State)
@@ -277,11 +285,9 @@ func (b *Builder) source(t interface{ topicName() string }) bool {
 		b.errf("source topic: %v", err)
 		return false
 	}
-	for _, seen := range b.topics {
-		if seen == name {
-			b.errf("topic %q consumed twice", name)
-			return false
-		}
+	if slices.Contains(b.topics, name) {
+		b.errf("topic %q consumed twice", name)
+		return false
 	}
 	b.topics = append(b.topics, name)
 	return true
@@ -299,16 +305,11 @@ func (b *Builder) Into(sinks ...Sink) *Builder {
 			b.errf("sink: %v", err)
 			continue
 		}
-		dup := false
-		for _, have := range b.sinks {
-			if have.topicName() == s.topicName() {
-				b.errf("sink %q declared twice", s.topicName())
-				dup = true
-			}
+		if slices.ContainsFunc(b.sinks, func(have Sink) bool { return have.topicName() == s.topicName() }) {
+			b.errf("sink %q declared twice", s.topicName())
+			continue
 		}
-		if !dup {
-			b.sinks = append(b.sinks, s)
-		}
+		b.sinks = append(b.sinks, s)
 	}
 	return b
 }
@@ -391,6 +392,15 @@ func catch(err *error) {
 	if r := recover(); r != nil {
 		*err = &PanicError{Value: r, Stack: debug.Stack()}
 	}
+}
+
+// nilable reports whether S has a nil value.
+func nilable[S any]() bool {
+	switch reflect.TypeFor[S]().Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Interface, reflect.Chan, reflect.Func:
+		return true
+	}
+	return false
 }
 
 func isNil(v any) bool {

@@ -1,5 +1,7 @@
 package stage
 
+// Codecs: the Codec interface and the built-in codecs.
+
 import (
 	"encoding/binary"
 	"encoding/json"

@@ -1,6 +1,9 @@
 package stage
 
+// Configuration: Config, its defaults, and the checks New runs on it.
+
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -68,9 +71,9 @@ type Config struct {
 	// TruncateInterval is how often each task drops from its stamps the
 	// claims below the log start of the topics they name, which keeps stamp
 	// width bounded by retention instead of growing with the transitive
-	// upstream (default 10m, as in the reference; also done whenever a
+	// upstream (default 10m, as in the Java library; also done whenever a
 	// task starts). It runs on Config.WallClock; a failed sweep skips its
-	// cycle and is counted (truncate.go).
+	// cycle and is counted (docs/metrics.md, "The truncation sweep").
 	TruncateInterval time.Duration
 
 	// ClientOpts are extra franz-go options for every client the
@@ -81,11 +84,21 @@ type Config struct {
 	// all) are refused with ErrInvalidConfig.
 	ClientOpts []kgo.Opt
 
+	// HoldWarningAfter: a record that has gated its channel (been the head
+	// of its hold queue) this long is logged once at WARN with its
+	// vc-hold-* code. Zero means the default, 30s; a negative duration
+	// disables the warning, leaving ExplainHolds and the metrics.
+	HoldWarningAfter time.Duration
+	// WallClock returns the current time (default time.Now). It schedules
+	// ticks and sweeps, stamps tick timestamps, ages holds, and dates the
+	// task stores' checkpoints (a store older than its changelog's
+	// delete.retention.ms is wiped at restore, state.Restore);
+	// stagetest.Driver injects a manual clock so tick timestamps are
+	// deterministic. Step latency is measured with the real clock.
+	WallClock func() time.Time
+
 	// Logger receives operational messages (default slog.Default()).
 	Logger *slog.Logger
-
-	// Operations (ops.go): hold warnings, the truncation sweep, the clock.
-	OpsConfig
 }
 
 func (c *Config) withDefaults() Config {
@@ -102,10 +115,11 @@ func (c *Config) withDefaults() Config {
 	if d.TruncateInterval <= 0 {
 		d.TruncateInterval = 10 * time.Minute
 	}
-	if d.Logger == nil {
-		d.Logger = slog.Default()
+	d.HoldWarningAfter = cmp.Or(d.HoldWarningAfter, 30*time.Second)
+	if d.WallClock == nil {
+		d.WallClock = time.Now
 	}
-	d.OpsConfig = d.OpsConfig.withDefaults()
+	d.Logger = cmp.Or(d.Logger, slog.Default())
 	return d
 }
 

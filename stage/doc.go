@@ -68,6 +68,23 @@
 // changelog partition from that checkpoint. Fold state is keyed by the
 // message key's encoded bytes (a nil key is distinct from an empty one).
 //
+// # Where a rebuilt task starts (host duty H5)
+//
+// The protocol's host contract (protocol/doc.go, H5) has a host fetch each
+// input from the higher of its committed position and the node's
+// ResumePositions. The stage fetches from the group's committed offset (or
+// the log start, H6), reports that start to the node with PositionAdvance,
+// and never calls ResumePositions: the call is an optimisation, and
+// skipping it only refetches records. The store and the consumed offsets
+// commit in one transaction (H3), so a node rebuilt from committed state
+// accounts for no record at or past the committed offset — except after a
+// redeploy that added an input, when carried ancestry seeds the new
+// channel's frontier past the group's start. Those records are fetched and
+// fed again, and the node drops every record at or below what it accounts
+// for as a replay (protocol.Node.OnRecord) without delivering it or
+// folding its clock. Reporting a start below the frontier changes nothing
+// (PositionAdvance only moves forward). See docs/architecture.md.
+//
 // # Topics the application needs
 //
 // Every source, sink and changelog topic must exist before Run; Run checks

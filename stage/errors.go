@@ -1,5 +1,8 @@
 package stage
 
+// The errors the package returns: sentinels for errors.Is and the typed
+// errors that name the stage, record or codec at fault.
+
 import (
 	"errors"
 	"fmt"
@@ -99,4 +102,9 @@ var (
 	// ErrUnknownStateSchema: a task's SQLite file was written by a schema
 	// version this build does not know. Run stops rather than guess.
 	ErrUnknownStateSchema = state.ErrUnknownSchema
+	// ErrChangelogLost: a stage's changelog — the same topic ID on the same
+	// cluster — ends before a task store's checkpoint, so the brokers lost
+	// committed records. Run stops; the message names the store and what
+	// the operator can do (docs/state-and-recovery.md).
+	ErrChangelogLost = state.ErrChangelogBehind
 )

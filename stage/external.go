@@ -1,5 +1,8 @@
 package stage
 
+// Sinks outside Kafka: the External interface and how a step waits for
+// them before it commits.
+
 import (
 	"context"
 	"reflect"

@@ -1,5 +1,7 @@
 package stage
 
+// Liveness and readiness: the health handler and what it answers from.
+
 import (
 	"fmt"
 	"net/http"
@@ -41,15 +43,15 @@ func (a *App) HealthHandler() http.Handler {
 // and if not, why.
 func (a *App) Live() (bool, string) {
 	switch {
-	case !a.ops.started.Load():
+	case !a.started.Load():
 		return false, "not started"
-	case a.ops.stopped.Load():
+	case a.stopped.Load():
 		return false, "stopped"
 	}
 	// A step may take up to its timeout; between sessions the loop waits
 	// RetryBackoff. Allow both, and a few poll intervals.
 	limit := a.stepTimeout() + a.cfg.RetryBackoff + 10*a.cfg.PollInterval
-	if beat := a.ops.beat.Load(); beat != 0 && time.Since(time.Unix(0, beat)) > limit {
+	if beat := a.beat.Load(); beat != 0 && time.Since(time.Unix(0, beat)) > limit {
 		return false, fmt.Sprintf("no progress for over %v", limit)
 	}
 	return true, ""
@@ -61,7 +63,7 @@ func (a *App) Readiness() (bool, string) {
 	if ok, why := a.Live(); !ok {
 		return false, why
 	}
-	snap := a.ops.snap.Load()
+	snap := a.snap.Load()
 	if snap == nil {
 		return false, "not started"
 	}

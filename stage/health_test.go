@@ -70,9 +70,9 @@ func TestReadinessStates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.ops.started.Store(true)
+	a.started.Store(true)
 	a.ready.Store(true)
-	tk := &task{app: a, st: st, id: taskID{0, 3}, partition: 3}
+	tk := &task{st: st, id: taskID{0, 3}, partition: 3}
 	a.tasks[tk.id] = tk
 	check := func(want bool, why string) {
 		t.Helper()
@@ -83,7 +83,7 @@ func TestReadinessStates(t *testing.T) {
 		}
 	}
 	check(false, `task h/3 restoring`)
-	tk.ops.built = true
+	tk.built = true
 	check(true, "")
 	a.amu.Lock()
 	a.gen++

@@ -248,3 +248,32 @@ func setUserVersion(t *testing.T, path string, v int) {
 		t.Fatal(err)
 	}
 }
+
+// loopRunner runs functions on an App's session loop, which owns the tasks,
+// at its next idle poll.
+type loopRunner chan func()
+
+// onLoop installs a loopRunner on a; call it before Run.
+func onLoop(a *App) loopRunner {
+	l := make(loopRunner)
+	a.hooks.idle = func() {
+		select {
+		case f := <-l:
+			f()
+		default:
+		}
+	}
+	return l
+}
+
+// do runs f on the loop and waits for it.
+func (l loopRunner) do(t testing.TB, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	select {
+	case l <- func() { defer close(done); f() }:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the session loop did not idle within 20s")
+	}
+	<-done
+}

@@ -1,6 +1,10 @@
 package stage
 
+// Hold diagnosis: ExplainHolds, the HeldRecord it returns, and how a
+// task tracks its gating heads between samples to age and warn about them.
+
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -64,10 +68,7 @@ func (h *HeldRecord) Summary() string {
 		if i > 0 {
 			b.WriteString(";")
 		}
-		topic := c.Topic
-		if topic == "" {
-			topic = c.Channel.Topic.String()
-		}
+		topic := cmp.Or(c.Topic, c.Channel.Topic.String())
 		if c.Sequence {
 			fmt.Fprintf(&b, " %s waiting on %s:%d sender %s seq %d (delivered seq %d, local frontier %d, position %d) — %s",
 				c.Diagnosis, topic, c.Channel.Partition, c.Sender, c.Seq, c.DeliveredSeq, c.Frontier, c.Position, advice(c.Diagnosis))
@@ -99,7 +100,7 @@ func advice(d Diagnosis) string {
 // is at most one poll interval stale and describes committed state. It is a
 // diagnosis, not a source of truth about application state.
 func (a *App) ExplainHolds() []HeldRecord {
-	snap := a.ops.snap.Load()
+	snap := a.snap.Load()
 	if snap == nil {
 		return nil
 	}
@@ -137,16 +138,16 @@ type headTrack struct {
 
 // sample reads the task's holds and counters for the snapshot, and warns
 // once about each hold older than HoldWarningAfter. A task whose node is
-// being rebuilt keeps its last holds: an aborted step does not make a hold
-// new.
-func (t *task) sample(now time.Time) taskSnapshot {
+// being rebuilt keeps its holds in prev, the last snapshot: an aborted step
+// does not make a hold new.
+func (t *task) sample(now time.Time, prev *snapshot) taskSnapshot {
 	s := taskSnapshot{
-		stage: t.st.name, partition: t.partition,
-		delivered: t.ops.delivered, replays: t.ops.replays,
-		ticks: t.ops.ticks, sweepsSkipped: t.ops.sweepsSkipped,
+		stage: t.st.name, partition: t.partition, rebuilding: t.node == nil,
+		delivered: t.counts.delivered, replays: t.counts.replays,
+		ticks: t.counts.ticks, sweepsSkipped: t.counts.sweepsSkipped,
 	}
 	if t.node == nil {
-		if prev := t.app.ops.snap.Load(); prev != nil {
+		if prev != nil {
 			for _, p := range prev.tasks {
 				if p.stage == s.stage && p.partition == s.partition {
 					s.holds, s.held, s.stampOffsets, s.stampSeqs = p.holds, p.held, p.stampOffsets, p.stampSeqs
@@ -159,49 +160,49 @@ func (t *task) sample(now time.Time) taskSnapshot {
 	s.held, s.stampOffsets, s.stampSeqs = c.Held, c.StampOffsetEntries, c.StampSeqEntries
 	hs, err := t.node.ExplainHolds()
 	if err != nil {
-		t.app.log.Warn("stage: explain holds", "stage", t.st.name, "partition", t.partition, "err", err)
+		t.env.log.Warn("stage: explain holds", "stage", t.st.name, "partition", t.partition, "err", err)
 		return s
 	}
-	if t.ops.heads == nil {
-		t.ops.heads = make(map[headers.Channel]*headTrack)
+	if t.heads == nil {
+		t.heads = make(map[headers.Channel]*headTrack)
 	}
 	seen := make(map[headers.Channel]bool, len(hs))
 	for _, h := range hs {
 		ch := h.Coordinate.Channel
 		seen[ch] = true
-		tr := t.ops.heads[ch]
+		tr := t.heads[ch]
 		if tr == nil || tr.coord != h.Coordinate {
 			tr = &headTrack{coord: h.Coordinate, since: now} // a new head is a new hold
-			t.ops.heads[ch] = tr
+			t.heads[ch] = tr
 		}
 		hr := t.heldRecord(&h, tr.since)
-		if after := t.app.cfg.HoldWarningAfter; after > 0 && !tr.warned && now.Sub(tr.since) >= after {
+		if after := t.env.holdWarningAfter; after > 0 && !tr.warned && now.Sub(tr.since) >= after {
 			tr.warned = true
 			hr.HeldFor = now.Sub(tr.since)
-			t.app.log.Warn("stage: record held past HoldWarningAfter: "+hr.Summary(),
+			t.env.log.Warn("stage: record held past HoldWarningAfter: "+hr.Summary(),
 				"code", hr.Diagnosis.String(), "stage", hr.Stage, "partition", hr.Partition,
 				"topic", hr.Topic, "offset", hr.Offset, "held_for", hr.HeldFor, "depth", hr.Depth)
 			hr.HeldFor = 0
 		}
 		s.holds = append(s.holds, hr)
 	}
-	for ch := range t.ops.heads {
+	for ch := range t.heads {
 		if !seen[ch] {
-			delete(t.ops.heads, ch)
+			delete(t.heads, ch)
 		}
 	}
 	return s
 }
 
 func (t *task) heldRecord(h *protocol.Hold, since time.Time) HeldRecord {
-	a := t.app
+	names := t.env.names
 	hr := HeldRecord{
 		Stage: t.st.name, Partition: t.partition,
-		Topic: a.idName[h.Coordinate.Topic], Offset: h.Coordinate.Offset, Coordinate: h.Coordinate,
+		Topic: names[h.Coordinate.Topic], Offset: h.Coordinate.Offset, Coordinate: h.Coordinate,
 		Timestamp: time.UnixMilli(h.Timestamp), Since: since, Depth: h.Depth,
 	}
 	for _, c := range h.Waiting {
-		hr.Waiting = append(hr.Waiting, Cause{Claim: c, Topic: a.idName[c.Channel.Topic]})
+		hr.Waiting = append(hr.Waiting, Cause{Claim: c, Topic: names[c.Channel.Topic]})
 		if hr.Diagnosis == 0 || hr.Diagnosis == protocol.HeldUpstream && c.Diagnosis != protocol.HeldUpstream {
 			hr.Diagnosis = c.Diagnosis
 		}

@@ -1,6 +1,11 @@
 package stage
 
-import "slices"
+import (
+	"cmp"
+	"errors"
+	"slices"
+	"strings"
+)
 
 // Read-only views for tooling (stagetest's probes, deploy checks): what an
 // application declares, without running it.
@@ -43,11 +48,7 @@ func (t *Topic[K, V]) CheckRecord(key, value []byte) (err error) {
 }
 
 // errNotCanonical: decoding a key and encoding it again gave other bytes.
-var errNotCanonical = errorString("decoding and re-encoding the key gives different bytes; the key codec is not canonical")
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
+var errNotCanonical = errors.New("decoding and re-encoding the key gives different bytes; the key codec is not canonical")
 
 // TaskInfo describes a task this instance runs.
 type TaskInfo struct {
@@ -56,26 +57,24 @@ type TaskInfo struct {
 	Held      int // records waiting at the gate (0 while the task rebuilds)
 }
 
-// Tasks returns the tasks this instance runs, sorted.
+// Tasks returns the tasks this instance runs, sorted by stage name and
+// partition. Like ExplainHolds it reads the snapshot published after every
+// step and idle poll, so it never waits for a step.
 func (a *App) Tasks() []TaskInfo {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	snap := a.snap.Load()
+	if snap == nil {
+		return nil
+	}
 	var out []TaskInfo
-	for _, t := range a.tasks {
-		ti := TaskInfo{Stage: t.st.name, Partition: t.partition}
-		if t.node != nil {
-			ti.Held = t.node.Counters().Held
+	for _, t := range snap.tasks {
+		ti := TaskInfo{Stage: t.stage, Partition: t.partition}
+		if !t.rebuilding {
+			ti.Held = t.held
 		}
 		out = append(out, ti)
 	}
 	slices.SortFunc(out, func(x, y TaskInfo) int {
-		if x.Stage != y.Stage {
-			if x.Stage < y.Stage {
-				return -1
-			}
-			return 1
-		}
-		return int(x.Partition - y.Partition)
+		return cmp.Or(strings.Compare(x.Stage, y.Stage), cmp.Compare(x.Partition, y.Partition))
 	})
 	return out
 }

@@ -1,5 +1,8 @@
 package stage
 
+// Prometheus metrics: the collector over the published snapshot, and the
+// step latency histogram.
+
 import (
 	"strconv"
 	"time"
@@ -7,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metric names follow the Java reference's vc-metrics names (reference
-// 18), with the prefix parsley_ and underscores: the hold gauges are what
+// Metric names follow the Java library's vc-metrics names, with the prefix
+// parsley_ and underscores (docs/metrics.md): the hold gauges are what
 // to alert on, because a stage's own consumer lag never shows holding.
 // Task series carry the labels stage and partition; the per-topic hold
 // gauges add topic. Task series exist while the instance runs the task:
@@ -85,15 +88,15 @@ func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 		d.sweepsSkipped, d.ticks, d.stampOffsets, d.stampSeqs, d.stepCommits, d.stepAborts} {
 		ch <- x
 	}
-	c.a.ops.latency.h.Describe(ch)
+	c.a.latency.h.Describe(ch)
 }
 
 func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	a, d := c.a, c.d
-	ch <- prometheus.MustNewConstMetric(d.stepCommits, prometheus.CounterValue, float64(a.ops.commits.Load()))
-	ch <- prometheus.MustNewConstMetric(d.stepAborts, prometheus.CounterValue, float64(a.ops.aborts.Load()))
-	a.ops.latency.h.Collect(ch)
-	snap := a.ops.snap.Load()
+	ch <- prometheus.MustNewConstMetric(d.stepCommits, prometheus.CounterValue, float64(a.commits.Load()))
+	ch <- prometheus.MustNewConstMetric(d.stepAborts, prometheus.CounterValue, float64(a.aborts.Load()))
+	a.latency.h.Collect(ch)
+	snap := a.snap.Load()
 	if snap == nil {
 		return
 	}

@@ -57,7 +57,7 @@ func taskLabels(stage string, p int) string {
 }
 
 // TestMetricsScrape: a registry with the app's collector shows each metric
-// of reference 18 with the stage and partition labels and the values the
+// of docs/metrics.md with the stage and partition labels and the values the
 // run implies — delivered counts, a held record and its age by the
 // injected clock, the per-topic breakdown, stamp widths, step counts — and
 // a task's series go when the task moves to another instance.
@@ -80,7 +80,12 @@ func TestMetricsScrape(t *testing.T) {
 	clk := newManualClock()
 	cfg := e.config("i1")
 	cfg.WallClock = clk.Now
-	r := e.start(cfg, st)
+	a, err := New(cfg, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loop := onLoop(a)
+	r := e.startApp(a)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(r.app.Collector())
 
@@ -116,15 +121,15 @@ func TestMetricsScrape(t *testing.T) {
 	// The stamp widths are the node's: the held record's clock claims
 	// a[0]@10, so partition 0's stamp-side clock has an offset entry more
 	// than partition 1's.
-	r.app.mu.Lock()
-	for id, tk := range r.app.tasks {
-		c := tk.node.Counters()
-		l := taskLabels("m", int(id.partition))
-		if m[metricStampOffsets][l] != float64(c.StampOffsetEntries) || m[metricStampSeqs][l] != float64(c.StampSeqEntries) {
-			t.Errorf("task %d: stamp gauges %v/%v, node has %d/%d", id.partition, m[metricStampOffsets][l], m[metricStampSeqs][l], c.StampOffsetEntries, c.StampSeqEntries)
+	loop.do(t, func() {
+		for id, tk := range r.app.tasks {
+			c := tk.node.Counters()
+			l := taskLabels("m", int(id.partition))
+			if m[metricStampOffsets][l] != float64(c.StampOffsetEntries) || m[metricStampSeqs][l] != float64(c.StampSeqEntries) {
+				t.Errorf("task %d: stamp gauges %v/%v, node has %d/%d", id.partition, m[metricStampOffsets][l], m[metricStampSeqs][l], c.StampOffsetEntries, c.StampSeqEntries)
+			}
 		}
-	}
-	r.app.mu.Unlock()
+	})
 	if m[metricStampOffsets][taskLabels("m", 0)] <= m[metricStampOffsets][taskLabels("m", 1)] {
 		t.Errorf("stamp offset entries %v: partition 0 should carry the claim on a[0]@10", m[metricStampOffsets])
 	}

@@ -11,21 +11,26 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 )
 
-type brokerOffsets struct{ a *App }
+// brokerOffsets implements protocol.BrokerOffsets with the App's admin
+// client and the topic names the startup checks resolved.
+type brokerOffsets struct {
+	admin *kadm.Client
+	names map[headers.TopicID]string // read-only after the startup checks
+}
 
 func (b brokerOffsets) EndOffsets(ctx context.Context, id headers.TopicID) ([]int64, bool, error) {
-	return b.a.listOffsets(ctx, id, b.a.admin.ListEndOffsets)
+	return b.list(ctx, id, b.admin.ListEndOffsets)
 }
 
 func (b brokerOffsets) LogStarts(ctx context.Context, id headers.TopicID) ([]int64, bool, error) {
-	return b.a.listOffsets(ctx, id, b.a.admin.ListStartOffsets)
+	return b.list(ctx, id, b.admin.ListStartOffsets)
 }
 
-func (a *App) listOffsets(ctx context.Context, id headers.TopicID, list func(context.Context, ...string) (kadm.ListedOffsets, error)) ([]int64, bool, error) {
-	name, ok := a.idName[id]
+func (b brokerOffsets) list(ctx context.Context, id headers.TopicID, list func(context.Context, ...string) (kadm.ListedOffsets, error)) ([]int64, bool, error) {
+	name, ok := b.names[id]
 	if !ok {
 		// A former sink: look it up among all topics.
-		md, err := a.admin.Metadata(ctx)
+		md, err := b.admin.Metadata(ctx)
 		if err != nil {
 			return nil, false, err
 		}

@@ -1,5 +1,8 @@
 package stage
 
+// Partitioning: Kafka's murmur2 key hash for emissions, and the
+// co-partitioning group balancer.
+
 import (
 	"sort"
 

@@ -82,11 +82,9 @@ func (a *App) session(ctx context.Context) error {
 		a.hooks.onSession(sess)
 	}
 	defer func() {
-		a.mu.Lock()
 		for _, t := range a.tasks {
 			t.reset()
 		}
-		a.mu.Unlock()
 		a.amu.Lock()
 		clear(a.assigned)
 		a.gen++
@@ -121,7 +119,10 @@ func (a *App) session(ctx context.Context) error {
 		if err := a.reconcile(ctx); err != nil {
 			return err
 		}
-		if fs.NumRecords() == 0 && !a.needsStep() && !a.opsDue() {
+		if fs.NumRecords() == 0 && !a.needsStep() && !a.timerDue() {
+			if a.hooks.idle != nil {
+				a.hooks.idle()
+			}
 			a.observe()
 			continue
 		}
@@ -131,11 +132,22 @@ func (a *App) session(ctx context.Context) error {
 	}
 }
 
+// needsStep reports whether some task has no node: a step builds it.
 func (a *App) needsStep() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	for _, t := range a.tasks {
 		if t.node == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// timerDue reports whether some built task has a tick or a sweep due, so
+// the loop runs a step although nothing was fetched.
+func (a *App) timerDue() bool {
+	now := a.cfg.WallClock()
+	for _, t := range a.tasks {
+		if t.node != nil && (t.tickDue(now) || t.sweepDue(now)) {
 			return true
 		}
 	}

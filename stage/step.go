@@ -5,11 +5,10 @@ package stage
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"time"
 
+	"github.com/parsley-go/parsley/internal/wait"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -17,7 +16,8 @@ import (
 // fetched records, run user logic, send stamped emissions and the
 // changelog, and end the transaction. After a commit the stores are
 // written; otherwise every task's node is rebuilt from committed state and
-// the client rewinds to the committed offsets.
+// the client rewinds to the committed offsets. What follows an abort is
+// decided by classifyStep (outcome.go).
 func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.Fetches) error {
 	committed := false
 	defer func(start time.Time) { a.stepEnded(start, committed) }(time.Now())
@@ -31,39 +31,30 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	if err := sess.Begin(); err != nil {
 		return fmt.Errorf("stage: begin transaction: %w", err)
 	}
-	a.pmu.Lock()
-	a.prodErr = nil
-	a.pmu.Unlock()
+	a.sent.reset()
 	a.beginExternal(sctx)
 
-	a.mu.Lock()
-	stepErr := a.runStep(sctx, sess, fs)
-	a.mu.Unlock()
-
-	ferr := sess.Client().Flush(sctx)
-	a.pmu.Lock()
-	perr := a.prodErr
-	a.pmu.Unlock()
-	commit := stepErr == nil && ferr == nil && perr == nil
-	var xerr error
+	end := stepEnd{step: a.runStep(sctx, sess, fs)}
+	end.flush = sess.Client().Flush(sctx)
+	end.produce = a.sent.firstErr()
+	commit := end.step == nil && end.flush == nil && end.produce == nil
 	if commit {
-		xerr = a.settleExternal(sctx)
-		commit = xerr == nil
+		end.external = a.settleExternal(sctx)
+		commit = end.external == nil
 	}
 	if commit && a.hooks.beforeEnd != nil && a.hooks.beforeEnd(a.steps.Load()) {
 		commit = false
 	}
-	var endErr error
-	committed, endErr = sess.End(sctx, kgo.TransactionEndTry(commit))
+	committed, end.end = sess.End(sctx, kgo.TransactionEndTry(commit))
+	end.committed = committed
 
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if committed && endErr == nil {
+	out := classifyStep(end, a.cfg.OnStepError)
+	if out.verdict == stepCommitted {
 		for _, t := range a.tasks {
 			if err := t.commit(sctx, began); err != nil {
 				return &fatal{err}
 			}
-			t.opsCommitted()
+			t.stepCommitted()
 		}
 		a.steps.Add(1)
 		a.xfails = 0
@@ -78,35 +69,19 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	if a.hooks.afterAbort != nil {
 		a.hooks.afterAbort()
 	}
-	if endErr != nil {
-		return fmt.Errorf("stage: end transaction: %w", endErr)
-	}
-	if perr != nil || ferr != nil {
-		return fmt.Errorf("stage: produce: %w", errors.Join(perr, ferr))
-	}
-	if stepErr != nil {
-		if f := (*fatal)(nil); errors.As(stepErr, &f) {
-			return f
-		}
-		var se *StepError
-		if !errors.As(stepErr, &se) {
-			// A host failure (a broker answer, an assignment not seen
-			// yet): retry from committed state with the same client.
-			a.log.Warn("stage: step aborted; retrying", "err", stepErr)
-			return sleep(ctx, a.cfg.RetryBackoff)
-		}
-		if a.cfg.OnStepError == StopOnError {
-			return &fatal{stepErr}
-		}
-		a.log.Error("stage: step failed; retrying from committed state", "err", stepErr)
-		return sleep(ctx, a.cfg.RetryBackoff)
-	}
-	if xerr != nil {
+	switch out.verdict {
+	case stepRetryHost:
+		a.log.Warn("stage: step aborted; retrying", "err", out.err)
+		return wait.Sleep(ctx, a.cfg.RetryBackoff)
+	case stepRetryFailed:
+		a.log.Error("stage: step failed; retrying from committed state", "err", out.err)
+		return wait.Sleep(ctx, a.cfg.RetryBackoff)
+	case stepRetryExternal:
 		d := a.externalBackoff()
-		a.log.Warn("stage: external sink did not settle; retrying the step from committed state", "err", xerr, "backoff", d)
-		return sleep(ctx, d)
+		a.log.Warn("stage: external sink did not settle; retrying the step from committed state", "err", out.err, "backoff", d)
+		return wait.Sleep(ctx, d)
 	}
-	return nil // aborted by a rebalance or a hook: reprocess
+	return out.err // nil to reprocess at once; the error to rejoin or stop
 }
 
 func (a *App) stepTimeout() time.Duration {
@@ -116,28 +91,9 @@ func (a *App) stepTimeout() time.Duration {
 	return time.Minute
 }
 
-func (a *App) promise(_ *kgo.Record, err error) {
-	if err != nil {
-		a.pmu.Lock()
-		if a.prodErr == nil {
-			a.prodErr = err
-		}
-		a.pmu.Unlock()
-	}
-}
-
-// runStep does the work of a step inside the transaction. a.mu is held.
+// runStep does the work of a step inside the transaction.
 func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.Fetches) error {
-	ids := make([]taskID, 0, len(a.tasks))
-	for id := range a.tasks {
-		ids = append(ids, id)
-	}
-	slices.SortFunc(ids, func(x, y taskID) int {
-		if x.stage != y.stage {
-			return x.stage - y.stage
-		}
-		return int(x.partition - y.partition)
-	})
+	ids := a.sortedIDs()
 	var starts map[string]map[int32]int64
 	for _, id := range ids {
 		t := a.tasks[id]
@@ -152,7 +108,7 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 					for _, b := range a.tasks[id].st.sources {
 						need[b.topic] = append(need[b.topic], id.partition)
 					}
-					if tk := a.ops.tickTopic[id.stage]; tk != "" {
+					if tk := a.tickTopic[id.stage]; tk != "" {
 						need[tk] = append(need[tk], id.partition) // ticks.go
 					}
 				}
@@ -187,7 +143,7 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 		}
 	}
 	for _, id := range ids {
-		if err := a.tasks[id].inStep(ctx, sess); err != nil {
+		if err := a.tasks[id].tickIfDue(ctx, sess); err != nil {
 			return err
 		}
 		if err := a.tasks[id].flush(ctx, sess); err != nil {
@@ -195,15 +151,4 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 		}
 	}
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

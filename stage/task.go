@@ -1,5 +1,9 @@
 package stage
 
+// A task, one (stage, partition): building its causal node, feeding it
+// records, running user logic on its deliveries, sending stamped
+// emissions, and writing its store after a commit.
+
 import (
 	"context"
 	"errors"
@@ -21,7 +25,7 @@ import (
 // a commit they are written to the file and the batch empties; after an
 // abort the batch is dropped and the node rebuilt.
 type task struct {
-	app       *App
+	env       *taskEnv
 	st        *Stage
 	id        taskID
 	partition int32
@@ -39,28 +43,72 @@ type task struct {
 	msg    rawMessage // the delivery being processed, reused
 	fold   foldState  // its state view, reused
 
-	// heldOnArrival counts records that were not deliverable when fetched
-	// and waited at the gate (committed or not): a seam for hold metrics.
-	heldOnArrival uint64
+	tickTopic string // the stage's tick topic, "" when it does not tick
 
-	ops taskOps // ticks, sweeps, hold tracking, committed counts (ops.go)
+	// acks are the offsets the broker acknowledged for the step's stamped
+	// sends, appended by produce promises under the env's send lock; sends
+	// counts those sends. flush hands the acknowledgements to the node
+	// (own.go).
+	acks  []headers.Coordinate
+	sends int
+
+	// Owned by the session loop; they survive the node's rebuilds and go
+	// when the task leaves.
+	built  bool                           // restored and built at least once: processing
+	counts taskCounts                     // committed-step counts (snapshot.go)
+	ticks  tickSchedule                   // ticks.go
+	sweeps sweepSchedule                  // truncate.go
+	heads  map[headers.Channel]*headTrack // holds.go
 }
 
 // reset drops the node and the step's writes; the next step rebuilds the
 // node from the committed store.
 func (t *task) reset() {
 	t.node = nil
-	t.opsAborted()
+	t.stepAborted()
 	if t.batch != nil {
 		t.batch.Discard()
 	}
 	t.clNext = -1
+	t.clearSends()
+}
+
+// nodeBuilt records that the node was (re)built: the first build schedules
+// the first tick and sweep, and every build counts from zero again.
+func (t *task) nodeBuilt() {
+	if !t.built {
+		t.built = true
+		now := t.env.clock()
+		t.ticks.start(t.st.tick, now)
+		t.sweeps.start(t.env.truncateEvery, now)
+	}
+	t.counts.rebuilt()
+}
+
+// stepCommitted folds a committed step into the task's counts and
+// schedules.
+func (t *task) stepCommitted() {
+	if t.node != nil {
+		t.counts.committed(t.node.Counters())
+	}
+	if t.ticks.committed(t.st.tick) {
+		t.counts.ticks++
+	}
+	t.sweeps.committed(t.env.truncateEvery)
+}
+
+// stepAborted forgets the open step's tick and sweep, which the rebuilt
+// node redoes, and its counts.
+func (t *task) stepAborted() {
+	t.ticks.aborted()
+	t.sweeps.aborted()
+	t.counts.rebuilt()
 }
 
 func (t *task) close() {
 	t.reset()
 	if err := t.kv.Close(); err != nil {
-		t.app.log.Warn("stage: close store", "stage", t.st.name, "partition", t.partition, "err", err)
+		t.env.log.Warn("stage: close store", "stage", t.st.name, "partition", t.partition, "err", err)
 	}
 }
 
@@ -82,20 +130,20 @@ func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts
 	t.batch = protocol.NewBatch(t.kv)
 	t.clNext = -1
 	n, err := protocol.New(ctx, protocol.Config{
-		ApplicationID: t.app.cfg.ApplicationID,
+		ApplicationID: t.env.appID,
 		Stage:         t.st.name,
 		Partition:     t.partition,
 		Inputs:        t.inputs,
 		Sinks:         t.sinks,
 		Store:         t.batch,
-		Offsets:       brokerOffsets{t.app},
+		Offsets:       t.env.offsets,
 	})
 	if err != nil {
 		return t.initErr(err)
 	}
 	t.node = n
-	t.opsBuilt()
-	t.sweep(ctx, t.app.cfg.WallClock()) // a task's stamps shrink as soon as it starts
+	t.nodeBuilt()
+	t.sweep(ctx, t.env.clock()) // a task's stamps shrink as soon as it starts
 	ds, err := n.Release()
 	if err != nil {
 		return t.stepErr("", -1, err)
@@ -129,7 +177,7 @@ func (t *task) stepErr(topic string, offset int64, err error) error {
 // then reports the consumer position past the last of them (host duties H1,
 // H2). Control records only move the position: they are never delivered.
 func (t *task) feed(ctx context.Context, sess *kgo.GroupTransactSession, topic string, recs []*kgo.Record) error {
-	ch := headers.Channel{Topic: t.app.topics[topic].id, Partition: t.partition}
+	ch := headers.Channel{Topic: t.env.topics[topic].id, Partition: t.partition}
 	last := int64(-1)
 	for _, r := range recs {
 		last = r.Offset
@@ -146,9 +194,6 @@ func (t *task) feed(ctx context.Context, sess *kgo.GroupTransactSession, topic s
 		ds, err := t.node.OnRecord(&rec)
 		if err != nil {
 			return t.stepErr(topic, r.Offset, err)
-		}
-		if !delivered(ds, rec.Coordinate) {
-			t.heldOnArrival++
 		}
 		if err := t.deliver(ctx, sess, ds); err != nil {
 			return err
@@ -173,15 +218,6 @@ func asHeaders(hs []kgo.RecordHeader) []headers.Header {
 	}
 	_ = headers.Header(kgo.RecordHeader{})
 	return unsafe.Slice((*headers.Header)(unsafe.Pointer(unsafe.SliceData(hs))), len(hs))
-}
-
-func delivered(ds []protocol.Delivery, c headers.Coordinate) bool {
-	for i := range ds {
-		if ds[i].Coordinate == c {
-			return true
-		}
-	}
-	return false
 }
 
 // deliver runs user logic on each delivery, in order, and sends its
@@ -237,7 +273,7 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 		return err
 	}
 	hasKey := k != nil
-	meta := t.app.topics[name]
+	meta := t.env.topics[name]
 	p := partitionFor(k, !hasKey, meta.partitions, t.partition)
 	if err := t.node.PrepareSendInto(&t.stamp, headers.Channel{Topic: meta.id, Partition: p}); err != nil {
 		return err
@@ -256,7 +292,8 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 	if e.hasTS {
 		ts = e.ts
 	}
-	sess.Produce(ctx, &kgo.Record{Topic: name, Partition: p, Key: k, Value: v, Headers: hs, Timestamp: ts}, t.app.promise)
+	t.sends++
+	sess.Produce(ctx, &kgo.Record{Topic: name, Partition: p, Key: k, Value: v, Headers: hs, Timestamp: ts}, t.sendPromise)
 	return nil
 }
 
@@ -265,6 +302,9 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 func (t *task) flush(ctx context.Context, sess *kgo.GroupTransactSession) error {
 	if t.node == nil {
 		return nil
+	}
+	if err := t.reportSends(ctx, sess); err != nil {
+		return err
 	}
 	if err := t.node.Flush(); err != nil {
 		return t.stepErr("", -1, err)
@@ -276,11 +316,9 @@ func (t *task) flush(ctx context.Context, sess *kgo.GroupTransactSession) error 
 }
 
 func (t *task) changelogPromise(r *kgo.Record, err error) {
-	t.app.promise(r, err)
+	t.env.sent.promise(r, err)
 	if err == nil {
-		t.app.pmu.Lock()
-		t.clNext = max(t.clNext, r.Offset+1)
-		t.app.pmu.Unlock()
+		t.env.sent.raise(&t.clNext, r.Offset+1)
 	}
 }
 
@@ -299,9 +337,7 @@ func (t *task) commit(ctx context.Context, began time.Time) error {
 		return nil
 	}
 	muts := t.batch.Mutations()
-	t.app.pmu.Lock()
-	cp := t.clNext
-	t.app.pmu.Unlock()
+	cp := t.env.sent.load(&t.clNext)
 	if len(muts) == 0 && cp < 0 && began.Sub(t.kv.CheckpointTime()) < checkpointRefresh {
 		return nil
 	}
@@ -310,6 +346,7 @@ func (t *task) commit(ctx context.Context, began time.Time) error {
 	}
 	t.batch.Discard()
 	t.clNext = -1
+	t.clearSends()
 	return nil
 }
 

@@ -7,9 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
-	"sort"
 
 	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/internal/state"
@@ -35,7 +35,6 @@ func (a *App) reconcile(ctx context.Context) error {
 	if gen == a.seenGen {
 		return nil
 	}
-	a.mu.Lock()
 	for id, t := range a.tasks {
 		t.reset()
 		if !want[id] {
@@ -43,43 +42,41 @@ func (a *App) reconcile(ctx context.Context) error {
 			delete(a.tasks, id)
 		}
 	}
-	a.mu.Unlock()
-	ids := make([]taskID, 0, len(want))
-	for id := range want {
-		ids = append(ids, id)
-	}
-	slices.SortFunc(ids, func(x, y taskID) int {
-		if x.stage != y.stage {
-			return x.stage - y.stage
-		}
-		return int(x.partition - y.partition)
-	})
+	ids := slices.Collect(maps.Keys(want))
+	sortTaskIDs(ids)
 	for _, id := range ids {
-		a.mu.Lock()
 		t := a.tasks[id]
-		a.mu.Unlock()
 		if t == nil {
 			var err error
 			if t, err = a.openTask(ctx, id); err != nil {
 				return err
 			}
-			a.mu.Lock()
 			a.tasks[id] = t
-			a.mu.Unlock()
 		}
 		newClient := func(opts ...kgo.Opt) (*kgo.Client, error) {
 			return kgo.NewClient(append(a.baseOpts(), opts...)...)
 		}
 		res, err := state.Restore(ctx, a.admin, newClient, t.changelog, t.partition, t.kv, a.cfg.WallClock)
-		if res.Wiped {
-			// A store slept past the changelog's tombstone retention:
-			// replaying from its checkpoint could resurrect deleted keys.
+		switch {
+		case res.Reincarnated:
+			// The changelog was recreated or this is another cluster:
+			// the store's offsets point into a log that no longer
+			// exists. Someone should know their state started over.
+			a.log.Warn("stage: task store wiped: it mirrors another changelog than this one (topic recreated, or another cluster); restoring from the changelog start",
+				"stage", t.st.name, "partition", t.partition, "store", t.kv.Path(), "reason", res.Reason,
+				"was", res.Previous.String(), "now", res.Changelog.String(), "checkpoint", res.From)
+		case res.Wiped:
+			// A store slept past the changelog's tombstone retention, or
+			// its checkpoint cannot be trusted: replaying from it could
+			// resurrect deleted keys.
 			a.log.Info("stage: task store wiped; restoring from the changelog start",
-				"stage", t.st.name, "partition", t.partition, "reason", res.Reason,
+				"stage", t.st.name, "partition", t.partition, "store", t.kv.Path(), "reason", res.Reason,
 				"age", res.Age, "delete_retention", res.Window, "checkpoint", res.From)
 		}
 		if err != nil {
-			if errors.Is(err, state.ErrChangelogBehind) {
+			// Neither a lost changelog nor a broker without topic IDs
+			// gets better by retrying.
+			if errors.Is(err, state.ErrChangelogBehind) || errors.Is(err, state.ErrNoTopicID) {
 				return &fatal{fmt.Errorf("stage %q partition %d: %w", t.st.name, t.partition, err)}
 			}
 			return fmt.Errorf("stage %q partition %d: restore: %w", t.st.name, t.partition, err)
@@ -87,6 +84,7 @@ func (a *App) reconcile(ctx context.Context) error {
 	}
 	a.seenGen = gen
 	a.ready.Store(true)
+	a.observe() // readers see the new task set before its first step ends
 	return nil
 }
 
@@ -98,7 +96,7 @@ func (a *App) openTask(ctx context.Context, id taskID) (*task, error) {
 		return nil, &fatal{fmt.Errorf("stage %q partition %d: %w", st.name, id.partition, err)}
 	}
 	t := &task{
-		app: a, st: st, id: id, partition: id.partition, kv: kv,
+		env: a.env, st: st, id: id, partition: id.partition, kv: kv,
 		changelog: ChangelogTopic(a.cfg.ApplicationID, st.name),
 		byID:      make(map[headers.TopicID]*binding),
 		clNext:    -1,
@@ -118,8 +116,6 @@ func (a *App) openTask(ctx context.Context, id taskID) (*task, error) {
 }
 
 func (a *App) closeTasks() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	for id, t := range a.tasks {
 		t.close()
 		delete(a.tasks, id)
@@ -132,11 +128,7 @@ func (a *App) closeTasks() {
 // committed offset still pending in another instance's transaction may read
 // lower than it will be; a lower start only claims less, so it is safe.
 func (a *App) startPositions(ctx context.Context, need map[string][]int32) (map[string]map[int32]int64, error) {
-	var sources []string
-	for t := range need {
-		sources = append(sources, t)
-	}
-	sort.Strings(sources)
+	sources := slices.Sorted(maps.Keys(need))
 	committed, err := a.admin.FetchOffsets(ctx, a.cfg.ApplicationID)
 	if err != nil {
 		return nil, fmt.Errorf("stage: fetch committed offsets: %w", err)

@@ -1,5 +1,8 @@
 package stage
 
+// Ticks: wall-clock time as data. The declaration (Ticks, TicksFold), the
+// tick topic's wiring and checks, and each task's tick schedule.
+
 import (
 	"context"
 	"encoding/binary"
@@ -156,15 +159,57 @@ func decodeTick(m *rawMessage) (Tick, error) {
 	return Tick{Time: time.UnixMilli(ms), Partition: m.partition, Offset: m.offset}, nil
 }
 
+// tickSchedule is when a task's next tick is due. A tick emitted in the
+// open step is pending until the step ends: a commit schedules the next one
+// an interval after it, an abort forgets it and the rebuilt node redoes it.
+type tickSchedule struct {
+	next    time.Time
+	at      time.Time // when the pending tick was emitted
+	pending bool
+}
+
+// start schedules a ticking stage's first tick one interval from now.
+func (s *tickSchedule) start(spec *tickSpec, now time.Time) {
+	if spec != nil {
+		s.next = now.Add(spec.every)
+	}
+}
+
+// committed schedules the next tick after a commit and reports whether the
+// step emitted one.
+func (s *tickSchedule) committed(spec *tickSpec) bool {
+	if !s.pending {
+		return false
+	}
+	s.next = s.at.Add(spec.every)
+	s.pending = false
+	return true
+}
+
+func (s *tickSchedule) aborted() { s.pending = false }
+
 func (t *task) tickDue(now time.Time) bool {
-	return t.st.tick != nil && t.ops.built && !t.ops.tickPending && !now.Before(t.ops.nextTick)
+	return t.st.tick != nil && t.built && !t.ticks.pending && !now.Before(t.ticks.next)
+}
+
+// tickIfDue runs a task's tick inside the open step, after the step's
+// records were fed, so the tick claims them; it commits or aborts with the
+// step. (The truncation sweep runs before feeding: sweepIfDue.)
+func (t *task) tickIfDue(ctx context.Context, sess *kgo.GroupTransactSession) error {
+	if t.node == nil {
+		return nil
+	}
+	if now := t.env.clock(); t.tickDue(now) {
+		return t.emitTick(ctx, sess, now)
+	}
+	return nil
 }
 
 // emitTick sends one stamped tick to the task's own partition of its tick
 // topic, inside the step's transaction.
 func (t *task) emitTick(ctx context.Context, sess *kgo.GroupTransactSession, now time.Time) error {
-	name := t.app.ops.tickTopic[t.id.stage]
-	ch := headers.Channel{Topic: t.app.topics[name].id, Partition: t.partition}
+	name := t.tickTopic
+	ch := headers.Channel{Topic: t.env.topics[name].id, Partition: t.partition}
 	if err := t.node.PrepareSendInto(&t.stamp, ch); err != nil {
 		return t.stepErr(name, -1, err)
 	}
@@ -178,17 +223,52 @@ func (t *task) emitTick(ctx context.Context, sess *kgo.GroupTransactSession, now
 		Key:     binary.BigEndian.AppendUint32(nil, uint32(t.partition)),
 		Value:   binary.BigEndian.AppendUint64(nil, uint64(ms)),
 		Headers: hs, Timestamp: time.UnixMilli(ms),
-	}, t.app.promise)
-	t.ops.tickPending, t.ops.tickAt = true, now
+	}, t.sendPromise)
+	t.sends++
+	t.ticks.pending, t.ticks.at = true, now
 	return nil
+}
+
+// wireTicks resolves each ticking stage's tick topic (it depends on the
+// application ID) and checks that no stage consumes or sends to another
+// stage's tick topic.
+func (a *App) wireTicks() error {
+	a.tickTopic = make([]string, len(a.stages))
+	a.tickBind = make([]*binding, len(a.stages))
+	ticks := make(map[string]string)
+	for i, s := range a.stages {
+		if s.tick == nil {
+			continue
+		}
+		name := TickTopic(a.cfg.ApplicationID, s.name)
+		a.tickTopic[i] = name
+		a.tickBind[i] = &binding{topic: name, fold: s.tick.fold, tick: true, invoke: s.tick.invoke}
+		a.bySource[name] = append(a.bySource[name], i)
+		ticks[name] = s.name
+	}
+	var errs []error
+	for _, s := range a.stages {
+		for _, b := range s.sources {
+			if owner, ok := ticks[b.topic]; ok {
+				errs = append(errs, fmt.Errorf("%w: stage %q consumes %q, the tick topic of stage %q", ErrInvalidConfig, s.name, b.topic, owner))
+			}
+		}
+		for _, k := range s.sinks {
+			if owner, ok := ticks[k.topicName()]; ok {
+				errs = append(errs, fmt.Errorf("%w: stage %q sends to %q, the tick topic of stage %q", ErrInvalidConfig, s.name, k.topicName(), owner))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // openTicks adds the tick topic to a new task's inputs and sinks.
 func (a *App) openTicks(t *task) {
-	b := a.ops.tickBind[t.id.stage]
+	b := a.tickBind[t.id.stage]
 	if b == nil {
 		return
 	}
+	t.tickTopic = b.topic
 	m := a.topics[b.topic]
 	ch := headers.Channel{Topic: m.id, Partition: t.partition}
 	t.inputs = append(t.inputs, ch)
@@ -200,7 +280,7 @@ func (a *App) openTicks(t *task) {
 // the partition count of its stage's widest source.
 func (a *App) checkTickTopics(ctx context.Context) error {
 	var names []string
-	for _, n := range a.ops.tickTopic {
+	for _, n := range a.tickTopic {
 		if n != "" {
 			names = append(names, n)
 		}
@@ -213,7 +293,7 @@ func (a *App) checkTickTopics(ctx context.Context) error {
 		return fmt.Errorf("stage: metadata: %w", err)
 	}
 	var errs []error
-	for i, n := range a.ops.tickTopic {
+	for i, n := range a.tickTopic {
 		if n == "" {
 			continue
 		}
@@ -244,7 +324,7 @@ func (a *App) checkTickTopics(ctx context.Context) error {
 // tickToStart reports the starting position on the tick topic to a newly
 // built node, as build does for the sources (host duty H2 at start).
 func (t *task) tickToStart(ctx context.Context, sess *kgo.GroupTransactSession, starts map[string]map[int32]int64) error {
-	name := t.app.ops.tickTopic[t.id.stage]
+	name := t.tickTopic
 	if name == "" {
 		return nil
 	}
@@ -252,7 +332,7 @@ func (t *task) tickToStart(ctx context.Context, sess *kgo.GroupTransactSession, 
 	if !ok || pos <= 0 {
 		return nil
 	}
-	ds, err := t.node.PositionAdvance(headers.Channel{Topic: t.app.topics[name].id, Partition: t.partition}, pos)
+	ds, err := t.node.PositionAdvance(headers.Channel{Topic: t.env.topics[name].id, Partition: t.partition}, pos)
 	if err != nil {
 		return t.stepErr(name, pos, err)
 	}

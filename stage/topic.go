@@ -1,5 +1,8 @@
 package stage
 
+// Typed topics and what user logic sees of records: Topic, Message,
+// Emission.
+
 import (
 	"time"
 

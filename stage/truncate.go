@@ -1,5 +1,8 @@
 package stage
 
+// The truncation sweep: each task's schedule for dropping stamp entries
+// below the log starts of the topics they name.
+
 import (
 	"context"
 	"time"
@@ -18,26 +21,51 @@ import (
 // the changelog with it. A failed sweep skips its cycle: it is logged and
 // counted (truncation_sweeps_skipped_total), never fails the task.
 
+// sweepSchedule is when a task's next sweep is due. A sweep that ran in
+// the open step schedules the next one an interval after it once the step
+// commits; an abort forgets it and the rebuilt node sweeps again.
+type sweepSchedule struct {
+	next  time.Time
+	at    time.Time // when the open step's sweep ran
+	swept bool      // a sweep ran in the open step
+}
+
+// start schedules the first sweep one interval from now.
+func (s *sweepSchedule) start(every time.Duration, now time.Time) {
+	if every > 0 {
+		s.next = now.Add(every)
+	}
+}
+
+func (s *sweepSchedule) committed(every time.Duration) {
+	if s.swept {
+		s.next = s.at.Add(every)
+		s.swept = false
+	}
+}
+
+func (s *sweepSchedule) aborted() { s.swept = false }
+
 func (t *task) sweepDue(now time.Time) bool {
-	return t.app.cfg.TruncateInterval > 0 && t.ops.built && !t.ops.swept && !now.Before(t.ops.nextSweep)
+	return t.env.truncateEvery > 0 && t.built && !t.sweeps.swept && !now.Before(t.sweeps.next)
 }
 
 // sweepIfDue sweeps a built task whose interval elapsed. It runs at the
 // start of a step, before the step's records are fed, so every stamp the
 // step writes is already swept.
 func (t *task) sweepIfDue(ctx context.Context) {
-	if now := t.app.cfg.WallClock(); t.sweepDue(now) {
+	if now := t.env.clock(); t.sweepDue(now) {
 		t.sweep(ctx, now)
 	}
 }
 
 func (t *task) sweep(ctx context.Context, now time.Time) {
 	if err := t.node.TruncateToLogStarts(ctx); err != nil {
-		t.ops.sweepsSkipped++
-		t.ops.nextSweep = now.Add(t.app.cfg.TruncateInterval)
-		t.app.log.Warn("stage: truncation sweep failed; skipping this cycle",
+		t.counts.sweepsSkipped++
+		t.sweeps.next = now.Add(t.env.truncateEvery)
+		t.env.log.Warn("stage: truncation sweep failed; skipping this cycle",
 			"stage", t.st.name, "partition", t.partition, "err", err)
 		return
 	}
-	t.ops.swept, t.ops.sweptAt = true, now
+	t.sweeps.swept, t.sweeps.at = true, now
 }

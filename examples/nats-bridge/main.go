@@ -33,19 +33,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/parsley-go/parsley/bridge"
 	"github.com/parsley-go/parsley/clock"
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/examples/internal/excli"
+	"github.com/parsley-go/parsley/examples/internal/excluster"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func main() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "nats-bridge:", err)
-		os.Exit(1)
-	}
+	os.Exit(excli.Main(command(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
 
 const (
@@ -53,59 +48,82 @@ const (
 	stream = "ORDERS"
 )
 
-func run(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("nats-bridge", flag.ContinueOnError)
-	brokers := fs.String("brokers", "", "Kafka seed brokers, comma-separated (default: an embedded cluster)")
-	natsURL := fs.String("nats", "", "NATS URL (default: an embedded server with JetStream)")
-	orders := fs.Int("orders", 5, "orders to write (each gets one payment)")
-	stateDir := fs.String("state", "", "state directory (default: a temporary one)")
-	if err := fs.Parse(args); err != nil {
+// options are the example's own flags.
+type options struct {
+	nats     string // NATS URL; empty starts an embedded server
+	orders   int
+	stateDir string // empty: a temporary directory, removed at the end
+}
+
+func command() excli.Command {
+	var o options
+	return excli.Command{
+		Name:    "nats-bridge",
+		Summary: "Forwards a small causal history from Kafka to NATS JetStream with the Parsley bridge, and\nprints the stream: every payment after its order.",
+		Flags: func(fs *flag.FlagSet) func() error {
+			fs.StringVar(&o.nats, "nats", "", "NATS URL (default: an embedded server with JetStream)")
+			fs.IntVar(&o.orders, "orders", 5, "orders to write, each with one payment (1 to 1000)")
+			fs.StringVar(&o.stateDir, "state", "", "state directory (default: a temporary one, removed at the end)")
+			return func() error {
+				if o.nats != "" && !strings.HasPrefix(o.nats, "nats://") && !strings.HasPrefix(o.nats, "tls://") {
+					return fmt.Errorf("%w: invalid --nats %q: want nats://host:port or tls://host:port", excli.ErrUsage, o.nats)
+				}
+				return excli.IntRange("orders", o.orders, 1, 1000)
+			}
+		},
+		Run: func(ctx context.Context, out io.Writer, brokers string) error { return run(ctx, out, brokers, o) },
+	}
+}
+
+func run(ctx context.Context, out io.Writer, brokers string, o options) error {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	kafka, err := excluster.Open(ctx, brokers,
+		excluster.Topic{Name: "orders", Partitions: 1},
+		excluster.Topic{Name: "payments", Partitions: 1},
+		excluster.Topic{Name: bridge.ChangelogTopic(group, "bridge"), Partitions: 1, Compact: true},
+	)
+	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-
-	var seeds []string
-	if *brokers == "" {
-		c, err := broker.Start(ctx)
+	defer kafka.Close()
+	seeds, admin := kafka.Addrs, kafka.Admin
+	if kafka.Embedded {
+		fmt.Fprintln(out, "kafka: embedded at", strings.Join(seeds, ","))
+	}
+	natsURL := o.nats
+	if natsURL == "" {
+		// The server's JetStream files live in a directory of our own,
+		// removed once the server is down: nothing is left behind.
+		jsDir, err := os.MkdirTemp("", "nats-bridge-js-")
 		if err != nil {
 			return err
 		}
-		defer c.Close()
-		seeds = c.Addrs()
-		fmt.Fprintln(out, "kafka: embedded at", strings.Join(seeds, ","))
-	} else {
-		seeds = strings.Split(*brokers, ",")
-	}
-	if *natsURL == "" {
-		s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: must(os.MkdirTemp("", "nats-bridge-js")), NoLog: true, NoSigs: true})
+		defer os.RemoveAll(jsDir)
+		s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: jsDir, NoLog: true, NoSigs: true})
 		if err != nil {
 			return err
 		}
 		go s.Start()
+		defer s.Shutdown() // runs before the RemoveAll above
 		if !s.ReadyForConnections(10 * time.Second) {
 			return errors.New("embedded nats-server not ready")
 		}
-		defer func() { s.Shutdown(); os.RemoveAll(s.StoreDir()) }()
-		*natsURL = fmt.Sprintf("nats://127.0.0.1:%d", s.Addr().(*net.TCPAddr).Port)
-		fmt.Fprintln(out, "nats: embedded at", *natsURL)
+		natsURL = fmt.Sprintf("nats://127.0.0.1:%d", s.Addr().(*net.TCPAddr).Port)
+		fmt.Fprintln(out, "nats: embedded at", natsURL)
+	} else {
+		fmt.Fprintln(out, "nats: connecting to", natsURL)
 	}
-	if *stateDir == "" {
-		*stateDir = must(os.MkdirTemp("", "nats-bridge-state"))
-		defer os.RemoveAll(*stateDir)
+	stateDir := o.stateDir
+	if stateDir == "" {
+		if stateDir, err = os.MkdirTemp("", "nats-bridge-state-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(stateDir)
 	}
 
-	kc, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	nc, err := nats.Connect(natsURL, nats.Timeout(excluster.ConnectTimeout))
 	if err != nil {
-		return err
-	}
-	defer kc.Close()
-	admin := kadm.NewClient(kc)
-	if err := createTopics(ctx, admin); err != nil {
-		return err
-	}
-	nc, err := nats.Connect(*natsURL)
-	if err != nil {
-		return err
+		return fmt.Errorf("connect to NATS at %s: %w", natsURL, err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -121,9 +139,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	b, err := bridge.New(bridge.Config{
-		Brokers: seeds, Group: group, InstanceID: "example-1", StateDir: *stateDir,
+		Brokers: seeds, Group: group, InstanceID: "example-1", StateDir: stateDir,
 		Topics: []string{"orders", "payments"}, Subject: subject,
-		NATSURL: *natsURL, Stream: stream, MaxInFlight: 16,
+		NATSURL: natsURL, Stream: stream, MaxInFlight: 16,
 		PollInterval: 50 * time.Millisecond, SessionTimeout: 6 * time.Second, TransactionTimeout: 10 * time.Second,
 		Logger: log,
 	})
@@ -135,10 +153,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	go func() { done <- b.Run(bctx) }()
 	defer func() { stop(); <-done }()
 
-	if err := writeHistory(ctx, seeds, admin, *orders); err != nil {
+	if err := writeHistory(ctx, seeds, admin, o.orders); err != nil {
 		return err
 	}
-	want := 2 * *orders
+	want := 2 * o.orders
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		return err
@@ -172,23 +190,6 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		fmt.Fprintf(out, "  %3d  %-26s %-14s %s\n", seq, m.Subject, m.Header.Get(bridge.HeaderCoordinate), m.Data)
 	}
 	fmt.Fprintf(out, "forwarded %d records; every payment follows its order\n", want)
-	return nil
-}
-
-func createTopics(ctx context.Context, admin *kadm.Client) error {
-	compact := "compact"
-	for _, t := range []struct {
-		name string
-		cfg  map[string]*string
-	}{{"orders", nil}, {"payments", nil}, {bridge.ChangelogTopic(group, "bridge"), map[string]*string{"cleanup.policy": &compact}}} {
-		r, err := admin.CreateTopic(ctx, 1, -1, t.cfg, t.name)
-		if err == nil {
-			err = r.Err
-		}
-		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("create topic %s: %w", t.name, err)
-		}
-	}
 	return nil
 }
 
@@ -231,11 +232,4 @@ func writeHistory(ctx context.Context, seeds []string, admin *kadm.Client, n int
 		}
 	}
 	return nil
-}
-
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(err)
-	}
-	return v
 }

@@ -7,15 +7,18 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/parsley-go/parsley/examples/internal/extest"
 )
 
 // TestRunsOnEmbeddedBrokers runs the example end to end with a timeout and
 // checks that every order reached the stream before its payment.
 func TestRunsOnEmbeddedBrokers(t *testing.T) {
+	extest.NoLeftovers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	if err := run(ctx, []string{"--orders", "4", "--state", t.TempDir()}, &out); err != nil {
+	if err := run(ctx, &out, "", options{orders: 4, stateDir: t.TempDir()}); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
 	t.Log("\n" + out.String())

@@ -17,20 +17,32 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/clock"
+	"github.com/parsley-go/parsley/examples/internal/excli"
 	"github.com/parsley-go/parsley/examples/internal/excluster"
 	"github.com/parsley-go/parsley/headers"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func main() {
-	brokers := flag.String("brokers", os.Getenv("PARSLEY_BROKERS"), "comma-separated seed brokers; empty runs the embedded broker")
-	dialect := flag.String("dialect", "vc", "stamp dialect: vc or causes")
-	flag.Parse()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := run(ctx, os.Stdout, *brokers, *dialect); err != nil {
-		fmt.Fprintln(os.Stderr, "plain-producer:", err)
-		os.Exit(1)
+	os.Exit(excli.Main(command(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+func command() excli.Command {
+	var dialect string
+	return excli.Command{
+		Name:    "plain-producer",
+		Summary: "Stamps a plain franz-go producer's records with package clock, and shows a consumer's output\nclaiming its input.",
+		Flags: func(fs *flag.FlagSet) func() error {
+			fs.StringVar(&dialect, "dialect", "vc", "stamp dialect: vc or causes")
+			return func() error {
+				if dialect != "vc" && dialect != "causes" {
+					return fmt.Errorf("%w: invalid --dialect %q: want vc or causes", excli.ErrUsage, dialect)
+				}
+				return nil
+			}
+		},
+		Run:     func(ctx context.Context, out io.Writer, brokers string) error { return run(ctx, out, brokers, dialect) },
+		Timeout: time.Minute,
 	}
 }
 
@@ -69,7 +81,7 @@ func run(ctx context.Context, out io.Writer, brokers, dialect string) error {
 		return err
 	}
 	defer prod.Close()
-	clk := clock.New(cl.Admin, clock.WithDialect(d))
+	clk := clock.New(cl.Admin, clock.Dialect(d))
 	for _, r := range []*kgo.Record{
 		{Topic: "signups", Key: []byte("ada"), Value: []byte("signed up")},
 		{Topic: "profiles", Key: []byte("ada"), Value: []byte("profile created")},
@@ -93,7 +105,7 @@ func run(ctx context.Context, out io.Writer, brokers, dialect string) error {
 		return err
 	}
 	defer cons.Close()
-	welcomer := clock.New(cl.Admin, clock.WithDialect(d))
+	welcomer := clock.New(cl.Admin, clock.Dialect(d))
 	var in *kgo.Record
 	for in == nil {
 		fs := cons.PollFetches(ctx)

@@ -6,9 +6,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/parsley-go/parsley/examples/internal/extest"
 )
 
 func TestPlainProducer(t *testing.T) {
+	extest.NoLeftovers(t)
 	for _, tc := range []struct{ dialect, header string }{{"vc", "[headers vc]"}, {"causes", "[headers parsley.causes]"}} {
 		t.Run(tc.dialect, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/clock"
+	"github.com/parsley-go/parsley/examples/internal/excli"
 	"github.com/parsley-go/parsley/examples/internal/excluster"
 	"github.com/parsley-go/parsley/observer"
 	"github.com/parsley-go/parsley/stage"
@@ -37,14 +38,19 @@ import (
 const app = "quickstart"
 
 func main() {
-	brokers := flag.String("brokers", os.Getenv("PARSLEY_BROKERS"), "comma-separated seed brokers; empty runs the embedded broker")
-	orders := flag.Int("orders", 5, "how many orders to place")
-	flag.Parse()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := run(ctx, os.Stdout, *brokers, *orders); err != nil {
-		fmt.Fprintln(os.Stderr, "quickstart:", err)
-		os.Exit(1)
+	os.Exit(excli.Main(command(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+func command() excli.Command {
+	var orders int
+	return excli.Command{
+		Name:    "quickstart",
+		Summary: "Runs a stamped producer, a two-stage exactly-once pipeline and an observer scan, and prints\nthe early payment held until its order commits.",
+		Flags: func(fs *flag.FlagSet) func() error {
+			fs.IntVar(&orders, "orders", 5, "how many orders to place (1 to 1000)")
+			return func() error { return excli.IntRange("orders", orders, 1, 1000) }
+		},
+		Run: func(ctx context.Context, out io.Writer, brokers string) error { return run(ctx, out, brokers, orders) },
 	}
 }
 

@@ -7,9 +7,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/parsley-go/parsley/examples/internal/extest"
 )
 
 func TestQuickstart(t *testing.T) {
+	extest.NoLeftovers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var out bytes.Buffer

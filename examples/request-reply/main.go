@@ -16,8 +16,8 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
 
+	"github.com/parsley-go/parsley/examples/internal/excli"
 	"github.com/parsley-go/parsley/examples/internal/excluster"
 	"github.com/parsley-go/parsley/stage"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -26,14 +26,19 @@ import (
 const app = "request-reply"
 
 func main() {
-	brokers := flag.String("brokers", os.Getenv("PARSLEY_BROKERS"), "comma-separated seed brokers; empty runs the embedded broker")
-	n := flag.Int("requests", 6, "how many transfer requests to send")
-	flag.Parse()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := run(ctx, os.Stdout, *brokers, *n); err != nil {
-		fmt.Fprintln(os.Stderr, "request-reply:", err)
-		os.Exit(1)
+	os.Exit(excli.Main(command(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+func command() excli.Command {
+	var n int
+	return excli.Command{
+		Name:    "request-reply",
+		Summary: "Shows effect before reply: a bank stage writes each transfer's ledger entry, then its reply,\nand no client sees a reply before its effect.",
+		Flags: func(fs *flag.FlagSet) func() error {
+			fs.IntVar(&n, "requests", 6, "how many transfer requests to send (1 to 1000)")
+			return func() error { return excli.IntRange("requests", n, 1, 1000) }
+		},
+		Run: func(ctx context.Context, out io.Writer, brokers string) error { return run(ctx, out, brokers, n) },
 	}
 }
 

@@ -22,9 +22,9 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/parsley-go/parsley/clock"
+	"github.com/parsley-go/parsley/examples/internal/excli"
 	"github.com/parsley-go/parsley/examples/internal/excluster"
 	"github.com/parsley-go/parsley/stage"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -33,14 +33,19 @@ import (
 const app = "settlements"
 
 func main() {
-	brokers := flag.String("brokers", os.Getenv("PARSLEY_BROKERS"), "comma-separated seed brokers; empty runs the embedded broker")
-	n := flag.Int("invoices", 30, "how many invoices to write")
-	flag.Parse()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := run(ctx, os.Stdout, *brokers, *n); err != nil {
-		fmt.Fprintln(os.Stderr, "settlements:", err)
-		os.Exit(1)
+	os.Exit(excli.Main(command(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+func command() excli.Command {
+	var n int
+	return excli.Command{
+		Name:    "settlements",
+		Summary: "Shows a stateful fan-in: invoices, payments and refunds from three plain services, settled\nper account in causal order.",
+		Flags: func(fs *flag.FlagSet) func() error {
+			fs.IntVar(&n, "invoices", 30, "how many invoices to write (1 to 10000)")
+			return func() error { return excli.IntRange("invoices", n, 1, 10000) }
+		},
+		Run: func(ctx context.Context, out io.Writer, brokers string) error { return run(ctx, out, brokers, n) },
 	}
 }
 

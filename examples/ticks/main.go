@@ -13,6 +13,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parsley-go/parsley/examples/internal/excli"
 	"github.com/parsley-go/parsley/examples/internal/excluster"
 	"github.com/parsley-go/parsley/stage"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -28,15 +30,25 @@ import (
 const app = "ticks"
 
 func main() {
-	brokers := flag.String("brokers", os.Getenv("PARSLEY_BROKERS"), "comma-separated seed brokers; empty runs the embedded broker")
-	every := flag.Duration("every", 300*time.Millisecond, "tick interval")
-	windows := flag.Int("windows", 4, "how many windows to close before stopping")
-	flag.Parse()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := run(ctx, os.Stdout, *brokers, *every, *windows); err != nil {
-		fmt.Fprintln(os.Stderr, "ticks:", err)
-		os.Exit(1)
+	os.Exit(excli.Main(command(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+func command() excli.Command {
+	var every time.Duration
+	var windows int
+	return excli.Command{
+		Name:    "ticks",
+		Summary: "Shows time entering pure logic safely: a stage keeps a running total per till and closes a\nwindow on every tick.",
+		Flags: func(fs *flag.FlagSet) func() error {
+			fs.DurationVar(&every, "every", 300*time.Millisecond, "tick interval (10ms to 1m)")
+			fs.IntVar(&windows, "windows", 4, "how many windows to close before stopping (1 to 100)")
+			return func() error {
+				return errors.Join(excli.DurationRange("every", every, 10*time.Millisecond, time.Minute), excli.IntRange("windows", windows, 1, 100))
+			}
+		},
+		Run: func(ctx context.Context, out io.Writer, brokers string) error {
+			return run(ctx, out, brokers, every, windows)
+		},
 	}
 }
 

@@ -9,9 +9,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/parsley-go/parsley/examples/internal/extest"
 )
 
 func TestTicks(t *testing.T) {
+	extest.NoLeftovers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var out bytes.Buffer

@@ -7,15 +7,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/parsley-go/parsley/internal/wait"
 	"github.com/parsley-go/parsley/protocol"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
-
-// ErrChangelogBehind: the store's checkpoint is past the changelog's end,
-// so the changelog was deleted or recreated under the store. Replaying it
-// would silently lose state; the task stops instead.
-var ErrChangelogBehind = errors.New("state: changelog ends before the store's checkpoint")
 
 // Record returns the changelog record for one mutation: the store key as
 // the record key, the value (nil for a delete: a tombstone) as its value.
@@ -45,6 +41,11 @@ type Restored struct {
 	// changelog's log start; Reason says why.
 	Wiped  bool
 	Reason string
+	// Reincarnated: the wipe was because the store mirrored another
+	// incarnation of the changelog (Previous) than the current one
+	// (Changelog): the topic was recreated, or this is another cluster.
+	Reincarnated        bool
+	Previous, Changelog Incarnation
 	// Age is the checkpoint's age when Restore began (zero when its time
 	// is unknown or it was not needed); Window is the changelog's
 	// delete.retention.ms, when it was read.
@@ -55,9 +56,11 @@ type Restored struct {
 
 // Why a store is wiped before a replay.
 const (
-	reasonLogStart = "changelog log start is past the checkpoint"
-	reasonUnknown  = "checkpoint time unknown"
-	reasonAge      = "checkpoint older than the changelog's delete.retention.ms less the safety margin"
+	reasonIncarnation = "the store mirrors another incarnation of the changelog (topic recreated, or another cluster)"
+	reasonNoIdentity  = "the store does not record which changelog it mirrors (written by an earlier release)"
+	reasonLogStart    = "changelog log start is past the checkpoint"
+	reasonUnknown     = "checkpoint time unknown"
+	reasonAge         = "checkpoint older than the changelog's delete.retention.ms less the safety margin"
 )
 
 // wipeAge is the checkpoint age from which a store is wiped: the
@@ -89,6 +92,14 @@ func wipeAge(window time.Duration) time.Duration {
 // checkpoint (records after it are gone). This is what Kafka Streams does
 // with local state whose checkpoint it cannot trust. A store at checkpoint
 // zero with no keys has nothing to wipe.
+//
+// Offsets only mean something within one incarnation of the changelog
+// (see Incarnation). A store that mirrors another one — the topic was
+// recreated, or the store came from another cluster — or that does not
+// record which one it mirrors is wiped too, and Restored.Reincarnated says
+// which. Only a store of the same incarnation whose checkpoint is past the
+// changelog's end is refused, with a *ChangelogLostError: the broker lost
+// committed records, and a wipe would hide that.
 func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt) (*kgo.Client, error), topic string, p int32, st *Store, now func() time.Time) (Restored, error) {
 	var cl *kgo.Client
 	defer func() {
@@ -101,6 +112,11 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 	}
 	res := Restored{From: st.Checkpoint(), To: st.Checkpoint()}
 	pos := st.Checkpoint()
+	inc, err := incarnation(ctx, admin, topic)
+	if err != nil {
+		return res, err
+	}
+	res.Changelog = inc
 	for first := true; ; first = false {
 		// Records at or past the end listed below are written after at.
 		at := now()
@@ -108,14 +124,14 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 		if err != nil {
 			return res, err
 		}
-		if pos > hwm {
-			return res, fmt.Errorf("%w: %s[%d] ends at %d, checkpoint %d (%s)", ErrChangelogBehind, topic, p, hwm, pos, st.Path())
-		}
 		if first {
-			if err := wipeIfStale(ctx, admin, topic, p, st, start, at, &res); err != nil {
+			if err := wipeIfStale(ctx, admin, topic, p, st, inc, start, hwm, at, &res); err != nil {
 				return res, err
 			}
 			pos = st.Checkpoint()
+		}
+		if pos > hwm {
+			return res, &ChangelogLostError{Path: st.Path(), Topic: topic, Partition: p, Incarnation: inc, End: hwm, Checkpoint: pos}
 		}
 		if pos < start {
 			if !first {
@@ -130,7 +146,14 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 			pos = start
 		}
 		if pos >= lso && lso == hwm {
-			// Caught up: nothing past pos existed at at.
+			// Caught up: nothing past pos existed at at. The offsets
+			// listed were the incarnation's read at the start only if
+			// it is still the current one.
+			if cur, err := incarnation(ctx, admin, topic); err != nil {
+				return res, err
+			} else if cur != inc {
+				return res, fmt.Errorf("%w: %s was %s, now %s", ErrRecreatedDuringRestore, topic, inc, cur)
+			}
 			if err := st.Apply(ctx, nil, pos, at); err != nil {
 				return res, err
 			}
@@ -139,7 +162,7 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 		}
 		if pos >= lso {
 			// A transaction is open on the partition: wait for its end.
-			if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			if err := wait.Sleep(ctx, 50*time.Millisecond); err != nil {
 				return res, err
 			}
 			continue
@@ -198,19 +221,31 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 }
 
 // wipeIfStale resets st when its checkpoint cannot be trusted (see Restore),
-// recording the decision in res.
-func wipeIfStale(ctx context.Context, admin *kadm.Client, topic string, p int32, st *Store, start int64, now time.Time, res *Restored) error {
+// recording the decision in res; inc is the changelog's incarnation now,
+// start and end its partition's log start and high watermark.
+func wipeIfStale(ctx context.Context, admin *kadm.Client, topic string, p int32, st *Store, inc Incarnation, start, end int64, now time.Time, res *Restored) error {
 	cp := st.Checkpoint()
+	prev, known := st.Mirrors()
+	res.Previous = prev
+	fresh := false
 	if cp == 0 {
 		empty, err := st.empty(ctx)
 		if err != nil {
 			return fmt.Errorf("state: restore %s[%d]: %w", topic, p, err)
 		}
-		if empty {
-			return nil
-		}
+		fresh = empty
 	}
 	switch t := st.CheckpointTime(); {
+	case fresh:
+		// Nothing to wipe; only the incarnation to record, below.
+	case !known:
+		res.Reason = reasonNoIdentity
+	case prev != inc:
+		res.Reason, res.Reincarnated = reasonIncarnation, true
+	case cp > end:
+		// The same changelog lost records: Restore refuses the store,
+		// and a wipe would destroy the evidence.
+		return nil
 	case start > cp:
 		res.Reason = reasonLogStart
 	case t.IsZero():
@@ -225,13 +260,13 @@ func wipeIfStale(ctx context.Context, admin *kadm.Client, topic string, p int32,
 			res.Reason = reasonAge
 		}
 	}
-	if res.Reason == "" {
+	if res.Reason == "" && (!fresh || (known && prev == inc)) {
 		return nil
 	}
-	if err := st.Reset(ctx); err != nil {
+	if err := st.Reset(ctx, inc); err != nil {
 		return fmt.Errorf("state: restore %s[%d]: wipe %s: %w", topic, p, st.Path(), err)
 	}
-	res.Wiped = true
+	res.Wiped = res.Reason != ""
 	return nil
 }
 
@@ -301,15 +336,4 @@ func bounds(ctx context.Context, admin *kadm.Client, topic string, p int32) (lso
 	}
 	start, err = get("start", admin.ListStartOffsets)
 	return
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

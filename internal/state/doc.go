@@ -14,6 +14,11 @@
 // than the changelog's tombstone retention (delete.retention.ms, less a
 // margin): compaction may have removed deletes written after an older one,
 // so Restore wipes such a store and replays the changelog from its start.
+// A store also records which incarnation of its changelog it mirrors (topic
+// ID and cluster ID): offsets of a recreated topic, or of another cluster,
+// say nothing about it, so such a store is wiped too; a changelog of the
+// same incarnation that ends before the checkpoint lost committed records,
+// and Restore refuses it with a *ChangelogLostError.
 //
 // The store runs in WAL mode with synchronous=NORMAL (durability comes from
 // the changelog) over a single connection: one writer, and a task is never

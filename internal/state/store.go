@@ -34,6 +34,7 @@ type Store struct {
 	setCPTime  *sql.Stmt
 	checkpoint int64
 	cpTime     int64 // unix milliseconds; 0: unknown
+	mirrors    *Incarnation
 }
 
 // Open opens (creating if needed) the store at path.
@@ -91,6 +92,15 @@ func (s *Store) init(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, "INSERT OR IGNORE INTO meta (k, v) VALUES ('checkpoint_time', 0)"); err != nil {
 		return fmt.Errorf("add checkpoint time: %w", err)
 	}
+	// Likewise the changelog's identity: a file without it mirrors an
+	// unknown incarnation, which Restore does not trust either. One row at
+	// most; a table, not a meta row, because meta's values are integers.
+	if _, err := s.db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS changelog (one INTEGER PRIMARY KEY CHECK (one = 1), cluster TEXT NOT NULL, topic_id BLOB NOT NULL)"); err != nil {
+		return fmt.Errorf("add changelog identity: %w", err)
+	}
+	if err := s.readIncarnation(ctx); err != nil {
+		return fmt.Errorf("read changelog identity: %w", err)
+	}
 	if err := s.db.QueryRowContext(ctx, "SELECT v FROM meta WHERE k = 'checkpoint'").Scan(&s.checkpoint); err != nil {
 		return fmt.Errorf("read checkpoint: %w", err)
 	}
@@ -131,6 +141,34 @@ func (s *Store) CheckpointTime() time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(s.cpTime)
+}
+
+// Mirrors returns the changelog incarnation the contents were restored
+// from, and false when it is unknown (a new file, or one written before
+// the identity was recorded).
+func (s *Store) Mirrors() (Incarnation, bool) {
+	if s.mirrors == nil {
+		return Incarnation{}, false
+	}
+	return *s.mirrors, true
+}
+
+func (s *Store) readIncarnation(ctx context.Context) error {
+	var inc Incarnation
+	var id []byte
+	err := s.db.QueryRowContext(ctx, "SELECT cluster, topic_id FROM changelog").Scan(&inc.Cluster, &id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(id) != len(inc.TopicID) {
+		return fmt.Errorf("topic ID of %d bytes, want %d", len(id), len(inc.TopicID))
+	}
+	copy(inc.TopicID[:], id)
+	s.mirrors = &inc
+	return nil
 }
 
 // Close closes the file.
@@ -266,12 +304,13 @@ func (s *Store) Apply(ctx context.Context, muts []protocol.Mutation, checkpoint 
 	return nil
 }
 
-// Reset deletes every key and sets the checkpoint to zero and its time to
-// unknown, for a replay of the whole changelog. The time must not survive:
-// a replay from the log start that stops half-way has applied old puts
-// whose tombstones may be compacted away before it resumes, so such a file
-// is wiped again rather than resumed.
-func (s *Store) Reset(ctx context.Context) error {
+// Reset deletes every key, sets the checkpoint to zero and its time to
+// unknown, and records inc as the changelog the file now mirrors, for a
+// replay of the whole changelog. The time must not survive: a replay from
+// the log start that stops half-way has applied old puts whose tombstones
+// may be compacted away before it resumes, so such a file is wiped again
+// rather than resumed.
+func (s *Store) Reset(ctx context.Context, inc Incarnation) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -283,10 +322,13 @@ func (s *Store) Reset(ctx context.Context) error {
 	if _, err := tx.ExecContext(ctx, "UPDATE meta SET v = 0 WHERE k IN ('checkpoint', 'checkpoint_time')"); err != nil {
 		return err
 	}
+	if _, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO changelog (one, cluster, topic_id) VALUES (1, ?, ?)", inc.Cluster, inc.TopicID[:]); err != nil {
+		return err
+	}
 	if err := tx.Commit(); err != nil {
 		return err
 	}
-	s.checkpoint, s.cpTime = 0, 0
+	s.checkpoint, s.cpTime, s.mirrors = 0, 0, &inc
 	return nil
 }
 

@@ -68,6 +68,16 @@ func (l *changelog) restore(ctx context.Context, s *Store, now time.Time) Restor
 	return res
 }
 
+// incarnation returns the changelog's current incarnation.
+func (l *changelog) incarnation(ctx context.Context) Incarnation {
+	l.t.Helper()
+	inc, err := incarnation(ctx, l.c.Admin(), "cl")
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return inc
+}
+
 // keys returns every key still in the log, tombstones included.
 func (l *changelog) keys(ctx context.Context) map[string]bool {
 	l.t.Helper()
@@ -221,6 +231,11 @@ func TestRestoreWipesUntrustedCheckpoints(t *testing.T) {
 		l := newChangelog(t, map[string]*string{"delete.retention.ms": ptr("3600000")})
 		s := open(t, filepath.Join(t.TempDir(), "t.db"))
 		l.commit(ctx, now, put("k1", "1"))
+		// A store of this changelog (Reset records which) whose time is
+		// unknown.
+		if err := s.Reset(ctx, l.incarnation(ctx)); err != nil {
+			t.Fatal(err)
+		}
 		if err := s.Apply(ctx, []protocol.Mutation{put("k1", "1"), put("stale", "x")}, 2, time.Time{}); err != nil {
 			t.Fatal(err)
 		}

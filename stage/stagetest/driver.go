@@ -4,7 +4,7 @@
 // read_committed), pipes typed records in, reads decoded outputs back and
 // moves an injected wall clock so ticks fire deterministically. Probe and
 // ProbeCluster check the mechanically checkable clauses of the contract
-// between an application and the runtime (reference page 14).
+// between an application and the runtime (docs/testing.md).
 //
 // The driver runs the real runtime — the causal gate, stamps, the SQLite
 // store and its changelog, exactly-once steps — so what passes here is

@@ -51,9 +51,18 @@ func Open(ctx context.Context, brokers string, topics ...Topic) (*Cluster, error
 		c.embedded, c.Embedded, c.Addrs, c.Admin = b, true, b.Addrs(), b.Admin()
 	} else {
 		c.Addrs = strings.Split(brokers, ",")
-		cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs...))
+		cl, err := c.NewClient()
 		if err != nil {
 			return nil, fmt.Errorf("connect to %s: %w", brokers, err)
+		}
+		// A broker that accepts connections but never answers would
+		// otherwise keep the example silent for the client's retries.
+		pctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
+		err = cl.Ping(pctx)
+		cancel()
+		if err != nil {
+			cl.Close()
+			return nil, fmt.Errorf("no Kafka broker at %s answered (waited up to %v): %w", brokers, ConnectTimeout, err)
 		}
 		c.client, c.Admin = cl, kadm.NewClient(cl)
 	}
@@ -75,9 +84,13 @@ func Open(ctx context.Context, brokers string, topics ...Topic) (*Cluster, error
 	return c, nil
 }
 
+// ConnectTimeout bounds how long Open waits for a real cluster's first
+// answer, and each dial of the clients it makes.
+const ConnectTimeout = 10 * time.Second
+
 // NewClient returns a client for the cluster with opts added.
 func (c *Cluster) NewClient(opts ...kgo.Opt) (*kgo.Client, error) {
-	return kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Addrs...)}, opts...)...)
+	return kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Addrs...), kgo.DialTimeout(ConnectTimeout)}, opts...)...)
 }
 
 // Close releases the cluster (and stops the embedded broker).

@@ -1,0 +1,116 @@
+package protocol
+
+import (
+	"context"
+	"slices"
+
+	"github.com/parsley-go/parsley/headers"
+)
+
+// Own outputs. A node's earlier sends are causes of its later ones. Within
+// an incarnation its sequence claims say so; across incarnations its stamps
+// claim the offsets of the sends its earlier incarnations committed, which
+// the host reports with Sent before the step that made them commits. A
+// sink's end offset would cover them too, but under exactly-once it is a
+// transaction marker, and a writer names only committed records (wire
+// constraint 8).
+
+// Sent reports that the broker acknowledged a send this node stamped for
+// at.Channel (a sink channel PrepareSend issued a sequence on in this
+// incarnation) and stored it at at.Offset. The host calls it for every
+// send of a step once acknowledged and before Flush, so the offset commits
+// with the send; later incarnations claim it as an own output. It changes
+// nothing this incarnation stamps: its sequence claims already cover the
+// send.
+//
+// Refused without any change: a channel of an undeclared sink
+// (ErrUndeclaredSink), a negative offset, or a channel no send was
+// prepared for in this incarnation (ErrInvalidRecord).
+func (n *Node) Sent(at headers.Coordinate) error {
+	const op = "Sent"
+	if err := n.check(op); err != nil {
+		return err
+	}
+	if !n.sinkSet[at.Topic] || at.Partition < 0 {
+		return coordErr(op, at.Channel, at.Offset, ErrUndeclaredSink)
+	}
+	if at.Offset < 0 {
+		return coordErr(op, at.Channel, at.Offset, ErrInvalidRecord)
+	}
+	if _, found := slices.BinarySearchFunc(n.sent, at.Channel, headers.Channel.Compare); !found {
+		return coordErr(op, at.Channel, at.Offset, because(ErrInvalidRecord, "no send prepared to this channel in this incarnation"))
+	}
+	if cur, ok := n.acked[at.Channel]; ok && cur >= at.Offset {
+		return nil
+	}
+	if !slices.Contains(n.ackedDirty, at.Channel) {
+		n.ackedDirty = append(n.ackedDirty, at.Channel)
+	}
+	n.acked[at.Channel] = at.Offset
+	return nil
+}
+
+// restoreOwn reads the acknowledged sends, builds the own outputs of the
+// current sinks and the sequence seeds, and returns what former sinks fold
+// into carried ancestry. n.sq must be restored first. It writes nothing.
+//
+// A sink channel with a stored sequence but no acknowledged offset was
+// sent to by a build (or host) that did not report acknowledgements; it
+// falls back to the end-offset over-claim, which only delays. A channel
+// with no stored sequence seeds its first sequence at its end offset.
+func (n *Node) restoreOwn(ctx context.Context, prevSinks []headers.TopicID) (headers.Clock, error) {
+	const op = "init"
+	var former headers.Clock
+	err := scanChannelInts(n.store, op, pfxAcked, func(ch headers.Channel, v int64) { n.acked[ch] = v })
+	if err != nil {
+		return former, err
+	}
+	// claim folds one topic's own sends into dst.
+	claim := func(dst *headers.Clock, t headers.TopicID, ends []int64) {
+		for ch, o := range n.acked {
+			if ch.Topic == t {
+				dst.SetOffset(ch, o) // a max: map order cannot escape
+			}
+		}
+		for p, e := range ends {
+			ch := headers.Channel{Topic: t, Partition: int32(p)}
+			if _, acked := n.acked[ch]; acked {
+				continue
+			}
+			if _, sent := n.sq[ch]; sent && e > 0 {
+				dst.SetOffset(ch, e-1)
+			}
+		}
+	}
+	for _, t := range prevSinks {
+		if n.sinkSet[t] {
+			continue
+		}
+		// A former sink's own outputs must survive in the stamp; a topic
+		// that no longer exists is unclaimable and skipped.
+		ends, exists, err := n.offsets.EndOffsets(ctx, t)
+		if err != nil {
+			return former, &Error{Op: op + ": former sink end offsets", Topic: t, Err: err}
+		}
+		if exists {
+			claim(&former, t, ends)
+		}
+	}
+	for _, t := range n.sinks {
+		ends, exists, err := n.offsets.EndOffsets(ctx, t)
+		if err != nil {
+			return former, &Error{Op: op + ": sink end offsets", Topic: t, Err: err}
+		}
+		if !exists {
+			return former, &Error{Op: op, Topic: t, Err: ErrSinkMissing}
+		}
+		claim(&n.own, t, ends)
+		for p, e := range ends {
+			ch := headers.Channel{Topic: t, Partition: int32(p)}
+			if _, ok := n.sq[ch]; !ok && e > 0 {
+				n.sqSeed[ch] = e
+			}
+		}
+	}
+	return former, nil
+}

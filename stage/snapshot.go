@@ -1,0 +1,111 @@
+package stage
+
+// The published snapshot: after every step and idle poll the session loop
+// samples its tasks and publishes what readers (Tasks, ExplainHolds, the
+// collector, the health handler) may see, so none of them waits for a step.
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/parsley-go/parsley/protocol"
+)
+
+// snapshot is one publication: an entry per task, and readiness.
+type snapshot struct {
+	tasks []taskSnapshot
+	ready bool
+	why   string // why not ready
+}
+
+type taskSnapshot struct {
+	stage                                    string
+	partition                                int32
+	rebuilding                               bool         // no node: the task restores or rebuilds
+	holds                                    []HeldRecord // heads, HeldFor unset (computed on read)
+	held                                     int
+	delivered, replays, ticks, sweepsSkipped uint64
+	stampOffsets, stampSeqs                  int
+}
+
+// taskCounts are a task's counts over committed steps. base is the node's
+// counters at its last commit: committed counts are the sum of the deltas
+// over committed steps, so an aborted step's work is not counted and a
+// rebuilt node (counters from zero) adds on.
+type taskCounts struct {
+	base                 protocol.Counters
+	delivered, replays   uint64
+	ticks, sweepsSkipped uint64
+}
+
+// committed adds the node's work since the last commit.
+func (c *taskCounts) committed(now protocol.Counters) {
+	c.delivered += now.Delivered - c.base.Delivered
+	c.replays += now.ReplaysSkipped - c.base.ReplaysSkipped
+	c.base = now
+}
+
+// rebuilt restarts the deltas: a new node counts from zero.
+func (c *taskCounts) rebuilt() { c.base = protocol.Counters{} }
+
+// stepEnded runs when App.step returns: it records the step metrics and
+// publishes a fresh snapshot.
+func (a *App) stepEnded(start time.Time, committed bool) {
+	a.latency.observe(time.Since(start))
+	if committed {
+		a.commits.Add(1)
+	} else {
+		a.aborts.Add(1)
+	}
+	a.observe()
+}
+
+// observe runs on the session loop between steps: it samples every task's
+// holds and counters, warns about holds that outlived HoldWarningAfter,
+// and publishes the snapshot readers use.
+func (a *App) observe() {
+	a.beat.Store(time.Now().UnixNano())
+	now := a.cfg.WallClock()
+	a.amu.Lock()
+	settled := a.gen == a.seenGen
+	a.amu.Unlock()
+	prev := a.snap.Load()
+	snap := &snapshot{tasks: make([]taskSnapshot, 0, len(a.tasks)), ready: a.ready.Load() && settled}
+	if !snap.ready {
+		snap.why = "joining the group"
+	}
+	for _, id := range a.sortedIDs() {
+		t := a.tasks[id]
+		if !t.built && snap.ready {
+			snap.ready = false
+			snap.why = fmt.Sprintf("task %s/%d restoring", t.st.name, t.partition)
+		}
+		snap.tasks = append(snap.tasks, t.sample(now, prev))
+	}
+	a.snap.Store(snap)
+}
+
+// sessionEnded publishes that the instance is not ready.
+func (a *App) sessionEnded() {
+	a.snap.Store(&snapshot{why: "rejoining after a client failure"})
+}
+
+func (a *App) sortedIDs() []taskID {
+	ids := make([]taskID, 0, len(a.tasks))
+	for id := range a.tasks {
+		ids = append(ids, id)
+	}
+	sortTaskIDs(ids)
+	return ids
+}
+
+func sortTaskIDs(ids []taskID) {
+	slices.SortFunc(ids, func(x, y taskID) int {
+		if c := cmp.Compare(x.stage, y.stage); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.partition, y.partition)
+	})
+}
