@@ -6,7 +6,6 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -161,22 +160,4 @@ func exportedNames(t *testing.T, path string) []string {
 		}
 	}
 	return out
-}
-
-func moduleRoot(t *testing.T) string {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
-func goList(t *testing.T, dir string, args ...string) string {
-	cmd := exec.Command("go", append([]string{"list"}, args...)...)
-	cmd.Dir = dir
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list %v: %v", args, err)
-	}
-	return string(out)
 }
