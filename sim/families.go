@@ -153,6 +153,22 @@ func families() []Scenario {
 					{Name: "C", Inputs: in("a", "c")},
 				}, Crashes: 2, Retention: 12, Truncations: 12, RetainToRecords: true}
 		}},
+		{Name: "shrink-release", Build: func(r *rand.Rand) Spec {
+			// q observes b before writing a, so a's records claim b and
+			// b's claim nothing on a. A joins once both logs are written,
+			// so its fetches race; its one crash comes while it holds a
+			// records waiting on b, then restarts without b: the claims on b no
+			// longer gate, and Release must deliver the restored holds the
+			// shrink set free.
+			return Spec{Topics: topics(1, "a", "b", "c"),
+				Producers: []ProducerSpec{producer("pb", 20, false, "b"),
+					{Name: "q", Targets: in("a"), Observe: in("b"), Ops: 20}},
+				Nodes: []NodeSpec{
+					{Name: "A", Inputs: in("a", "b"), Sinks: []string{"c"}, Logic: Forward("c"), Join: JoinAfterProducers,
+						Redeploys: []Redeploy{{At: 1, Inputs: in("a"), Sinks: []string{"c"}}}},
+					{Name: "T", Inputs: in("a", "c")},
+				}, Crashes: 1}
+		}},
 		{Name: "recreate-reuse", Build: func(r *rand.Rand) Spec {
 			// A drops its sink b, b is recreated under a new ID, and A's
 			// second redeploy writes the new b again; L joins after the

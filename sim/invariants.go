@@ -100,6 +100,10 @@ func (n *SimNode) checkInvariants(op string) {
 			return
 		}
 		n.inv.frontier[s.Channel] = s.Frontier
+		if (s.Held == 0) != (s.Head == -1) {
+			bad("queue on %v holds %d records with head %d", s.Channel, s.Held, s.Head)
+			return
+		}
 		if s.Held > 0 && (s.Frontier < s.Head-1 || s.Frontier >= s.Head) {
 			bad("frontier %d on %v outside [head-1, head) for head %d (%d held)", s.Frontier, s.Channel, s.Head, s.Held)
 			return

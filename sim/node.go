@@ -667,6 +667,9 @@ func (n *SimNode) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if len(ds) > 0 {
+		n.w.stats.Released++
+	}
 	n.checkInvariants("Release")
 	if err := n.handle(ds); err != nil {
 		return err

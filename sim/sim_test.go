@@ -71,6 +71,7 @@ var (
 	rewritten     = floor{"a recreated topic written again", 20, func(s *Stats) bool { return s.RecreatedWrites > 0 }}
 	reread        = floor{"a recreated topic consumed", 20, func(s *Stats) bool { return s.RecreatedReads > 0 }}
 	retainedAt    = floor{"retention moved a log start onto a record", 20, func(s *Stats) bool { return s.RetainedToRecord > 0 }}
+	released      = floor{"Release delivered holds a shrink set free", 20, func(s *Stats) bool { return s.Released > 0 }}
 	storeFault    = floor{"a store failure mid-step", 20, func(s *Stats) bool { return s.StoreFaults > 0 }}
 	scenarioFloor = map[string][]floor{
 		"linear":            {crashed, posFold},
@@ -102,6 +103,7 @@ var (
 		"sender-reset":      {stateReset, held},
 		"store-faults":      {held, storeFault, flushCrash},
 		"recreate-reuse":    {recreated, rewritten, reread},
+		"shrink-release":    {released, redeployed},
 		"truncate-at-claim": {retainedAt, truncated, held},
 	}
 )

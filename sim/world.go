@@ -82,6 +82,7 @@ type Stats struct {
 	InitOpenTxn, FetchOpenTxn                 int
 	RecreatedWrites, RecreatedReads           int  // sends to and deliveries from a recreated topic
 	RetainedToRecord                          int  // retention moved a log start exactly onto a record
+	Released                                  int  // Release delivered restored holds after a rescope
 	Held                                      bool // some node held a record at the gate
 	WideHeld                                  bool // a node with more than 16 inputs held a record
 	HeldAboveZero                             bool // a task on a partition above 0 held a record
