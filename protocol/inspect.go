@@ -20,10 +20,10 @@ type InputState struct {
 	// Position is the highest consumer position reported through
 	// PositionAdvance in this incarnation; 0 when none was.
 	Position int64
-	// Head is the offset of the first held record; -1 when the queue is
-	// empty. Held is the queue's length.
-	Head int64
-	Held int
+	// Head and Tail are the offsets of the first and last held records;
+	// -1 when the queue is empty. Held is the queue's length.
+	Head, Tail int64
+	Held       int
 	// Delivered holds the delivered-sequence mark of every sender that has
 	// delivered a tagged record on the channel, sorted by sender.
 	Delivered []SenderMark
@@ -42,9 +42,9 @@ type SenderMark struct {
 func (n *Node) InputStates() []InputState {
 	out := make([]InputState, 0, len(n.inputs))
 	for _, in := range n.inputs {
-		s := InputState{Channel: in.ch, Frontier: in.frontier, Fed: in.fed, Position: in.position, Head: -1, Held: in.q.len()}
+		s := InputState{Channel: in.ch, Frontier: in.frontier, Fed: in.fed, Position: in.position, Head: -1, Tail: -1, Held: in.q.len()}
 		if s.Held > 0 {
-			s.Head = in.q.at(0).offset
+			s.Head, s.Tail = in.q.at(0).offset, in.q.at(s.Held-1).offset
 		}
 		for sender, m := range in.ds {
 			s.Delivered = append(s.Delivered, SenderMark{Sender: sender, Seq: m.seq, Offset: m.offset})

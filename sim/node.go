@@ -155,6 +155,7 @@ type SimNode struct {
 	// The invariant checks' memory (see checkInvariants): watermarks last
 	// seen and as of the last commit, one past the highest position
 	// committed per channel, and whether this incarnation already failed.
+	cfg               *protocol.Config // the incarnation's configuration, for checkExplain
 	inv, invCommitted watermarks
 	reached           map[headers.Channel]int64
 	invBroken         bool
@@ -224,6 +225,9 @@ func (n *SimNode) commitFlushed() error {
 		}
 	}
 	n.invCommitted = n.inv.clone()
+	if n.Held() > 0 {
+		n.checkExplain()
+	}
 	n.w.Broker.Commit(n.txn)
 	n.w.Oracle.Commit(n.actor)
 	return nil
@@ -559,6 +563,7 @@ func (n *SimNode) start(ctx context.Context) error {
 	}
 	n.batch = protocol.NewBatch(n.store)
 	cfg.Store = faultStore{n.batch, n}
+	n.cfg = &cfg
 	p, err := n.w.opts.NewProtocol(ctx, cfg)
 	if redeploy && errors.Is(err, protocol.ErrHeldOnRemovedInput) {
 		// Fail closed, correctly: records are held on an input the new
