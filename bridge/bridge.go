@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sort"
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/parsley-go/parsley/stage"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -26,66 +28,40 @@ func Run(ctx context.Context, cfg Config) error {
 	return b.Run(ctx)
 }
 
-// Bridge is a configured bridge.
+// Bridge is a configured bridge: a stage whose sink is a JetStream stream.
+// Its methods other than Run are safe to call while Run runs; they read
+// what the stage runtime publishes after every step.
 type Bridge struct {
-	cfg Config
-	m   *metrics
-	app atomic.Pointer[stage.App] // set once Run built it
-	pub *publisher
-
-	// afterSettled is a test hook (see publisher.afterSettled).
-	afterSettled func() error
+	cfg     Config
+	pub     *publisher
+	app     *stage.App
+	running atomic.Bool
 }
 
-// New validates cfg and returns a bridge ready to Run. It does no I/O but
-// registering the metrics with cfg.Registerer.
-func New(cfg Config) (*Bridge, error) {
+// New validates cfg and returns a bridge ready to Run. It does no I/O.
+func New(cfg Config) (*Bridge, error) { return newBridge(cfg, nil) }
+
+// newBridge is New with the stage's external sink chosen by external
+// (the publisher itself when nil): tests observe steps through it.
+func newBridge(cfg Config, external func(*publisher) stage.External) (*Bridge, error) {
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	b := &Bridge{cfg: c, m: newMetrics(c.Stream)}
-	if c.Registerer != nil {
-		for _, col := range b.m.collectors() {
-			if err := c.Registerer.Register(col); err != nil {
-				return nil, fmt.Errorf("%w: register metrics: %w", ErrInvalidConfig, err)
-			}
-		}
-	}
-	return b, nil
-}
-
-// Run connects to NATS, checks the stream against the configuration, and
-// forwards records until ctx ends; then it finishes or aborts the current
-// step and returns nil. It returns an error when a startup check fails, or
-// when a record cannot be forwarded (a corrupt stamp, a subject the stream
-// does not capture, a header NATS cannot carry): a *stage.StepError naming
-// the record's topic, partition and offset. A NATS outage is not an error:
-// the bridge retries with backoff until NATS is back.
-func (b *Bridge) Run(ctx context.Context) error {
-	c := b.cfg
-	s, err := openSink(ctx, c.sink(), b.m)
-	if err != nil || s == nil {
-		return err
-	}
-	defer s.Close()
-	s.p.afterSettled = b.afterSettled
-	b.pub = s.p
-	if err := b.checkSubjects(ctx, s.p.js, s.p.filters); err != nil {
-		return err
-	}
-	if ctx.Err() != nil {
-		return nil
+	b := &Bridge{cfg: c, pub: newPublisher(c.sink(), newMetrics(c.Stream))}
+	var x stage.External = b.pub
+	if external != nil {
+		x = external(b.pub)
 	}
 	bld := stage.Named(c.Name)
 	for _, t := range c.Topics {
-		Forward(bld, stage.NewTopic(t, stage.Bytes(), stage.Bytes()), s)
+		forward(bld, stage.NewTopic(t, stage.Bytes(), stage.Bytes()), b.pub, x)
 	}
 	st, err := bld.Build()
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	app, err := stage.New(stage.Config{
+	b.app, err = stage.New(stage.Config{
 		ApplicationID:      c.Group,
 		InstanceID:         c.InstanceID,
 		Brokers:            c.Brokers,
@@ -97,14 +73,39 @@ func (b *Bridge) Run(ctx context.Context) error {
 		SessionTimeout:     c.SessionTimeout,
 		RebalanceTimeout:   c.RebalanceTimeout,
 		TransactionTimeout: c.TransactionTimeout,
-		ClientOpts:         c.KafkaOpts,
+		ClientOpts:         c.ClientOpts,
 		Logger:             c.Logger,
 	}, st)
 	if err != nil {
-		return fmt.Errorf("bridge: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	b.app.Store(app)
-	if err := app.Run(ctx); err != nil {
+	return b, nil
+}
+
+// Run connects to NATS, checks the stream against the configuration, and
+// forwards records until ctx ends; then it finishes or aborts the current
+// step and returns nil. It returns an error when a startup check fails, or
+// when a record cannot be forwarded (a corrupt stamp, a subject the stream
+// does not capture, a header NATS cannot carry): a *stage.StepError naming
+// the record's topic, partition and offset. A NATS outage is not an error:
+// the bridge retries with backoff until NATS is back. Run may be called
+// once.
+func (b *Bridge) Run(ctx context.Context) error {
+	if !b.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: Bridge.Run called twice", ErrInvalidConfig)
+	}
+	opened, err := b.pub.open(ctx)
+	if err != nil || !opened {
+		return err
+	}
+	defer b.pub.close()
+	if err := b.checkSubjects(ctx, b.pub.js, b.pub.filters); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err := b.app.Run(ctx); err != nil {
 		return fmt.Errorf("bridge: %w", err)
 	}
 	return nil
@@ -112,7 +113,8 @@ func (b *Bridge) Run(ctx context.Context) error {
 
 // checkSubjects refuses a subject mapping that sends a partition of a
 // source topic (probed with key "k") to a subject that is invalid, in no
-// stream, or in another stream than the configured one.
+// stream, or in another stream than the configured one. A NATS outage
+// during the lookups is waited out, as at startup.
 func (b *Bridge) checkSubjects(ctx context.Context, js jetstream.JetStream, filters []string) error {
 	c := b.cfg
 	parts, err := b.partitions(ctx)
@@ -132,12 +134,16 @@ func (b *Bridge) checkSubjects(ctx context.Context, js jetstream.JetStream, filt
 				errs = append(errs, fmt.Errorf("%w: topic %q partition %d: %w", ErrNoStream, t, p, err))
 				continue
 			}
-			name, err := js.StreamNameBySubject(ctx, subj)
+			var name string
+			err = retryNATS(ctx, c.sink(), js.Conn(), "look up the stream of subject "+subj, func() (err error) {
+				name, err = js.StreamNameBySubject(ctx, subj)
+				return err
+			})
 			switch {
 			case errors.Is(err, jetstream.ErrStreamNotFound) || err == nil && name != c.Stream:
 				errs = append(errs, fmt.Errorf("%w: topic %q partition %d maps to subject %q, which stream %q (subjects %q) does not capture", ErrNoStream, t, p, subj, c.Stream, filters))
 			case err != nil:
-				return fmt.Errorf("bridge: look up the stream of subject %q: %w", subj, err)
+				return nil // ctx ended
 			}
 		}
 	}
@@ -147,7 +153,7 @@ func (b *Bridge) checkSubjects(ctx context.Context, js jetstream.JetStream, filt
 // partitions returns the partition count of each source topic that
 // exists; the stage runtime reports missing ones.
 func (b *Bridge) partitions(ctx context.Context) (map[string]int32, error) {
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.cfg.Brokers...)}, b.cfg.KafkaOpts...)...)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.cfg.Brokers...)}, b.cfg.ClientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -165,17 +171,38 @@ func (b *Bridge) partitions(ctx context.Context) (map[string]int32, error) {
 	return out, nil
 }
 
-// Ready reports whether the bridge joined its group and restored its tasks.
+// Ready reports whether the bridge is processing: Run is running, the
+// bridge joined its group, and every task it was assigned restored its
+// store and built its causal gate. It turns false again while the bridge
+// rejoins after a client failure and once Run returned (see
+// stage.App.Readiness).
 func (b *Bridge) Ready() bool {
-	app := b.app.Load()
-	return app != nil && app.Ready()
+	ok, _ := b.app.Readiness()
+	return ok
 }
 
 // CommittedSteps returns how many steps this bridge committed.
-func (b *Bridge) CommittedSteps() int64 {
-	app := b.app.Load()
-	if app == nil {
-		return 0
-	}
-	return app.CommittedSteps()
+func (b *Bridge) CommittedSteps() int64 { return b.app.CommittedSteps() }
+
+// Tasks returns the tasks this bridge instance runs (one per source
+// partition number it was assigned), sorted, with the records each holds
+// at its gate.
+func (b *Bridge) Tasks() []stage.TaskInfo { return b.app.Tasks() }
+
+// ExplainHolds returns one entry per record held at a gate of this
+// instance, longest held first, with the causes it waits for (see
+// stage.App.ExplainHolds).
+func (b *Bridge) ExplainHolds() []stage.HeldRecord { return b.app.ExplainHolds() }
+
+// HealthHandler returns the stage runtime's /livez and /readyz handler
+// (see stage.App.HealthHandler).
+func (b *Bridge) HealthHandler() http.Handler { return b.app.HealthHandler() }
+
+// Collector returns a Prometheus collector of the bridge's metrics: the
+// publisher's (parsley_bridge_*, labelled with the stream) and the stage
+// runtime's. Register it once with the registry you serve:
+//
+//	reg.MustRegister(b.Collector())
+func (b *Bridge) Collector() prometheus.Collector {
+	return collectors{b.pub.m, b.app.Collector()}
 }

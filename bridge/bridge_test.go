@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -31,11 +33,11 @@ func TestForwardsEveryRecordWithItsHeaders(t *testing.T) {
 	e.produce(recs...)
 	reg := prometheus.NewRegistry()
 	cfg := e.config("events")
-	cfg.Registerer = reg
 	b, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	reg.MustRegister(b.Collector())
 	r := e.start(b)
 	waitFor(t, 30*time.Second, "20 messages", func() bool { return len(e.streamMsgs(testStream)) >= 20 })
 	if err := r.stop(); err != nil {
@@ -58,14 +60,17 @@ func TestForwardsEveryRecordWithItsHeaders(t *testing.T) {
 		if k := m.header.Get(HeaderKey); k != base64.StdEncoding.EncodeToString(fmt.Appendf(nil, "k%d", i)) {
 			t.Errorf("%s key header %q", m.coord, k)
 		}
+		if m.header.Get("Nats-Batch-Id") == "" {
+			t.Errorf("%s was not published in an atomic batch: headers %v", m.coord, m.header)
+		}
 		if m.header.Get("trace") != "t-1" || m.header.Get("bin") != "AP8=" || m.header.Get(HeaderBase64Headers) != "bin" {
 			t.Errorf("%s headers %v", m.coord, m.header)
 		}
 	}
-	if n := testutil.ToFloat64(b.m.published); n != 20 {
+	if n := testutil.ToFloat64(b.pub.m.published); n != 20 {
 		t.Errorf("published metric %v, want 20", n)
 	}
-	if n := testutil.ToFloat64(b.m.inFlight); n != 0 {
+	if n := testutil.ToFloat64(b.pub.m.inFlight); n != 0 {
 		t.Errorf("in-flight metric %v after stop, want 0", n)
 	}
 	if n, err := testutil.GatherAndCount(reg, "parsley_bridge_publish_seconds"); err != nil || n != 1 {
@@ -112,11 +117,7 @@ func TestTriangleArrivesCausesFirst(t *testing.T) {
 	e.produce(derived)
 
 	waitFor(t, 20*time.Second, "the derived record to be held", func() bool {
-		app := b.app.Load()
-		if app == nil {
-			return false
-		}
-		for _, ti := range app.Tasks() {
+		for _, ti := range b.Tasks() {
 			if ti.Held > 0 {
 				return true
 			}
@@ -166,23 +167,72 @@ func TestPipeliningStaysBounded(t *testing.T) {
 	}
 	e.produce(recs...)
 	cfg := e.config("events")
-	cfg.MaxInFlight = 8
+	cfg.Publish, cfg.MaxInFlight = PerMessage, 8
 	cfg.Subject, _ = Template("kafka.{topic}.{key}")
-	b, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, h := newHooked(t, cfg)
 	r := e.start(b)
 	waitFor(t, 30*time.Second, "300 messages", func() bool { return len(e.streamMsgs(testStream)) >= 300 })
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
 	checkExactlyOnceInOrder(t, e.streamMsgs(testStream), want)
-	if b.pub.peak > 8 || b.pub.peak < 2 {
-		t.Fatalf("peak in flight %d, want 2..8", b.pub.peak)
+	if h.peak > 8 || h.peak < 2 {
+		t.Fatalf("peak in flight %d, want 2..8", h.peak)
 	}
-	if b.pub.peakSubj != 1 {
-		t.Fatalf("peak in flight on one subject %d, want 1", b.pub.peakSubj)
+	if h.peakSubj != 1 {
+		t.Fatalf("peak in flight on one subject %d, want 1", h.peakSubj)
 	}
-	t.Logf("peak in flight %d", b.pub.peak)
+	t.Logf("peak in flight %d", h.peak)
+}
+
+// TestIntrospection: a running bridge reports its tasks, is ready, serves
+// /readyz, and its collector carries both the publisher's and the stage
+// runtime's metrics. Once Run returned it is not ready: readiness is not
+// latched.
+func TestIntrospection(t *testing.T) {
+	e := newEnv(t, 2, "events")
+	want := produceN(e, "events", 2, 0, 10)
+	b, err := New(e.config("events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(b.Collector())
+	if b.Ready() || len(b.Tasks()) != 0 {
+		t.Fatalf("before Run: ready %v, tasks %v", b.Ready(), b.Tasks())
+	}
+	r := e.start(b)
+	waitFor(t, 30*time.Second, "the bridge to become ready", b.Ready)
+	waitFor(t, 30*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
+	got := b.Tasks()
+	if len(got) != 2 || got[0].Stage != "bridge" || got[0].Partition != 0 || got[1].Stage != "bridge" || got[1].Partition != 1 {
+		t.Fatalf("Tasks() = %+v, want bridge partitions 0 and 1", got)
+	}
+	if h := b.ExplainHolds(); len(h) != 0 {
+		t.Fatalf("ExplainHolds() = %+v with nothing held", h)
+	}
+	if code := probe(t, b, "/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz answered %d while ready", code)
+	}
+	for _, name := range []string{"parsley_bridge_published_total", "parsley_records_delivered_total"} {
+		if n, err := testutil.GatherAndCount(reg, name); err != nil || n == 0 {
+			t.Errorf("collector has no %s: %d, %v", name, n, err)
+		}
+	}
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if b.Ready() {
+		t.Fatal("Ready() after Run returned")
+	}
+	if code := probe(t, b, "/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz answered %d after Run returned", code)
+	}
+}
+
+func probe(t *testing.T, b *Bridge, path string) int {
+	t.Helper()
+	w := httptest.NewRecorder()
+	b.HealthHandler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+	return w.Code
 }

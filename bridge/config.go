@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -68,15 +67,20 @@ type Config struct {
 	// stream whose duplicate window is shorter. Default 2 minutes
 	// (JetStream's default window).
 	RedeliveryHorizon time.Duration
-	// MaxInFlight bounds the publishes awaiting their acknowledgement
-	// (default 1). With 1, every publish waits for the previous one's
-	// acknowledgement, and the stream's order is the delivered order
-	// under any failure. Above 1, publishes are pipelined but at most one
-	// per subject is in flight, so each subject's order holds under any
-	// failure; across subjects the stream's order is the delivered order
-	// unless a publish is lost on a broken connection while a later one of
-	// the same window gets through (the bridge then retries the step, and
-	// the later record stays ahead of the earlier one in the stream).
+	// Publish selects how steps reach JetStream (default AtomicBatch: one
+	// atomic batch per step, refusing a stream that does not allow atomic
+	// publish).
+	Publish PublishMode
+	// MaxInFlight bounds, in PerMessage mode, the publishes awaiting their
+	// acknowledgement (default 1). With 1, every publish waits for the
+	// previous one's acknowledgement, and no record is stored before a
+	// record delivered ahead of it. Above 1, publishes are pipelined but at
+	// most one per subject is in flight, so each subject's order holds
+	// under any failure; across subjects a publish lost on a broken
+	// connection can be overtaken by a later one of the same window (the
+	// bridge then retries the step, and the later record stays ahead of
+	// the earlier one in the stream; the order alarm fires if it was an
+	// effect of the lost one).
 	MaxInFlight int
 	// AckTimeout bounds the wait for one acknowledgement (default 5s).
 	AckTimeout time.Duration
@@ -85,7 +89,10 @@ type Config struct {
 	// is retried; it doubles with each consecutive failure up to 32 times
 	// (default 100ms).
 	RetryBackoff time.Duration
-	// MaxPollRecords bounds the records of one step (default 500).
+	// MaxPollRecords bounds the records one step polls (default 1,000:
+	// what one atomic batch may hold, so a step is usually one batch; a
+	// step that delivers more, with records released from earlier holds,
+	// is published as consecutive batches).
 	MaxPollRecords int
 	// PollInterval, SessionTimeout, RebalanceTimeout and
 	// TransactionTimeout are passed to the stage runtime.
@@ -93,18 +100,19 @@ type Config struct {
 	SessionTimeout     time.Duration
 	RebalanceTimeout   time.Duration
 	TransactionTimeout time.Duration
-	// KafkaOpts are extra franz-go options (see stage.Config.ClientOpts).
-	KafkaOpts []kgo.Opt
+	// ClientOpts are extra franz-go options (see stage.Config.ClientOpts).
+	ClientOpts []kgo.Opt
 
-	// Registerer receives the bridge's metrics (none registered when nil).
-	Registerer prometheus.Registerer
-	// Logger receives operational messages (default slog.Default()).
+	// Logger receives operational messages (nil means slog.Default()).
 	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		c.Name = "bridge"
+	}
+	if c.MaxPollRecords <= 0 {
+		c.MaxPollRecords = maxBatch
 	}
 	s := c.sink().withDefaults()
 	c.RedeliveryHorizon, c.MaxInFlight, c.AckTimeout, c.RetryBackoff, c.Logger = s.RedeliveryHorizon, s.MaxInFlight, s.AckTimeout, s.RetryBackoff, s.Logger
@@ -114,9 +122,9 @@ func (c Config) withDefaults() Config {
 // sink returns the NATS side of c.
 func (c Config) sink() SinkConfig {
 	return SinkConfig{
-		NATSURL: c.NATSURL, NATSOptions: c.NATSOptions, Stream: c.Stream, Subject: c.Subject,
+		NATSURL: c.NATSURL, NATSOptions: c.NATSOptions, Stream: c.Stream, Subject: c.Subject, Publish: c.Publish,
 		RedeliveryHorizon: c.RedeliveryHorizon, MaxInFlight: c.MaxInFlight, AckTimeout: c.AckTimeout,
-		RetryBackoff: c.RetryBackoff, Registerer: c.Registerer, Logger: c.Logger,
+		RetryBackoff: c.RetryBackoff, Logger: c.Logger,
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/parsley-go/parsley/stage"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -48,14 +49,18 @@ func crashChild() int {
 		SessionTimeout: 2 * time.Second, RebalanceTimeout: 3 * time.Second, TransactionTimeout: 5 * time.Second,
 		Logger: testLogger(),
 	}
-	b, err := New(cfg)
+	h := &hooked{}
+	b, err := newBridge(cfg, func(p *publisher) stage.External {
+		h.publisher = p
+		return h
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	var dups float64
-	b.afterSettled = func() error {
-		if d := testutil.ToFloat64(b.m.duplicates); d > dups {
+	h.after = func() error {
+		if d := testutil.ToFloat64(b.pub.m.duplicates); d > dups {
 			dups = d
 			fmt.Printf("dup %d\n", int(d))
 		}

@@ -18,22 +18,34 @@
 //   - Parsley-Key (base64) when the record has a key, and
 //     Parsley-Timestamp (Unix milliseconds).
 //
-// A step's Kafka transaction — consumed offsets, protocol state and
-// changelog — commits only after JetStream acknowledged every publish of
-// the step. If a publish fails (NATS down, a timeout, a reconnect in the
-// middle of the step), the step aborts and is processed again from
-// committed state after a backoff that doubles up to a bound: the bridge
-// blocks rather than drop or skip a record. By default each publish waits
-// for the previous acknowledgement, so the stream's order is the delivered
-// order under any failure; Config.MaxInFlight above 1 pipelines publishes
-// (at most one per subject in flight) and keeps each subject's order under
-// any failure, but not the order across subjects when a connection breaks
-// mid-window (see docs/bridge.md; the order-violation metric counts it).
+// By default a step's records are published as one atomic JetStream batch
+// (at most 1,000 messages; a larger step as consecutive batches), which
+// the stream stores whole and in delivered order or not at all. A step's
+// Kafka transaction — consumed offsets, protocol state and changelog —
+// commits only after JetStream acknowledged the step. If publishing fails
+// (NATS down, a timeout, a connection broken in the middle of a batch),
+// the step aborts and is processed again from committed state after a
+// backoff that doubles up to a bound: the bridge blocks rather than drop
+// or skip a record.
+//
+// What holds under any failure is causal order across the stream: no
+// record is stored after a record whose stamp claims it as a cause. A redo
+// may deliver concurrent records in another order than an attempt the
+// stream already stored, and the stream keeps the stored attempt's order.
+// Config.Publish selects PerMessage publishing instead (for streams that
+// do not allow atomic publish); there Config.MaxInFlight above 1 keeps
+// each subject's order but not the causal order across subjects when a
+// connection breaks mid-window, which the order-violation metric counts.
 //
 // Startup refuses a stream whose duplicate window is shorter than
 // Config.RedeliveryHorizon (a redelivery after the window would be stored
-// twice) and a subject mapping that sends a source partition to a subject
-// the stream does not capture.
+// twice), a stream without atomic publish in the default mode, and a
+// subject mapping that sends a source partition to a subject the stream
+// does not capture.
+//
+// A Bridge exposes what it is doing as a stage application does: Tasks,
+// ExplainHolds, Ready (not latched: false again while it rejoins),
+// HealthHandler and one Collector of its metrics.
 //
 // The bridge can also be the sink of a stage application that does other
 // work in the same transaction: NewSink and Forward.

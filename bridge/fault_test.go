@@ -43,14 +43,11 @@ func TestKilledBetweenAckAndCommitLeavesEachRecordOnce(t *testing.T) {
 	cfg := e.config("events")
 	cfg.MaxPollRecords = 10
 	cfg.MaxInFlight = 8
-	b1, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b1, h1 := newHooked(t, cfg)
 	var cancel1 context.CancelFunc
 	killed := false
-	b1.afterSettled = func() error {
-		if !killed && testutil.ToFloat64(b1.m.published) >= 25 {
+	h1.after = func() error {
+		if !killed && testutil.ToFloat64(b1.pub.m.published) >= 25 {
 			killed = true
 			cancel1()
 			return errors.New("killed between publish acknowledgement and Kafka commit")
@@ -70,7 +67,7 @@ func TestKilledBetweenAckAndCommitLeavesEachRecordOnce(t *testing.T) {
 	if !killed {
 		t.Fatal("the kill hook never fired")
 	}
-	published1 := testutil.ToFloat64(b1.m.published)
+	published1 := testutil.ToFloat64(b1.pub.m.published)
 	uncommitted := len(e.streamMsgs(testStream))
 	t.Logf("first run: %d publishes acknowledged, %d committed steps", int(published1), b1.CommittedSteps())
 
@@ -82,19 +79,19 @@ func TestKilledBetweenAckAndCommitLeavesEachRecordOnce(t *testing.T) {
 	waitFor(t, 30*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
 	// Let the second bridge commit its last step before judging.
 	waitFor(t, 30*time.Second, "the second bridge to pass the end", func() bool {
-		return testutil.ToFloat64(b2.m.published) >= float64(len(want)-uncommitted)+testutil.ToFloat64(b2.m.duplicates)
+		return testutil.ToFloat64(b2.pub.m.published) >= float64(len(want)-uncommitted)+testutil.ToFloat64(b2.pub.m.duplicates)
 	})
 	if err := r2.stop(); err != nil {
 		t.Fatal(err)
 	}
 	checkExactlyOnceInOrder(t, e.streamMsgs(testStream), want)
-	if d := testutil.ToFloat64(b2.m.duplicates); d == 0 {
+	if d := testutil.ToFloat64(b2.pub.m.duplicates); d == 0 {
 		t.Fatal("the restarted bridge republished nothing: the test did not hit the ack-to-commit window")
 	}
-	if v := testutil.ToFloat64(b2.m.orderViolations); v != 0 {
+	if v := testutil.ToFloat64(b2.pub.m.orderViolations); v != 0 {
 		t.Fatalf("%v order violations reported on a stream whose order is right", v)
 	}
-	t.Logf("restart absorbed %v duplicates", testutil.ToFloat64(b2.m.duplicates))
+	t.Logf("restart absorbed %v duplicates", testutil.ToFloat64(b2.pub.m.duplicates))
 }
 
 // TestNATSRestartLosesNothing: the NATS server goes away mid-run and
@@ -111,20 +108,20 @@ func TestNATSRestartLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := e.start(b)
-	waitFor(t, 30*time.Second, "some records forwarded", func() bool { return testutil.ToFloat64(b.m.published) >= 20 })
+	waitFor(t, 30*time.Second, "some records forwarded", func() bool { return testutil.ToFloat64(b.pub.m.published) >= 20 })
 	e.stopNATS()
 	want = append(want, produceN(e, "events", 2, 100, 100)...)
-	waitFor(t, 30*time.Second, "a failed step", func() bool { return testutil.ToFloat64(b.m.retries) >= 2 })
+	waitFor(t, 30*time.Second, "a failed step", func() bool { return testutil.ToFloat64(b.pub.m.retries) >= 2 })
 	e.startNATS()
 	waitFor(t, 60*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
 	checkExactlyOnceInOrder(t, e.streamMsgs(testStream), want)
-	if v := testutil.ToFloat64(b.m.orderViolations); v != 0 {
+	if v := testutil.ToFloat64(b.pub.m.orderViolations); v != 0 {
 		t.Fatalf("%v order violations reported on a stream whose order is right", v)
 	}
-	t.Logf("retries %v, failures %v, duplicates %v", testutil.ToFloat64(b.m.retries), testutil.ToFloat64(b.m.failures), testutil.ToFloat64(b.m.duplicates))
+	t.Logf("retries %v, failures %v, duplicates %v", testutil.ToFloat64(b.pub.m.retries), testutil.ToFloat64(b.pub.m.failures), testutil.ToFloat64(b.pub.m.duplicates))
 }
 
 // TestCorruptStampStopsTheBridge: a record whose vc header does not decode
@@ -165,8 +162,9 @@ func TestCorruptStampStopsTheBridge(t *testing.T) {
 // before anything is consumed.
 func TestStartupRefusals(t *testing.T) {
 	e := newEnv(t, 2, "events")
-	e.createStream(jetstream.StreamConfig{Name: "SHORT", Subjects: []string{"short.>"}, Duplicates: 10 * time.Second})
-	e.createStream(jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"other.>"}, Duplicates: 5 * time.Minute})
+	e.createStream(jetstream.StreamConfig{Name: "SHORT", Subjects: []string{"short.>"}, Duplicates: 10 * time.Second, AllowAtomicPublish: true})
+	e.createStream(jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"other.>"}, Duplicates: 5 * time.Minute, AllowAtomicPublish: true})
+	e.createStream(jetstream.StreamConfig{Name: "PLAIN", Subjects: []string{"plain.>"}, Duplicates: 5 * time.Minute})
 	mapTo := func(tmpl string) SubjectFunc {
 		f, err := Template(tmpl)
 		if err != nil {
@@ -192,6 +190,7 @@ func TestStartupRefusals(t *testing.T) {
 		{"subject in another stream", testStream, mapTo("other.{topic}"), 0, ErrNoStream},
 		{"one partition in no stream", testStream, onlyP0, 0, ErrNoStream},
 		{"missing stream", "NOPE", mapTo("kafka.{topic}"), 0, ErrNoStream},
+		{"stream without atomic publish", "PLAIN", mapTo("plain.{topic}"), 0, ErrAtomicPublish},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := e.config("events")
@@ -229,21 +228,30 @@ func TestStartupRefusals(t *testing.T) {
 }
 
 // TestWaitsForNATSAtStartup: NATS is down when the bridge starts; the
-// bridge waits, retrying, and forwards everything once NATS is up.
+// bridge logs that NATS is unreachable at its URL, waits, retrying, and
+// forwards everything once NATS is up.
 func TestWaitsForNATSAtStartup(t *testing.T) {
 	e := newEnv(t, 1, "events")
 	want := produceN(e, "events", 1, 0, 10)
 	e.stopNATS()
-	b, err := New(e.config("events"))
+	cfg := e.config("events")
+	var logs logBuffer
+	cfg.Logger = logs.logger()
+	b, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := e.start(b)
-	time.Sleep(300 * time.Millisecond)
+	waitFor(t, 10*time.Second, "the bridge to log that NATS is unreachable", func() bool {
+		return strings.Contains(logs.String(), "NATS unreachable")
+	})
 	select {
 	case <-r.done:
 		t.Fatalf("Run returned %v while NATS was down", r.err)
 	default:
+	}
+	if l := logs.String(); !strings.Contains(l, e.natsURL()) || strings.Contains(l, "outbound buffer") {
+		t.Fatalf("log does not name the URL %s, or names a buffer:\n%s", e.natsURL(), l)
 	}
 	e.startNATS()
 	waitFor(t, 30*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
@@ -251,4 +259,52 @@ func TestWaitsForNATSAtStartup(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkExactlyOnceInOrder(t, e.streamMsgs(testStream), want)
+}
+
+// TestSubjectCheckWaitsOutNATS: NATS drops after the stream check and
+// before the subject check; the subject check waits for NATS instead of
+// failing the bridge, then passes.
+func TestSubjectCheckWaitsOutNATS(t *testing.T) {
+	e := newEnv(t, 2, "events")
+	cfg := e.config("events")
+	var logs logBuffer
+	cfg.Logger = logs.logger()
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := connect(b.cfg.sink(), &publisher{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.stopNATS()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- b.checkSubjects(ctx, js, []string{"kafka.>"}) }()
+	waitFor(t, 10*time.Second, "the subject check to report NATS unreachable", func() bool {
+		return strings.Contains(logs.String(), "NATS unreachable")
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("checkSubjects returned %v while NATS was down", err)
+	default:
+	}
+	e.startNATS()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("checkSubjects = %v after NATS came back", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("checkSubjects still waiting 30s after NATS came back")
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the check ended with its context, not with NATS back")
+	}
 }

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,7 +43,8 @@ func ptr[T any](v T) *T { return &v }
 
 // newEnv starts both brokers, creates the Kafka topics (each with
 // partitions partitions) and the bridge's changelog, and the stream
-// EVENTS over "kafka.>" with a two-minute duplicate window.
+// EVENTS over "kafka.>" with a two-minute duplicate window, allowing
+// atomic publish.
 func newEnv(t testing.TB, partitions int32, topics ...string) *env {
 	t.Helper()
 	var ts []broker.Topic
@@ -53,7 +56,7 @@ func newEnv(t testing.TB, partitions int32, topics ...string) *env {
 	e := &env{t: t, kafka: k, dir: t.TempDir(), natsDir: t.TempDir(), natsPort: -1}
 	e.startNATS()
 	t.Cleanup(e.stopNATS)
-	e.createStream(jetstream.StreamConfig{Name: testStream, Subjects: []string{"kafka.>"}, Duplicates: 2 * time.Minute})
+	e.createStream(jetstream.StreamConfig{Name: testStream, Subjects: []string{"kafka.>"}, Duplicates: 2 * time.Minute, AllowAtomicPublish: true})
 	return e
 }
 
@@ -288,4 +291,31 @@ func checkExactlyOnceInOrder(t testing.TB, got []stored, want []string) {
 	if len(dups) > 0 || len(missing) > 0 || len(got) != len(want) {
 		t.Fatalf("stream has %d messages, want %d; duplicated %q; missing %q", len(got), len(want), dups, missing)
 	}
+}
+
+// logBuffer collects a logger's output across goroutines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// logger returns a logger writing into l (and to stderr as testLogger does).
+func (l *logBuffer) logger() *slog.Logger {
+	var w io.Writer = l
+	if os.Getenv("BRIDGE_TEST_LOG") != "" {
+		w = io.MultiWriter(l, os.Stderr)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

@@ -19,12 +19,12 @@ func newMetrics(stream string) *metrics {
 	return &metrics{
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "parsley_bridge_publish_seconds", ConstLabels: l,
-			Help:    "Time from a publish to its JetStream acknowledgement.",
+			Help:    "Time from a publish to its JetStream acknowledgement (in batch mode, of a whole batch).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "parsley_bridge_publishes_in_flight", ConstLabels: l,
-			Help: "Publishes awaiting their JetStream acknowledgement.",
+			Help: "Publishes awaiting their JetStream acknowledgement (in batch mode, the messages of the batch being sent).",
 		}),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "parsley_bridge_published_total", ConstLabels: l,
@@ -44,11 +44,30 @@ func newMetrics(stream string) *metrics {
 		}),
 		orderViolations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "parsley_bridge_order_violations_total", ConstLabels: l,
-			Help: "Acknowledgements whose stream sequence fell below an earlier one of the same step: the stream holds a record after one delivered later (possible only with MaxInFlight above 1 and a broken connection).",
+			Help: "Records the stream stores after a record whose stamp claims them as a cause (possible only in PerMessage mode with MaxInFlight above 1 and a broken connection).",
 		}),
 	}
 }
 
-func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.latency, m.inFlight, m.published, m.duplicates, m.failures, m.retries, m.orderViolations}
+func (m *metrics) collectors() collectors {
+	return collectors{m.latency, m.inFlight, m.published, m.duplicates, m.failures, m.retries, m.orderViolations}
+}
+
+// Describe and Collect make the metrics one prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) { m.collectors().Describe(ch) }
+func (m *metrics) Collect(ch chan<- prometheus.Metric) { m.collectors().Collect(ch) }
+
+// collectors is several collectors as one.
+type collectors []prometheus.Collector
+
+func (cs collectors) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range cs {
+		c.Describe(ch)
+	}
+}
+
+func (cs collectors) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range cs {
+		c.Collect(ch)
+	}
 }

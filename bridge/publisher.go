@@ -35,10 +35,13 @@ const (
 var errConnChanged = errors.New("bridge: NATS connection changed during the step")
 
 // publisher is the bridge's stage.External: the handlers hand it delivered
-// records, it publishes them in delivered order and Settle waits for their
+// records in delivered order. In batch mode it collects their messages
+// and Settle publishes them as atomic batches (batch.go); in per-message
+// mode it publishes each at once and Settle waits for the
 // acknowledgements. Only the stage's step goroutine calls publish, Begin
 // and Settle; the connection callbacks touch conn only.
 type publisher struct {
+	cfg     SinkConfig // with defaults applied
 	js      jetstream.JetStream
 	nc      *nats.Conn
 	stream  string
@@ -48,27 +51,22 @@ type publisher struct {
 	m       *metrics
 	log     *slog.Logger
 	conn    atomic.Uint64 // connection changes seen
-	lastSeq uint64        // highest stream sequence acknowledged in this step
-
-	// afterSettled, a test hook, runs after every publish of a step was
-	// acknowledged; an error from it fails Settle.
-	afterSettled func() error
 
 	ctx     context.Context // the step's
 	epoch   uint64          // conn at Begin
 	pending []inflight
 	bySubj  map[string]int // publishes in flight per subject
+	step    []storedRecord // the step's records in delivered order; seq 0 until acknowledged
+	batch   []*nats.Msg    // in batch mode, the step's messages in delivered order
+	atomic  bool           // publish each step as atomic batches (batch.go)
 	failed  error
-
-	// peak and peakSubj are the most publishes ever in flight, in all and
-	// on one subject (tests check the bounds with them).
-	peak, peakSubj int
 }
 
 type inflight struct {
 	f     jetstream.PubAckFuture
 	subj  string
 	coord string
+	rec   int // index in step
 	start time.Time
 }
 
@@ -78,11 +76,22 @@ func (p *publisher) connChanged() { p.conn.Add(1) }
 // in flight (each resolves within the ack timeout) and starts afresh.
 func (p *publisher) Begin(ctx context.Context) {
 	p.ctx = ctx
-	for len(p.pending) > 0 {
+	for len(p.pending) > 0 && ctx.Err() == nil {
 		p.waitOldest(ctx)
 	}
+	// With ctx ended the step will not settle; forget what is still in
+	// flight rather than spin until it resolves.
+	for _, in := range p.pending {
+		p.m.inFlight.Dec()
+		if p.bySubj[in.subj]--; p.bySubj[in.subj] <= 0 {
+			delete(p.bySubj, in.subj)
+		}
+	}
+	p.pending = p.pending[:0]
 	p.failed = nil
-	p.lastSeq = 0
+	p.step = p.step[:0]
+	clear(p.batch)
+	p.batch = p.batch[:0]
 	p.epoch = p.conn.Load()
 	if p.bySubj == nil {
 		p.bySubj = make(map[string]int)
@@ -91,16 +100,32 @@ func (p *publisher) Begin(ctx context.Context) {
 
 // Settle implements stage.External.
 func (p *publisher) Settle(ctx context.Context) error {
-	for len(p.pending) > 0 {
+	// If ctx ends first, the next Begin accounts for the rest.
+	for len(p.pending) > 0 && ctx.Err() == nil {
 		p.waitOldest(ctx)
 	}
-	if p.failed == nil && p.afterSettled != nil {
-		p.failed = p.afterSettled()
+	if len(p.pending) > 0 && p.failed == nil {
+		p.failed = fmt.Errorf("bridge: publish of %s to %q: %w", p.pending[0].coord, p.pending[0].subj, ctx.Err())
 	}
+	if p.atomic && p.failed == nil {
+		p.settleBatches(ctx)
+	}
+	p.checkCausalOrder()
 	if p.failed != nil {
 		p.m.retries.Inc()
 	}
 	return p.failed
+}
+
+// checkCausalOrder reports each record of the step that JetStream stored
+// after a record claiming it as a cause (see causalInversions): possible
+// when an earlier attempt of the step stored an effect and lost its
+// cause, with MaxInFlight above 1 and a broken connection.
+func (p *publisher) checkCausalOrder() {
+	for _, inv := range causalInversions(p.step) {
+		p.m.orderViolations.Inc()
+		p.log.Error("bridge: a cause is stored after its effect", "cause", inv.cause.coord.String(), "cause_sequence", inv.cause.seq, "effect", inv.effect.coord.String(), "effect_sequence", inv.effect.seq)
+	}
 }
 
 // waitOldest waits for the oldest publish in flight and accounts for it.
@@ -115,17 +140,9 @@ func (p *publisher) waitOldest(ctx context.Context) {
 			err = fmt.Errorf("acknowledged by stream %q, not %q", ack.Stream, p.stream)
 			break
 		}
-		// A step publishes in delivered order, so its stream sequences
-		// (for a duplicate: the stored original's) rise. A fall means an
-		// earlier attempt stored a later record first: the window
-		// MaxInFlight above 1 leaves open when a connection breaks. (The
-		// check is per step: a step may be a retry, whose sequences fall
-		// below an aborted attempt's without any reordering.)
-		if ack.Sequence <= p.lastSeq {
-			p.m.orderViolations.Inc()
-			p.log.Error("bridge: stream order differs from delivered order", "coordinate", in.coord, "subject", in.subj, "sequence", ack.Sequence, "after", p.lastSeq)
+		if in.rec < len(p.step) {
+			p.step[in.rec].seq = ack.Sequence
 		}
-		p.lastSeq = max(p.lastSeq, ack.Sequence)
 	case err = <-in.f.Err():
 	case <-ctx.Done():
 		// The step ran out of time; the future resolves later, within
@@ -172,6 +189,12 @@ func (p *publisher) publish(m *stage.Message[[]byte, []byte]) error {
 	if err != nil {
 		return err
 	}
+	if p.atomic {
+		msg.Header.Set(jetstream.ExpectedStreamHeader, p.stream)
+		p.step = append(p.step, storedRecord{coord: m.Coordinate, headers: m.Headers})
+		p.batch = append(p.batch, msg)
+		return nil
+	}
 	coord := m.Coordinate.String()
 	for p.failed == nil && len(p.pending) > 0 && (len(p.pending) >= p.max || p.bySubj[subj] > 0) {
 		p.waitOldest(p.ctx)
@@ -190,10 +213,9 @@ func (p *publisher) publish(m *stage.Message[[]byte, []byte]) error {
 		p.failed = fmt.Errorf("bridge: publish of %s to %q: %w", coord, subj, err)
 		return nil
 	}
-	p.pending = append(p.pending, inflight{f: f, subj: subj, coord: coord, start: start})
+	p.step = append(p.step, storedRecord{coord: m.Coordinate, headers: m.Headers})
+	p.pending = append(p.pending, inflight{f: f, subj: subj, coord: coord, rec: len(p.step) - 1, start: start})
 	p.bySubj[subj]++
-	p.peak = max(p.peak, len(p.pending))
-	p.peakSubj = max(p.peakSubj, p.bySubj[subj])
 	p.m.inFlight.Inc()
 	return nil
 }

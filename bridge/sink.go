@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -21,14 +23,15 @@ type SinkConfig struct {
 	NATSOptions       []nats.Option
 	Stream            string
 	Subject           SubjectFunc
+	Publish           PublishMode
 	RedeliveryHorizon time.Duration
 	MaxInFlight       int
 	AckTimeout        time.Duration
 	// RetryBackoff is the first pause between attempts to reach NATS at
 	// startup (default 100ms, doubling up to 32 times).
 	RetryBackoff time.Duration
-	Registerer   prometheus.Registerer
-	Logger       *slog.Logger
+	// Logger receives operational messages (nil means slog.Default()).
+	Logger *slog.Logger
 }
 
 // Sink is a JetStream stream as the external sink of a stage application
@@ -39,8 +42,7 @@ type SinkConfig struct {
 // process others, with one transaction for both. Run is the same thing as
 // a stand-alone service.
 type Sink struct {
-	nc *nats.Conn
-	p  *publisher
+	p *publisher
 }
 
 // NewSink connects to NATS, waiting for it with backoff, and checks the
@@ -53,32 +55,39 @@ func NewSink(ctx context.Context, cfg SinkConfig) (*Sink, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	m := newMetrics(c.Stream)
-	if c.Registerer != nil {
-		for _, col := range m.collectors() {
-			if err := c.Registerer.Register(col); err != nil {
-				return nil, fmt.Errorf("%w: register metrics: %w", ErrInvalidConfig, err)
-			}
-		}
+	p := newPublisher(c, newMetrics(c.Stream))
+	opened, err := p.open(ctx)
+	if err != nil {
+		return nil, err
 	}
-	s, err := openSink(ctx, c, m)
-	if s == nil && err == nil {
-		err = ctx.Err()
+	if !opened {
+		return nil, ctx.Err()
 	}
-	return s, err
+	return &Sink{p: p}, nil
 }
 
 // Close closes the sink's NATS connection.
-func (s *Sink) Close() { s.nc.Close() }
+func (s *Sink) Close() { s.p.close() }
+
+// Collector returns a Prometheus collector of the sink's metrics
+// (parsley_bridge_*, labelled with the stream). Register it once with the
+// registry you serve.
+func (s *Sink) Collector() prometheus.Collector { return s.p.m }
 
 // Forward adds t as a source of the stage being built whose records are
 // published to the sink as they are delivered, and declares the sink. The
 // topic must carry raw bytes (stage.Bytes codecs), so values and headers
 // travel unchanged.
 func Forward(b *stage.Builder, t *stage.Topic[[]byte, []byte], s *Sink) *stage.Builder {
+	return forward(b, t, s.p, s.p)
+}
+
+// forward is Forward with the external sink x declared for p's step
+// boundaries (p itself but in tests).
+func forward(b *stage.Builder, t *stage.Topic[[]byte, []byte], p *publisher, x stage.External) *stage.Builder {
 	return stage.On(b, t, func(m stage.Message[[]byte, []byte]) ([]stage.Emission, error) {
-		return nil, s.p.publish(&m)
-	}).IntoExternal(s.p)
+		return nil, p.publish(&m)
+	}).IntoExternal(x)
 }
 
 func (c SinkConfig) withDefaults() SinkConfig {
@@ -114,29 +123,59 @@ func (c *SinkConfig) validate() error {
 	if c.Stream == "" {
 		bad("no Stream")
 	}
+	if c.Publish < AtomicBatch || c.Publish > PerMessage {
+		bad("unknown Publish mode %v", c.Publish)
+	}
 	return errors.Join(errs...)
 }
 
-// openSink connects and checks the stream. It returns (nil, nil) when
+// newPublisher returns a publisher for c (with defaults applied), not yet
+// connected.
+func newPublisher(c SinkConfig, m *metrics) *publisher {
+	return &publisher{cfg: c, stream: c.Stream, subject: c.Subject, max: c.MaxInFlight, m: m, log: c.Logger}
+}
+
+// open connects and checks the stream. It returns false, and nil, when
 // ctx ends first.
-func openSink(ctx context.Context, c SinkConfig, m *metrics) (*Sink, error) {
-	p := &publisher{stream: c.Stream, subject: c.Subject, max: c.MaxInFlight, m: m, log: c.Logger}
+func (p *publisher) open(ctx context.Context) (bool, error) {
+	c := p.cfg
 	nc, err := connect(c, p)
 	if err != nil {
-		return nil, err
+		return false, err
 	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(c.MaxInFlight), jetstream.WithPublishAsyncTimeout(c.AckTimeout))
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("bridge: jetstream: %w", err)
+		return false, fmt.Errorf("bridge: jetstream: %w", err)
 	}
 	p.js, p.nc = js, nc
-	p.filters, err = checkStream(ctx, c, js)
-	if err != nil || p.filters == nil {
+	info, err := checkStream(ctx, c, js)
+	if err != nil || info == nil {
 		nc.Close()
-		return nil, err
+		return false, err
 	}
-	return &Sink{nc: nc, p: p}, nil
+	p.filters = info.Config.Subjects
+	if len(p.filters) == 0 {
+		p.filters = []string{c.Stream}
+	}
+	switch {
+	case c.Publish == PerMessage:
+	case info.Config.AllowAtomicPublish:
+		p.atomic = true
+	case c.Publish == AtomicBatch:
+		nc.Close()
+		return false, fmt.Errorf("%w: stream %q: set allow_atomic on it (StreamConfig.AllowAtomicPublish in nats.go; NATS Server 2.12 or later), or set Publish to AtomicBatchOrPerMessage or PerMessage to publish record by record", ErrAtomicPublish, c.Stream)
+	default:
+		c.Logger.Warn("bridge: stream does not allow atomic publish; publishing record by record", "stream", c.Stream, "max_in_flight", c.MaxInFlight)
+	}
+	return true, nil
+}
+
+// close closes the NATS connection open made.
+func (p *publisher) close() {
+	if p.nc != nil {
+		p.nc.Close()
+	}
 }
 
 // connect dials NATS with the bridge's options after the user's. With
@@ -181,32 +220,63 @@ func connect(c SinkConfig, p *publisher) (*nats.Conn, error) {
 
 // checkStream waits for NATS, then refuses a missing stream and a
 // duplicate window shorter than the redelivery horizon. It returns the
-// stream's subject filters, or nil when ctx ended first.
-func checkStream(ctx context.Context, c SinkConfig, js jetstream.JetStream) ([]string, error) {
+// stream's description, or nil when ctx ended first.
+func checkStream(ctx context.Context, c SinkConfig, js jetstream.JetStream) (*jetstream.StreamInfo, error) {
 	var info *jetstream.StreamInfo
-	for backoff := c.RetryBackoff; ; backoff = min(2*backoff, 32*c.RetryBackoff) {
+	err := retryNATS(ctx, c, js.Conn(), "look up stream "+c.Stream, func() error {
 		s, err := js.Stream(ctx, c.Stream)
 		if err == nil {
-			if info, err = s.Info(ctx); err == nil {
-				break
-			}
+			info, err = s.Info(ctx)
 		}
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil, fmt.Errorf("%w: stream %q does not exist", ErrNoStream, c.Stream)
-		}
-		if ctx.Err() != nil {
-			return nil, nil
-		}
-		c.Logger.Warn("bridge: NATS not answering; retrying", "err", err, "backoff", backoff)
-		if wait.Sleep(ctx, backoff) != nil {
-			return nil, nil
-		}
+		return err
+	})
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("%w: stream %q does not exist", ErrNoStream, c.Stream)
+	}
+	if err != nil || info == nil {
+		return nil, nil // ctx ended
 	}
 	if w := info.Config.Duplicates; w < c.RedeliveryHorizon {
 		return nil, fmt.Errorf("%w: stream %q keeps message IDs for %v, the redelivery horizon is %v; raise the stream's duplicate_window or lower RedeliveryHorizon", ErrDuplicateWindow, c.Stream, w, c.RedeliveryHorizon)
 	}
-	if len(info.Config.Subjects) == 0 {
-		return []string{c.Stream}, nil
+	return info, nil
+}
+
+// retryNATS calls op until it succeeds, fails with
+// jetstream.ErrStreamNotFound (returned, as an answer rather than an
+// outage), or ctx ends (ctx.Err() returned). Between attempts it logs why
+// and waits a backoff that doubles from c.RetryBackoff up to 32 times it.
+// While the connection is down it says NATS is unreachable at c.NATSURL:
+// the error op sees then (with nats.go's reconnect buffer off, "outbound
+// buffer limit exceeded") names a symptom, not the cause.
+func retryNATS(ctx context.Context, c SinkConfig, nc *nats.Conn, what string, op func() error) error {
+	for backoff := c.RetryBackoff; ; backoff = min(2*backoff, 32*c.RetryBackoff) {
+		err := op()
+		if err == nil || errors.Is(err, jetstream.ErrStreamNotFound) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !nc.IsConnected() {
+			c.Logger.Warn("bridge: NATS unreachable; retrying", "url", redactURLs(c.NATSURL), "status", nc.Status().String(), "op", what, "backoff", backoff)
+		} else {
+			c.Logger.Warn("bridge: NATS request failed; retrying", "url", redactURLs(c.NATSURL), "op", what, "err", err, "backoff", backoff)
+		}
+		if err := wait.Sleep(ctx, backoff); err != nil {
+			return err
+		}
 	}
-	return info.Config.Subjects, nil
+}
+
+// redactURLs returns a NATS URL list without credentials, for logs.
+func redactURLs(list string) string {
+	parts := strings.Split(list, ",")
+	for i, s := range parts {
+		if u, err := url.Parse(strings.TrimSpace(s)); err == nil && u.User != nil {
+			u.User = nil
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
 }

@@ -52,6 +52,7 @@ type Clock struct {
 type config struct {
 	dialect headers.Dialect
 	res     *Resolver
+	lookup  TopicIDLookup
 	maxAge  time.Duration
 	timeout time.Duration
 }
@@ -82,13 +83,18 @@ func TopicIDMaxAge(d time.Duration) Option { return func(c *config) { c.maxAge =
 func LookupTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
 
 // New returns an empty clock that resolves topic names through admin. The
-// caller keeps ownership of admin.
+// caller keeps ownership of admin. With TopicIDs or SharedResolver,
+// admin is not used and may be nil.
 func New(admin *kadm.Client, opts ...Option) *Clock {
 	cfg := config{dialect: headers.DialectVC, timeout: DefaultLookupTimeout}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if cfg.res == nil {
+	switch {
+	case cfg.res != nil:
+	case cfg.lookup != nil:
+		cfg.res = NewLookupResolver(cfg.lookup, cfg.maxAge)
+	default:
 		cfg.res = NewResolver(admin, cfg.maxAge)
 	}
 	if cfg.timeout <= 0 {

@@ -35,6 +35,12 @@
 // names to IDs through the admin API and caches the answers; claims folded
 // on one incarnation keep naming it.
 //
-// AppendStamp, ObserveHeaders and Clock.Produced serve other Kafka client
-// libraries through any header type shaped like headers.Header.
+// Other Kafka client libraries need no franz-go client: TopicIDs
+// plugs their admin API into the resolver (a TopicIDLookup), and
+// Clock.StampHeader, Clock.ObserveSeq and ReadStampSeq take headers of any
+// shape as key/value pairs (iter.Seq2[string, []byte]). AppendStamp and
+// ObserveHeaders serve header types shaped like headers.Header, and
+// Clock.Produced folds a send by topic name, partition and offset. The
+// adapters for sarama, kafka-go and confluent-kafka-go (adapters/ in this
+// repository, each its own module) are built on these.
 package clock

@@ -3,7 +3,6 @@ package clock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -71,7 +70,7 @@ const DefaultTopicIDMaxAge = 30 * time.Second
 // within the max age, with no produce error reported in between; lower the
 // max age where topics are recreated under live producers.
 type Resolver struct {
-	admin  *kadm.Client
+	find   TopicIDLookup
 	maxAge time.Duration
 
 	mu  sync.RWMutex
@@ -90,10 +89,7 @@ type cachedID struct {
 // NewResolver returns a resolver that asks admin and trusts an answer for
 // maxAge; maxAge ≤ 0 means DefaultTopicIDMaxAge.
 func NewResolver(admin *kadm.Client, maxAge time.Duration) *Resolver {
-	if maxAge <= 0 {
-		maxAge = DefaultTopicIDMaxAge
-	}
-	return &Resolver{admin: admin, maxAge: maxAge, ids: make(map[string]cachedID)}
+	return NewLookupResolver(AdminLookup(admin), maxAge)
 }
 
 // TopicID returns the ID of the named topic, from the cache when the cached
@@ -152,19 +148,27 @@ func (r *Resolver) Refresh(ctx context.Context, topic string) (headers.TopicID, 
 	return id, err
 }
 
-func (r *Resolver) lookup(ctx context.Context, topic string) (headers.TopicID, error) {
-	if topic == "" {
-		return headers.TopicID{}, &UnknownTopicError{Topic: topic}
+// AdminLookup returns the TopicIDLookup that asks the cluster through a
+// franz-go admin client. A nil admin fails every lookup.
+func AdminLookup(admin *kadm.Client) TopicIDLookup {
+	return func(ctx context.Context, topic string) (headers.TopicID, error) {
+		return adminLookup(ctx, admin, topic)
 	}
-	if r.admin == nil {
-		return headers.TopicID{}, fmt.Errorf("clock: resolve topic %q: no admin client", topic)
+}
+
+// errNoAdmin fails every lookup of a resolver made without an admin client.
+var errNoAdmin = errors.New("no admin client")
+
+func adminLookup(ctx context.Context, admin *kadm.Client, topic string) (headers.TopicID, error) {
+	if admin == nil {
+		return headers.TopicID{}, errNoAdmin
 	}
 	// kadm answers Metadata from the client's cache unless authorized
 	// operations are requested; asking for them is how we reach the
 	// brokers, so a recreated topic is seen at once.
-	md, err := r.admin.Metadata(kadm.WithAuthorizedOps(ctx), topic)
+	md, err := admin.Metadata(kadm.WithAuthorizedOps(ctx), topic)
 	if err != nil {
-		return headers.TopicID{}, fmt.Errorf("clock: resolve topic %q: %w", topic, err)
+		return headers.TopicID{}, err
 	}
 	td, ok := md.Topics[topic]
 	if !ok {
@@ -174,9 +178,7 @@ func (r *Resolver) lookup(ctx context.Context, topic string) (headers.TopicID, e
 	case errors.Is(td.Err, kerr.UnknownTopicOrPartition), errors.Is(td.Err, kerr.UnknownTopicID):
 		return headers.TopicID{}, &UnknownTopicError{Topic: topic, Broker: td.Err}
 	case td.Err != nil:
-		return headers.TopicID{}, fmt.Errorf("clock: resolve topic %q: %w", topic, td.Err)
-	case td.ID == [16]byte{}:
-		return headers.TopicID{}, fmt.Errorf("clock: resolve topic %q: %w", topic, ErrNoTopicID)
+		return headers.TopicID{}, td.Err
 	}
 	return headers.TopicID(td.ID), nil
 }

@@ -183,7 +183,13 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	enc, _ := EncodeVC(c)
 	var into Clock
 	buf := make([]byte, 0, 4096)
+	sub := new(Clock)
+	sub.SetOffset(Channel{topicLow, 1}, 3)
+	list := NewChannelList([]Channel{{topicLow, 1}, {topicLow, 2}})
+	offs := make([]int64, 0, 2)
 	for name, f := range map[string]func(){
+		"Merge subset":     func() { c.Merge(sub) },
+		"OffsetsOf":        func() { offs = c.OffsetsOf(&list, offs) },
 		"SetSeq existing":  func() { c.SetSeq(ch, senderOne, 5) },
 		"Seq":              func() { c.Seq(ch, senderOne) },
 		"SetOffset":        func() { c.SetOffset(ch, 9) },

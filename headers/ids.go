@@ -3,6 +3,7 @@ package headers
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -32,8 +33,14 @@ func (t TopicID) IsZero() bool { return t == TopicID{} }
 // entries and of the vc dialect. The causes dialect sorts by unsigned byte
 // order instead (see CompareBytes).
 func (t TopicID) Compare(o TopicID) int {
-	a, b := keyOf(Channel{Topic: t}), keyOf(Channel{Topic: o})
-	return compareHalves(a.hi, a.lo, b.hi, b.lo)
+	if t == o {
+		return 0 // one 16-byte compare: a search over one topic's partitions meets it at every step
+	}
+	th, oh := binary.BigEndian.Uint64(t[:8])^signBit, binary.BigEndian.Uint64(o[:8])^signBit
+	if th != oh {
+		return cmpU64(th, oh)
+	}
+	return cmpU64(binary.BigEndian.Uint64(t[8:])^signBit, binary.BigEndian.Uint64(o[8:])^signBit)
 }
 
 // CompareBytes orders topic IDs by the unsigned lexicographic order of their

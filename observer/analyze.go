@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 
@@ -22,12 +21,59 @@ type ChannelOffsets struct {
 
 // Growth thresholds: a topic needs this many stamped records before its
 // stamps are judged, split into quarters by time; entries per record must
-// never fall from one quarter to the next and the last quarter's mean must
-// be at least growthRatio times the first's plus one entry.
+// never fall from one quarter to the next, the last quarter's mean must be
+// at least growthRatio times the first's plus one entry, and the growth
+// must be sustained: each quarter must add at least growthStepShare of the
+// whole rise. A producer's clock filling to its channels at start-up rises
+// in the first quarter and then levels off (4.4 → 7.9 → 8.0 → 8.0); that
+// is warm-up, not growth.
 const (
 	growthMinRecords = 40
 	growthRatio      = 1.5
+	growthStepShare  = 0.1
 )
+
+// sustainedGrowth reports whether quarterly means rise steadily enough to
+// warn about: never falling, ending at least growthRatio times the start
+// plus one, and rising in every quarter by growthStepShare of the whole
+// rise.
+func sustainedGrowth(mean [4]float64) bool {
+	rise := mean[3] - mean[0]
+	if mean[3] < growthRatio*mean[0]+1 {
+		return false
+	}
+	for i := 1; i < len(mean); i++ {
+		if mean[i]-mean[i-1] < growthStepShare*rise {
+			return false
+		}
+	}
+	return true
+}
+
+// rule derives findings from the store and the brokers' current offsets
+// (nil when unknown).
+type rule interface {
+	find(ctx context.Context, offs map[headers.Channel]ChannelOffsets) ([]Finding, error)
+}
+
+// ruleFunc is a rule written as a function.
+type ruleFunc func(ctx context.Context, offs map[headers.Channel]ChannelOffsets) ([]Finding, error)
+
+func (f ruleFunc) find(ctx context.Context, offs map[headers.Channel]ChannelOffsets) ([]Finding, error) {
+	return f(ctx, offs)
+}
+
+// rules lists every rule Findings runs. A new finding is a rule in a file
+// of its own and one line here.
+func (s *Store) rules() []rule {
+	return []rule{
+		ruleFunc(s.storedFindings),
+		unsettleableClaims{s},
+		ruleFunc(s.partiallyStamped),
+		ruleFunc(s.lateJoiners),
+		ruleFunc(s.growth),
+	}
+}
 
 // Findings returns every finding: those detected at ingest, and those
 // derived now from the store and offs, the brokers' current offsets (nil
@@ -35,11 +81,8 @@ const (
 // highest first, then code and coordinates.
 func (s *Store) Findings(ctx context.Context, offs map[headers.Channel]ChannelOffsets) ([]Finding, error) {
 	var out []Finding
-	steps := []func(context.Context, map[headers.Channel]ChannelOffsets) ([]Finding, error){
-		s.storedFindings, s.unsettleable, s.partiallyStamped, s.lateJoiners, s.growth,
-	}
-	for _, step := range steps {
-		fs, err := step(ctx, offs)
+	for _, r := range s.rules() {
+		fs, err := r.find(ctx, offs)
 		if err != nil {
 			return nil, err
 		}
@@ -54,6 +97,13 @@ func (s *Store) Findings(ctx context.Context, offs map[headers.Channel]ChannelOf
 		}
 		return slices.Compare(a.Coordinates, b.Coordinates)
 	})
+	names, err := s.Names(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i] = names.Named(out[i])
+	}
 	return out, nil
 }
 
@@ -88,158 +138,6 @@ func (s *Store) coordOfRec(ctx context.Context, rec int64) (headers.Coordinate, 
 	}
 	copy(c.Topic[:], topic)
 	return c, name, nil
-}
-
-// unsettleable finds offset claims naming no committed record: a marker,
-// an offset skipped by a read_committed fetch (an aborted record), or an
-// offset at or past the log end now.
-func (s *Store) unsettleable(ctx context.Context, offs map[headers.Channel]ChannelOffsets) ([]Finding, error) {
-	type hit struct {
-		claimed headers.Coordinate
-		name    string
-		rec     int64
-		n       int
-		why     string
-		// bridged: the claimed offset is a marker or a skipped record,
-		// which a consumer settles from its position (see below).
-		bridged bool
-	}
-	var hits []hit
-	// collect reads candidate claims rows, each with the claimed channel
-	// and the values lo..hi (inclusive) that would be wrong on it, and
-	// classifies the claims in them on such values, per claimed position:
-	// the first claiming record and how many claim it.
-	collect := func(q string, args ...any) error {
-		rows, err := s.db.QueryContext(ctx, q, args...)
-		if err != nil {
-			return fmt.Errorf("observer: find unsettleable claims: %w", err)
-		}
-		defer rows.Close()
-		type pos struct{ ch, value int64 }
-		found := map[pos]*hit{}
-		var order []pos
-		var pairs []claimPair
-		for rows.Next() {
-			var topic, blob []byte
-			var h hit
-			var chID, lo, hi, blockLo, start, next, pruned int64
-			var kind sql.NullInt64
-			if err := rows.Scan(&topic, &h.claimed.Partition, &h.name, &start, &next, &pruned, &chID, &lo, &hi, &kind, &blockLo, &blob); err != nil {
-				return fmt.Errorf("observer: find unsettleable claims: %w", err)
-			}
-			if pairs, err = decodeClaimPairs(pairs[:0], blockLo, blob); err != nil {
-				return fmt.Errorf("observer: find unsettleable claims: %w", err)
-			}
-			copy(h.claimed.Topic[:], topic)
-			for _, p := range pairs {
-				if p.value < lo || p.value > hi {
-					continue
-				}
-				k := pos{chID, p.value}
-				if f, ok := found[k]; ok {
-					f.rec, f.n = min(f.rec, p.rec), f.n+1
-					continue
-				}
-				v := p.value
-				h := h
-				h.claimed.Offset, h.rec, h.n = v, p.rec, 1
-				co, known := offs[h.claimed.Channel]
-				if h.name == "" && known {
-					h.name = co.Name // a channel only claimed, never consumed
-				}
-				switch {
-				case kind.Valid && kind.Int64 == kindControl:
-					h.why, h.bridged = "a transaction marker", true
-				case kind.Valid && kind.Int64 == kindAborted:
-					h.why, h.bridged = "a record of an aborted transaction", true
-				case start >= 0 && v >= max(start, pruned) && v < next:
-					h.why, h.bridged = "an offset no committed record occupies (an aborted or skipped record)", true
-				case known && v >= co.End:
-					h.why = fmt.Sprintf("an offset at or past the log end (%d)", co.End)
-				default:
-					continue
-				}
-				found[k] = &h
-				order = append(order, k)
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("observer: find unsettleable claims: %w", err)
-		}
-		slices.SortFunc(order, func(a, b pos) int { return cmp.Or(cmp.Compare(a.ch, b.ch), cmp.Compare(a.value, b.value)) })
-		for _, k := range order {
-			hits = append(hits, *found[k])
-		}
-		return nil
-	}
-	// Each query below starts from the few positions that can be wrong —
-	// markers and aborted records, skipped ranges, the tail past the log
-	// end — and looks the claims on them up in the claim index, a bounded
-	// range of its key per position, so the cost does not grow with the
-	// store.
-	if err := collect(`
-		SELECT ch.topic, ch.part, ch.name, ch.start_off, ch.next_off, ch.pruned_below, ch.id, r.off, r.off, r.kind, c.lo, c.pairs
-		FROM records r JOIN channels ch ON ch.id = r.ch JOIN claims c ON c.ch = r.ch
-			AND c.lo BETWEEN r.off - ` + itoa(claimSpan) + ` AND r.off AND c.hi >= r.off
-		WHERE r.kind IN (1, 2)`); err != nil {
-		return nil, err
-	}
-	if err := collect(`
-		SELECT ch.topic, ch.part, ch.name, ch.start_off, ch.next_off, ch.pruned_below, ch.id,
-			max(g.from_off, ch.pruned_below), g.to_off - 1, NULL, c.lo, c.pairs
-		FROM gaps g CROSS JOIN channels ch CROSS JOIN claims c -- gaps outermost: there are few
-		WHERE ch.id = g.ch AND c.ch = g.ch AND c.lo BETWEEN g.from_off - ` + itoa(claimSpan) + ` AND g.to_off - 1
-			AND c.hi >= max(g.from_off, ch.pruned_below)`); err != nil {
-		return nil, err
-	}
-	chans, err := s.Channels(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, ci := range chans {
-		co, ok := offs[ci.Channel]
-		if !ok {
-			continue
-		}
-		if err := collect(`
-			SELECT ch.topic, ch.part, ch.name, -1, -1, 0, ch.id, ?, `+itoa(math.MaxInt64)+`, NULL, c.lo, c.pairs
-			FROM channels ch JOIN claims c ON c.ch = ch.id
-			WHERE ch.topic = ? AND ch.part = ? AND c.lo >= ? AND c.hi >= ?`,
-			co.End, ci.Channel.Topic[:], ci.Channel.Partition, co.End-claimSpan, co.End); err != nil {
-			return nil, err
-		}
-	}
-	var out []Finding
-	for _, h := range hits {
-		by, byTopic, err := s.coordOfRec(ctx, h.rec)
-		if err != nil {
-			return nil, err
-		}
-		more := ""
-		if h.n > 1 {
-			more = fmt.Sprintf(" (and %d more records)", h.n-1)
-		}
-		f := Finding{
-			Code: CodeUnsettleableClaim, Severity: CodeUnsettleableClaim.Severity(), Topic: byTopic,
-			Coordinates: []string{by.String(), h.claimed.String()},
-			Summary:     fmt.Sprintf("record %s (topic %q)%s claims %s (topic %q), %s", by, byTopic, more, h.claimed, h.name, h.why),
-			Action:      CodeUnsettleableClaim.Action(), Count: h.n,
-		}
-		if h.bridged {
-			// A read_committed consumer's position moves past markers and
-			// aborted records, and a Parsley consumer settles claims on them
-			// from that position (position-advance bridging): Parsley
-			// stages themselves write such claims, from a frontier folded
-			// up to a marker or from sink end offsets. Only a reader that
-			// settles claims on records alone (a strict parsley.causes v1
-			// reader) waits here, so this is information, not an error.
-			f.Severity = SeverityInfo
-			f.Summary += "; consumers that track their position (Parsley stages, the bridge) settle it once they read past it"
-			f.Action = "nothing for Parsley consumers; a reader that settles claims only on records holds the claiming record until a later record on that channel arrives — have such writers claim only committed record offsets"
-		}
-		out = append(out, f)
-	}
-	return out, nil
 }
 
 func (s *Store) partiallyStamped(ctx context.Context, _ map[headers.Channel]ChannelOffsets) ([]Finding, error) {
@@ -306,7 +204,7 @@ func (s *Store) lateJoiners(ctx context.Context, offs map[headers.Channel]Channe
 	// The newest stamped record of each consumed channel, read backwards
 	// through the (channel, offset) index.
 	rows, err := s.db.QueryContext(ctx, `
-		SELECT (SELECT r.id FROM records r WHERE r.ch = ch.id AND r.kind = 0 AND r.stamped ORDER BY r.off DESC LIMIT 1)
+		SELECT (SELECT r.id FROM records r WHERE r.ch = ch.id AND r.kind = `+sqlKindData+` AND r.stamped ORDER BY r.off DESC LIMIT 1)
 		FROM channels ch WHERE ch.start_off >= 0`)
 	if err != nil {
 		return nil, fmt.Errorf("observer: find late-joiner windows: %w", err)
@@ -489,11 +387,11 @@ func (s *Store) growth(ctx context.Context, _ map[headers.Channel]ChannelOffsets
 				break
 			}
 			mean[i], bytes[i] = qs[i].entries/qs[i].n, qs[i].bytes/qs[i].n
-			if i > 0 && (mean[i] < mean[i-1] || bytes[i] < bytes[i-1]) {
+			if i > 0 && bytes[i] < bytes[i-1] {
 				rising = false
 			}
 		}
-		if !rising || mean[3] < growthRatio*mean[0]+1 {
+		if !rising || !sustainedGrowth(mean) {
 			continue
 		}
 		first, _, err := s.coordOfRec(ctx, qs[0].first)
@@ -531,7 +429,7 @@ const growthFineBelow = 64
 func (s *Store) recordParts(ctx context.Context, name string) ([]part, error) {
 	rows, err := s.db.QueryContext(ctx, `
 		SELECT r.n_off + r.n_seq, r.hdr_bytes, r.ts, r.id FROM records r JOIN channels ch ON ch.id = r.ch
-		WHERE ch.name = ? AND r.kind = 0 AND r.stamped AND r.err IS NULL`, name)
+		WHERE ch.name = ? AND r.kind = `+sqlKindData+` AND r.stamped AND r.err IS NULL`, name)
 	if err != nil {
 		return nil, fmt.Errorf("observer: stamp growth of %q: %w", name, err)
 	}

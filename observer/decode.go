@@ -12,6 +12,7 @@ import (
 
 	"github.com/parsley-go/parsley/headers"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -25,7 +26,8 @@ var ErrBadValue = errors.New("stamp value is neither hex nor base64")
 // header that decoded.
 func DecodeValue(text, header string) (*headers.Clock, string, error) {
 	text = strings.TrimSpace(text)
-	raw, err := hex.DecodeString(strings.TrimPrefix(text, "0x"))
+	// Hex as the docs and hexdump print it: in groups separated by spaces.
+	raw, err := hex.DecodeString(strings.Join(strings.Fields(strings.TrimPrefix(text, "0x")), ""))
 	if err != nil {
 		if raw, err = base64.StdEncoding.DecodeString(text); err != nil {
 			if raw, err = base64.URLEncoding.DecodeString(text); err != nil {
@@ -67,7 +69,7 @@ func WriteClock(w io.Writer, c *headers.Clock, name func(headers.TopicID) string
 	var b strings.Builder
 	label := func(ch headers.Channel) string {
 		if n := name(ch.Topic); n != "" {
-			return fmt.Sprintf("%s (%s/%d)", ch, n, ch.Partition)
+			return fmt.Sprintf("%s/%d", n, ch.Partition)
 		}
 		return ch.String()
 	}
@@ -112,7 +114,12 @@ func FetchRecord(ctx context.Context, seeds []string, ref Ref, opts ...kgo.Opt) 
 		return nil, fmt.Errorf("observer: list offsets of %q: %w", topic, err)
 	}
 	end, ok := ends.Lookup(topic, ref.Partition)
-	if !ok || end.Err != nil || ref.Offset >= end.Offset {
+	switch {
+	case !ok || errors.Is(end.Err, kerr.UnknownTopicOrPartition):
+		return nil, fmt.Errorf("observer: %s: no topic %q with partition %d: %w", ref, topic, ref.Partition, ErrNotFound)
+	case end.Err != nil:
+		return nil, fmt.Errorf("observer: list offsets of %q partition %d: %w", topic, ref.Partition, end.Err)
+	case ref.Offset >= end.Offset:
 		return nil, fmt.Errorf("observer: %s is at or past the last stable offset: %w", ref, ErrNotFound)
 	}
 	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: {ref.Partition: kgo.NewOffset().At(ref.Offset)}})
@@ -139,4 +146,23 @@ func FetchRecord(ctx context.Context, seeds []string, ref Ref, opts ...kgo.Opt) 
 			return nil, fmt.Errorf("observer: %s holds no committed record (a marker or an aborted record): %w", ref, ErrNotFound)
 		}
 	}
+}
+
+// ListNames returns the names of the cluster's topics, read from the
+// brokers, for output that has no store to ask.
+func ListNames(ctx context.Context, seeds []string, opts ...kgo.Opt) (Names, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...)}, opts...)...)
+	if err != nil {
+		return Names{}, fmt.Errorf("observer: connect to %v: %w", seeds, err)
+	}
+	defer cl.Close()
+	tds, err := kadm.NewClient(cl).ListTopics(ctx)
+	if err != nil {
+		return Names{}, fmt.Errorf("observer: list topics: %w", err)
+	}
+	byID := map[headers.TopicID]string{}
+	for name, td := range tds {
+		byID[headers.TopicID(td.ID)] = name
+	}
+	return NamesOf(byID), nil
 }

@@ -35,7 +35,7 @@ func ExampleDecodeValue() {
 	observer.WriteClock(os.Stdout, clk, func(headers.TopicID) string { return "orders" })
 	// Output:
 	// parsley.causes: 1 offset entries, 0 sequence entries
-	//   offset 0f1e0000-0000-0000-0000-000000000000/2 (orders/2) ≤ 41
+	//   offset orders/2 ≤ 41
 }
 
 // An observer scans an embedded cluster on which a sender skipped a
@@ -61,7 +61,7 @@ func ExampleObserver_Scan() {
 		panic(err)
 	}
 	defer st.Close()
-	o, err := observer.New(observer.Config{Seeds: cl.Addrs(), Pattern: regexp.MustCompile("^payments$")}, st)
+	o, err := observer.New(observer.Config{Brokers: cl.Addrs(), Pattern: regexp.MustCompile("^payments$")}, st)
 	if err != nil {
 		panic(err)
 	}

@@ -42,7 +42,7 @@ const (
 func AllCodes() []Code {
 	return []Code{
 		CodeSequenceGap, CodeStampRegression, CodeUnsettleableClaim, CodePartiallyStamped,
-		CodeUndecodableStamp, CodeLateJoinerWindow, CodeStampGrowth,
+		CodeUndecodableStamp, CodeLateJoinerWindow, CodeStampGrowth, CodeCrossPartitionCause,
 	}
 }
 
@@ -110,8 +110,11 @@ type Finding struct {
 	// Coordinates are the records (or claimed positions) involved, as
 	// "topicID/partition@offset", the record the finding is about first.
 	Coordinates []string `json:"coordinates"`
-	Summary     string   `json:"summary"`
-	Action      string   `json:"action"`
+	// Names are Coordinates with topics by name, as people read them
+	// (see Names).
+	Names   []string `json:"names"`
+	Summary string   `json:"summary"`
+	Action  string   `json:"action"`
 	// SafeJoin, for a late-joiner window, is the offset per channel
 	// ("topicID/partition") at or below which a new consumer must start to
 	// deliver the claimed record.
@@ -120,9 +123,14 @@ type Finding struct {
 	Count int `json:"count"`
 }
 
-// String is a one-line rendering for terminals and logs.
+// String is a one-line rendering for terminals and logs, by name where
+// names are known.
 func (f Finding) String() string {
-	return fmt.Sprintf("%s %s: %s [%s] — %s", f.Severity, f.Code, f.Summary, strings.Join(f.Coordinates, " "), f.Action)
+	coords := f.Names
+	if len(coords) != len(f.Coordinates) {
+		coords = f.Coordinates
+	}
+	return fmt.Sprintf("%s %s: %s [%s] — %s", f.Severity, f.Code, f.Summary, strings.Join(coords, " "), f.Action)
 }
 
 // Explain returns what a code means and its severity.
@@ -159,4 +167,12 @@ var codeInfo = map[Code]struct {
 	CodeStampGrowth: {SeverityWarning,
 		"stamp entries and header bytes per record keep rising on the topic",
 		"check for a topology that keeps adding channels to its clocks (a fan-in over ever more partitions, or deleted topics never truncated); rescope or truncate"},
+	CodeCrossPartitionCause: {SeverityWarning, // placement.go
+		"a record that is not on the partition murmur2 of its key gives claims a cause on another partition of a topic with as many partitions: " +
+			"a stage reading both topics consumes the two in different tasks and does not order them",
+		"make every producer of the topic partition with murmur2, Kafka's default (sarama: saramaclock.Murmur2Partitioner; " +
+			"librdkafka: partitioner=murmur2_random; kafka-go: Murmur2Balancer), or key related records alike so they share a partition number"},
 }
+
+// Known reports whether c is one of the codes AllCodes returns.
+func (c Code) Known() bool { return codeInfo[c].action != "" }

@@ -1,6 +1,7 @@
 package observer
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -24,8 +25,10 @@ const (
 // Node is a vertex of a causal graph: a record, or a claimed position with
 // no record behind it.
 type Node struct {
-	ID      string `json:"id"` // the coordinate, or "seq:CHANNEL:SENDER:SEQ" for an unresolved sequence claim
-	Topic   string `json:"topic,omitempty"`
+	ID    string `json:"id"` // the coordinate, or "seq:CHANNEL:SENDER:SEQ" for an unresolved sequence claim
+	Topic string `json:"topic,omitempty"`
+	// Label is ID with the topic by name (see Names): what a person reads.
+	Label   string `json:"label"`
 	State   string `json:"state"`
 	Depth   int    `json:"depth"`
 	Stamped bool   `json:"stamped,omitempty"`
@@ -45,11 +48,26 @@ type Edge struct {
 // Graph is a record's ancestry or descendants.
 type Graph struct {
 	Root      string `json:"root"`
-	Direction string `json:"direction"` // "ancestry" or "descendants"
+	RootLabel string `json:"root_label"` // Root by name
+	Direction string `json:"direction"`  // "ancestry", "descendants" or "both"
 	Nodes     []Node `json:"nodes"`
 	Edges     []Edge `json:"edges"`
 	// Truncated is set when the depth or size limit cut the walk short.
 	Truncated bool `json:"truncated"`
+}
+
+// MarshalJSON writes the graph with empty lists as [], never null, so a
+// record with no causes or effects reads the same as any other.
+func (g Graph) MarshalJSON() ([]byte, error) {
+	type plain Graph
+	p := plain(g)
+	if p.Nodes == nil {
+		p.Nodes = []Node{}
+	}
+	if p.Edges == nil {
+		p.Edges = []Edge{}
+	}
+	return json.Marshal(p)
 }
 
 // Limits bound a graph walk.
@@ -72,12 +90,68 @@ func (l Limits) norm() Limits {
 // claimed record, sequence claims at the sender's record with that
 // sequence once seen. The root must be a stored record.
 func (s *Store) Ancestry(ctx context.Context, root headers.Coordinate, lim Limits) (*Graph, error) {
-	return s.walk(ctx, root, lim, true)
+	g, err := s.walk(ctx, root, lim, true)
+	if err != nil {
+		return nil, err
+	}
+	return g, s.label(ctx, g)
 }
 
 // Descendants walks the records whose stamps claim root, transitively.
 func (s *Store) Descendants(ctx context.Context, root headers.Coordinate, lim Limits) (*Graph, error) {
-	return s.walk(ctx, root, lim, false)
+	g, err := s.walk(ctx, root, lim, false)
+	if err != nil {
+		return nil, err
+	}
+	return g, s.label(ctx, g)
+}
+
+// label sets the graph's labels by name. It runs after the walk has given
+// back its connection: a walk must never wait for a second one.
+func (s *Store) label(ctx context.Context, g *Graph) error {
+	names, err := s.Names(ctx)
+	if err != nil {
+		return err
+	}
+	g.RootLabel = names.Text(g.Root)
+	for i := range g.Nodes {
+		g.Nodes[i].Label = names.Text(g.Nodes[i].ID)
+	}
+	return nil
+}
+
+// labels maps node IDs to their labels.
+func (g *Graph) labels() map[string]string {
+	m := make(map[string]string, len(g.Nodes))
+	for _, n := range g.Nodes {
+		m[n.ID] = cmp.Or(n.Label, n.ID)
+	}
+	return m
+}
+
+// Both merges a record's ancestry and descendants into one graph, each
+// walked within lim.
+func (s *Store) Both(ctx context.Context, root headers.Coordinate, lim Limits) (*Graph, error) {
+	up, err := s.Ancestry(ctx, root, lim)
+	if err != nil {
+		return nil, err
+	}
+	down, err := s.Descendants(ctx, root, lim)
+	if err != nil {
+		return nil, err
+	}
+	g := &Graph{Root: up.Root, RootLabel: up.RootLabel, Direction: "both", Nodes: up.Nodes, Edges: up.Edges, Truncated: up.Truncated || down.Truncated}
+	have := map[string]bool{}
+	for _, n := range up.Nodes {
+		have[n.ID] = true
+	}
+	for _, n := range down.Nodes {
+		if !have[n.ID] {
+			g.Nodes = append(g.Nodes, n)
+		}
+	}
+	g.Edges = append(g.Edges, down.Edges...)
+	return g, nil
 }
 
 func (s *Store) walk(ctx context.Context, root headers.Coordinate, lim Limits, up bool) (*Graph, error) {
@@ -389,11 +463,9 @@ func (s *Store) run(ctx context.Context, q querier, first *Record, claims func(*
 func (g *Graph) WriteDOT(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString("digraph parsley {\n  rankdir=LR;\n  node [shape=box, fontname=\"monospace\"];\n")
+	labels := g.labels()
 	for _, n := range g.Nodes {
-		label := n.ID
-		if n.Topic != "" {
-			label = n.Topic + "\\n" + n.ID
-		}
+		label := labels[n.ID]
 		style := ""
 		switch n.State {
 		case StateMarker, StateAborted, StateMissing, StateUnresolved:
@@ -402,14 +474,15 @@ func (g *Graph) WriteDOT(w io.Writer) error {
 		if n.ID == g.Root {
 			style += ", penwidth=2"
 		}
-		fmt.Fprintf(&b, "  %q [label=%q%s];\n", n.ID, label+"\\n("+n.State+")", style)
+		// Nodes are named as people read them; the exact ID is the tooltip.
+		fmt.Fprintf(&b, "  %q [label=%q, tooltip=%q%s];\n", label, label+"\\n("+n.State+")", n.ID, style)
 	}
 	for _, e := range g.Edges {
 		attr := ""
 		if e.Kind == "seq" {
 			attr = " [style=dotted, label=\"seq\"]"
 		}
-		fmt.Fprintf(&b, "  %q -> %q%s;\n", e.Cause, e.Effect, attr)
+		fmt.Fprintf(&b, "  %q -> %q%s;\n", labels[e.Cause], labels[e.Effect], attr)
 	}
 	b.WriteString("}\n")
 	_, err := io.WriteString(w, strings.ReplaceAll(b.String(), `\\n`, `\n`))
@@ -444,10 +517,7 @@ func (g *Graph) WriteTree(w io.Writer) error {
 	var visit func(id, kind, indent string)
 	visit = func(id, kind, indent string) {
 		n := nodes[id]
-		line := id
-		if n.Topic != "" {
-			line = fmt.Sprintf("%s (%s)", id, n.Topic)
-		}
+		line := cmp.Or(n.Label, id)
 		if n.State != StateRecord {
 			line += " [" + n.State + "]"
 		}

@@ -2,7 +2,9 @@ package observer_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -97,14 +99,16 @@ func TestAncestryAndDescendants(t *testing.T) {
 	if err := g1.WriteTree(&tree); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(tree.String(), last.String()+" (shipments)\n  ") || !strings.Contains(tree.String(), "truncated") {
+	// People read names: the tree and the DOT name topics, not IDs.
+	byName := func(c headers.Coordinate) string { return fmt.Sprintf("shipments/%d@%d", c.Partition, c.Offset) }
+	if !strings.HasPrefix(tree.String(), byName(last)+"\n  ") || !strings.Contains(tree.String(), "truncated") {
 		t.Errorf("tree:\n%s", tree.String())
 	}
 	var dot bytes.Buffer
 	if err := g1.WriteDOT(&dot); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(dot.String(), `"`+ships[n-2].String()+`" -> "`+last.String()+`"`) {
+	if !strings.Contains(dot.String(), `"`+byName(ships[n-2])+`" -> "`+byName(last)+`"`) || !strings.Contains(dot.String(), `tooltip="`+last.String()+`"`) {
 		t.Errorf("DOT lacks the edge from the previous shipment:\n%s", dot.String())
 	}
 
@@ -166,5 +170,22 @@ func TestSequenceClaimsResolveToTheSendersRecord(t *testing.T) {
 	}
 	if !hasNode(d, down.String()) {
 		t.Errorf("descendants of %s lack %s (sequence claim)", up, down)
+	}
+}
+
+// TestGraphJSONListsAreNeverNull: a record with no causes or effects
+// serialises its lists as [], which the UI and API clients iterate.
+func TestGraphJSONListsAreNeverNull(t *testing.T) {
+	var b bytes.Buffer
+	g := &observer.Graph{Root: "x/0@0", Direction: "both", Nodes: []observer.Node{{ID: "x/0@0", State: observer.StateRecord}}}
+	if err := g.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `"edges": []`) || strings.Contains(b.String(), "null") {
+		t.Errorf("graph JSON:\n%s", b.String())
+	}
+	out, err := json.Marshal(observer.Graph{})
+	if err != nil || !strings.Contains(string(out), `"nodes":[]`) || !strings.Contains(string(out), `"edges":[]`) {
+		t.Errorf("empty graph JSON: %s %v", out, err)
 	}
 }

@@ -3,6 +3,7 @@ package observer
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -17,7 +18,8 @@ type incoming struct {
 	Channel   headers.Channel
 	Topic     string
 	Offset    int64
-	Timestamp int64 // milliseconds since the epoch
+	Key       []byte // nil when the record has none
+	Timestamp int64  // milliseconds since the epoch
 	Control   bool
 	Headers   []headers.Header
 	// Transactional records stay pending until their producer's marker:
@@ -60,7 +62,8 @@ type writer struct {
 	state    map[senderKey]*senderState
 	nextRec  int64
 	stamp    headers.Stamp
-	recArgs  []any
+	rows     []recordRow // buffered records rows
+	recArgs  []any       // their insert arguments, reused
 	clmArgs  []any
 	blocks   map[blockKey]*claimBlock // a batch's open blocks of offset claims
 	closed   []*claimBlock            // and its full ones
@@ -71,6 +74,10 @@ type writer struct {
 	hdrBuf   []byte
 	// uncommitted: records of open and aborted transactions are fetched.
 	uncommitted bool
+	place       placement // partition counts for checkPlacement (placement.go)
+	// broken, once set, is returned by every call: the caches could not be
+	// rebuilt after a failed batch.
+	broken error
 }
 
 // statsKey names a run of 64 offsets of a channel.
@@ -171,7 +178,7 @@ func (w *writer) load(ctx context.Context) error {
 	}
 	rows.Close()
 	rows, err = db.QueryContext(ctx, `SELECT c.topic, c.part, r.stamp FROM records r JOIN channels c ON c.id = r.ch
-		WHERE r.off = (SELECT max(off) FROM records WHERE ch = r.ch AND kind IN (0, 2, 3)) AND r.err IS NULL`)
+		WHERE r.off = (SELECT max(off) FROM records WHERE ch = r.ch AND kind != `+sqlKindControl+`) AND r.err IS NULL`)
 	if err != nil {
 		return fmt.Errorf("observer: load last stamps: %w", err)
 	}
@@ -240,12 +247,20 @@ func (w *writer) sender(ctx context.Context, tx *sql.Tx, s headers.SenderID) (in
 
 // markConsumed records that ch is consumed from start, for a channel with
 // no stored position yet.
-func (w *writer) markConsumed(ctx context.Context, ch headers.Channel, name string, start int64) error {
+func (w *writer) markConsumed(ctx context.Context, ch headers.Channel, name string, start int64) (err error) {
+	if w.broken != nil {
+		return w.broken
+	}
 	tx, err := w.st.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("observer: mark %s consumed: %w", ch, err)
 	}
-	defer tx.Rollback()
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+			w.reload(ctx) // the channel row may be in memory but not in the store
+		}
+	}()
 	cs, err := w.channel(ctx, tx, ch, name)
 	if err != nil {
 		return err
@@ -257,15 +272,24 @@ func (w *writer) markConsumed(ctx context.Context, ch headers.Channel, name stri
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		w.load(context.WithoutCancel(ctx))
 		return fmt.Errorf("observer: mark %s consumed: %w", ch, err)
 	}
 	return nil
 }
 
+// errWriterFailed is wrapped once a writer could not rebuild its caches
+// from the store after a failed batch: it refuses further batches rather
+// than let memory run ahead of what was committed.
+var errWriterFailed = errors.New("observer: store writer failed")
+
 // Ingest stores a batch of fetched records in one transaction. Records of
-// one channel must come in offset order.
+// one channel must come in offset order. After a failed batch the writer
+// rebuilds its caches from the store; if that fails too, the writer is
+// broken and every later call returns an error wrapping errWriterFailed.
 func (w *writer) ingest(ctx context.Context, batch []incoming) (err error) {
+	if w.broken != nil {
+		return w.broken
+	}
 	tx, err := w.st.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("observer: ingest: %w", err)
@@ -273,10 +297,10 @@ func (w *writer) ingest(ctx context.Context, batch []incoming) (err error) {
 	defer func() {
 		if err != nil {
 			tx.Rollback()
-			w.recArgs, w.clmArgs, w.seqArgs, w.findings, w.closed = w.recArgs[:0], w.clmArgs[:0], w.seqArgs[:0], w.findings[:0], w.closed[:0]
+			w.rows, w.clmArgs, w.seqArgs, w.findings, w.closed = w.rows[:0], w.clmArgs[:0], w.seqArgs[:0], w.findings[:0], w.closed[:0]
 			clear(w.agg)
 			clear(w.blocks)
-			w.load(context.WithoutCancel(ctx))
+			w.reload(ctx)
 		}
 	}()
 	for i := range batch {
@@ -293,12 +317,57 @@ func (w *writer) ingest(ctx context.Context, batch []incoming) (err error) {
 	return nil
 }
 
+// reload rebuilds the caches after a failed transaction, or marks the
+// writer broken.
+func (w *writer) reload(ctx context.Context) {
+	if err := w.load(context.WithoutCancel(ctx)); err != nil {
+		w.broken = fmt.Errorf("%w: reload after a failed batch: %w", errWriterFailed, err)
+	}
+}
+
+// recordRow is one row of the records table.
+type recordRow struct {
+	id, ch, off, ts int64
+	kind            recordKind
+	stamped, tagged bool
+	sender, seq     int64
+	nOff, nSeq      int
+	hdrBytes        int
+	stamp           []byte // the stamp headers as encodeStampHeaders writes them; nil if none
+	err             string // why the stamp does not decode; "" if it does
+	pid             int64  // producer ID of a transactional record, else -1
+	keyHash         int64  // keyHash of its key; 0 without one
+}
+
+// recInsert lists the records columns in the order appendArgs gives them.
+const recInsert = `INSERT INTO records(id, ch, off, ts, kind, stamped, tagged, sender, seq, n_off, n_seq, hdr_bytes, stamp, err, pid, key_hash) VALUES `
+
+// recCols is the number of columns in recInsert; TestRecordRowMatchesInsert
+// checks appendArgs against it.
+const recCols = 16
+
+func (r *recordRow) appendArgs(args []any) []any {
+	var stamp, errText, key any
+	if r.stamp != nil {
+		stamp = r.stamp
+	}
+	if r.err != "" {
+		errText = r.err
+	}
+	if r.keyHash != 0 {
+		key = r.keyHash
+	}
+	return append(args, r.id, r.ch, r.off, r.ts, int(r.kind), r.stamped, r.tagged, r.sender, r.seq,
+		r.nOff, r.nSeq, r.hdrBytes, stamp, errText, r.pid, key)
+}
+
+// add stores one record: it moves the channel's position, notes skipped
+// offsets, and hands the record to the method for its kind.
 func (w *writer) add(ctx context.Context, tx *sql.Tx, in *incoming) error {
 	cs, err := w.channel(ctx, tx, in.Channel, in.Topic)
 	if err != nil {
 		return err
 	}
-	at := headers.Coordinate{Channel: in.Channel, Offset: in.Offset}
 	if cs.start < 0 {
 		cs.start = in.Offset
 	}
@@ -312,74 +381,93 @@ func (w *writer) add(ctx context.Context, tx *sql.Tx, in *incoming) error {
 		}
 	}
 	cs.next, cs.dirty = in.Offset+1, true
-	id := w.nextRec
+	row := recordRow{id: w.nextRec, ch: cs.id, off: in.Offset, ts: in.Timestamp, kind: kindData, pid: -1}
+	if len(in.Key) > 0 {
+		row.keyHash = keyHash(in.Key)
+	}
 	w.nextRec++
 	if in.Control {
-		w.stats(cs.id, in.Offset, in.Timestamp).marker++
-		w.recArgs = append(w.recArgs, id, cs.id, in.Offset, in.Timestamp, kindControl, false, false, 0, 0, 0, 0, 0, nil, nil, in.ProducerID)
-		// Settle the producer's open records on this channel; they must be
-		// written first.
-		var err error
-		if w.recArgs, err = w.flushRows(ctx, tx, recInsert, w.recArgs, recCols, recChunk, true); err != nil {
-			return err
-		}
-		kind := kindAborted
-		if in.Commit {
-			kind = kindData
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE records SET kind = ? WHERE ch = ? AND pid = ? AND kind = ?`, kind, cs.id, in.ProducerID, kindPending); err != nil {
-			return fmt.Errorf("observer: ingest: settle transaction of producer %d on %s: %w", in.ProducerID, in.Channel, err)
-		}
-		return nil
+		return w.addMarker(ctx, tx, cs, in, row)
 	}
-	kind, pid := kindData, int64(-1)
 	if in.Transactional {
-		kind, pid = kindPending, in.ProducerID
+		row.kind, row.pid = kindPending, in.ProducerID
 	}
 	w.hdrBuf = encodeStampHeaders(w.hdrBuf[:0], in.Headers)
-	stamped := len(w.hdrBuf) > 0
-	var hdrBytes int
+	row.stamped = len(w.hdrBuf) > 0
 	for _, h := range in.Headers {
 		if isStampHeader(h.Key) {
-			hdrBytes += len(h.Key) + len(h.Value)
+			row.hdrBytes += len(h.Key) + len(h.Value)
 		}
 	}
-	var stampBlob any
-	if stamped {
-		stampBlob = slices.Clone(w.hdrBuf)
+	if row.stamped {
+		row.stamp = slices.Clone(w.hdrBuf)
 	}
-	st := &w.stamp
-	if derr := headers.ReadStamp(st, in.Headers); derr != nil {
-		w.recArgs = append(w.recArgs, id, cs.id, in.Offset, in.Timestamp, kind, true, false, 0, 0, 0, 0, hdrBytes, stampBlob, derr.Error(), pid)
-		cs.prev.Reset()
-		agg := w.stats(cs.id, in.Offset, in.Timestamp)
-		agg.data++
-		agg.undecodable++
-		w.finding(CodeUndecodableStamp, "undecodable-stamp|"+at.String(), in.Topic,
-			fmt.Sprintf("record %s of topic %q: %v", at, in.Topic, derr), at.String())
-		return w.flush(ctx, tx, false)
+	if derr := headers.ReadStamp(&w.stamp, in.Headers); derr != nil {
+		return w.addUndecodable(ctx, tx, cs, in, row, derr)
 	}
-	var senderID int64
+	return w.addData(ctx, tx, cs, in, row, &w.stamp)
+}
+
+// addMarker stores a transaction marker and settles its producer's open
+// records on the channel: committed or aborted.
+func (w *writer) addMarker(ctx context.Context, tx *sql.Tx, cs *chanState, in *incoming, row recordRow) error {
+	w.stats(cs.id, in.Offset, in.Timestamp).marker++
+	row.kind, row.pid = kindControl, in.ProducerID
+	w.rows = append(w.rows, row)
+	// The producer's open records must be written before they are settled.
+	if err := w.flushRecords(ctx, tx, true); err != nil {
+		return err
+	}
+	kind := kindAborted
+	if in.Commit {
+		kind = kindData
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE records SET kind = ? WHERE ch = ? AND pid = ? AND kind = ?`, kind, cs.id, in.ProducerID, kindPending); err != nil {
+		return fmt.Errorf("observer: ingest: settle transaction of producer %d on %s: %w", in.ProducerID, in.Channel, err)
+	}
+	return nil
+}
+
+// addUndecodable stores a record whose stamp headers do not decode, with
+// its finding.
+func (w *writer) addUndecodable(ctx context.Context, tx *sql.Tx, cs *chanState, in *incoming, row recordRow, derr error) error {
+	at := headers.Coordinate{Channel: in.Channel, Offset: in.Offset}
+	row.stamped, row.err = true, derr.Error()
+	w.rows = append(w.rows, row)
+	cs.prev.Reset()
+	agg := w.stats(cs.id, in.Offset, in.Timestamp)
+	agg.data++
+	agg.undecodable++
+	w.finding(CodeUndecodableStamp, "undecodable-stamp|"+at.String(), in.Topic,
+		fmt.Sprintf("record %s of topic %q: %v", at, in.Topic, derr), at.String())
+	return w.flush(ctx, tx, false)
+}
+
+// addData stores a data record (stamped or not), indexes the claims its
+// stamp adds to its channel's previous record, and checks its sender.
+func (w *writer) addData(ctx context.Context, tx *sql.Tx, cs *chanState, in *incoming, row recordRow, st *headers.Stamp) error {
+	at := headers.Coordinate{Channel: in.Channel, Offset: in.Offset}
+	var err error
 	if st.Tagged {
-		if senderID, err = w.sender(ctx, tx, st.Sender); err != nil {
+		if row.sender, err = w.sender(ctx, tx, st.Sender); err != nil {
 			return err
 		}
 	}
 	agg := w.stats(cs.id, in.Offset, in.Timestamp)
 	agg.data++
-	if stamped {
+	if row.stamped {
 		n := int64(st.Clock.NumOffsets() + st.Clock.NumSeqs())
 		agg.stamped++
 		agg.entries += n
 		agg.maxEntries = max(agg.maxEntries, n)
-		agg.bytes += int64(hdrBytes)
-		setFirst(&agg.firstStamped, id)
-		agg.lastStamped = sql.NullInt64{Int64: id, Valid: true}
+		agg.bytes += int64(row.hdrBytes)
+		setFirst(&agg.firstStamped, row.id)
+		agg.lastStamped = sql.NullInt64{Int64: row.id, Valid: true}
 	} else {
-		setFirst(&agg.firstUnstamped, id)
+		setFirst(&agg.firstUnstamped, row.id)
 	}
-	w.recArgs = append(w.recArgs, id, cs.id, in.Offset, in.Timestamp, kind, stamped, st.Tagged, senderID, st.Seq,
-		st.Clock.NumOffsets(), st.Clock.NumSeqs(), hdrBytes, stampBlob, nil, pid)
+	row.tagged, row.seq, row.nOff, row.nSeq = st.Tagged, st.Seq, st.Clock.NumOffsets(), st.Clock.NumSeqs()
+	w.rows = append(w.rows, row)
 	for e := range st.Clock.OffsetEntries() {
 		if e.Channel == in.Channel && e.Offset >= in.Offset {
 			// Decidable from the record alone: no position at or above its
@@ -396,7 +484,7 @@ func (w *writer) add(ctx context.Context, tx *sql.Tx, in *incoming) error {
 		if err != nil {
 			return err
 		}
-		w.claim(cs.id, tcs.id, e.Offset, id)
+		w.claim(cs.id, tcs.id, e.Offset, row.id)
 	}
 	for e := range st.Clock.SeqEntries() {
 		if v, ok := cs.prev.Seq(e.Channel, e.Sender); ok && v == e.Seq {
@@ -410,14 +498,15 @@ func (w *writer) add(ctx context.Context, tx *sql.Tx, in *incoming) error {
 		if err != nil {
 			return err
 		}
-		w.seqArgs = append(w.seqArgs, tcs.id, sid, e.Seq, id)
+		w.seqArgs = append(w.seqArgs, tcs.id, sid, e.Seq, row.id)
 	}
 	cs.prev.CopyFrom(&st.Clock)
+	w.checkPlacement(in, st)
 	// Reading uncommitted, a stage's aborted sends show up and their
 	// sequence numbers are reused by the redo: judge senders only on
 	// records known to be committed.
 	if st.Tagged && !(in.Transactional && w.uncommitted) {
-		w.checkSender(senderKey{cs.id, senderID}, at, in.Topic, id, st)
+		w.checkSender(senderKey{cs.id, row.sender}, at, in.Topic, row.id, st)
 	}
 	return w.flush(ctx, tx, false)
 }
@@ -482,20 +571,38 @@ func (w *writer) finding(code Code, key, topic, summary string, coords ...string
 }
 
 const (
-	recCols   = 15
-	recChunk  = 64
-	clmChunk  = 128
-	seqChunk  = 192
-	recInsert = `INSERT INTO records(id, ch, off, ts, kind, stamped, tagged, sender, seq, n_off, n_seq, hdr_bytes, stamp, err, pid) VALUES `
+	recChunk = 64
+	clmChunk = 128
+	seqChunk = 192
 )
+
+// flushRecords writes buffered record rows in full chunks, and all of them
+// when all is set.
+func (w *writer) flushRecords(ctx context.Context, tx *sql.Tx, all bool) error {
+	n := len(w.rows)
+	if !all {
+		n -= n % recChunk
+	}
+	if n == 0 {
+		return nil
+	}
+	w.recArgs = w.recArgs[:0]
+	for i := range n {
+		w.recArgs = w.rows[i].appendArgs(w.recArgs)
+	}
+	w.rows = append(w.rows[:0], w.rows[n:]...)
+	var err error
+	w.recArgs, err = w.flushRows(ctx, tx, recInsert, w.recArgs, recCols, recChunk, true)
+	return err
+}
 
 // flush writes buffered rows in full chunks, and everything when all is
 // set. Multi-row inserts through cached statements keep ingest fast.
 func (w *writer) flush(ctx context.Context, tx *sql.Tx, all bool) error {
-	var err error
-	if w.recArgs, err = w.flushRows(ctx, tx, recInsert, w.recArgs, recCols, recChunk, all); err != nil {
+	if err := w.flushRecords(ctx, tx, all); err != nil {
 		return err
 	}
+	var err error
 	if all {
 		w.clmArgs = w.blockArgs(w.clmArgs)
 	}

@@ -1,21 +1,31 @@
 package observer
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the observer's Prometheus collectors, in a registry of its
-// own so several observers can live in one process.
-type Metrics struct {
-	Registry *prometheus.Registry
+// metrics are the observer's Prometheus collectors. They are registered
+// by the caller through Observer.Collector, so several observers can live
+// in one process, each in a registry of its own.
+type metrics struct {
+	health   *healthState
+	up       *prometheus.Desc
+	age      *prometheus.Desc
 	ingested prometheus.Counter
 	lag      *prometheus.GaugeVec
 	findings *prometheus.GaugeVec
+	severity *prometheus.GaugeVec
 }
 
-func newMetrics() *Metrics {
-	m := &Metrics{
-		Registry: prometheus.NewRegistry(),
+func newMetrics(h *healthState) *metrics {
+	m := &metrics{
+		health: h,
+		up: prometheus.NewDesc("parsley_observer_up",
+			"1 if the observer's last probe read the cluster's topic metadata and offsets, else 0.", nil, nil),
+		age: prometheus.NewDesc("parsley_observer_last_fetch_age_seconds",
+			"Seconds since the observer last fetched records of the topic or found it had read all of it.", []string{"topic"}, nil),
 		ingested: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "parsley_observer_records_ingested_total",
 			Help: "Records (transaction markers included) stored by the observer.",
@@ -28,21 +38,67 @@ func newMetrics() *Metrics {
 			Name: "parsley_observer_findings",
 			Help: "Findings at the last evaluation, by code.",
 		}, []string{"code"}),
+		severity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "parsley_observer_findings_by_severity",
+			Help: "Findings at the last evaluation, by severity (a code's findings can differ: a claim on a marker is info, past the log end an error).",
+		}, []string{"severity"}),
 	}
-	m.Registry.MustRegister(m.ingested, m.lag, m.findings)
 	for _, c := range AllCodes() {
 		m.findings.WithLabelValues(string(c)).Set(0)
+	}
+	for _, sev := range []Severity{SeverityInfo, SeverityWarning, SeverityError} {
+		m.severity.WithLabelValues(sev.String()).Set(0)
 	}
 	return m
 }
 
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.ingested, m.lag, m.findings, m.severity}
+}
+
+// Describe implements prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- m.up
+	ch <- m.age
+	for _, c := range m.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	h := m.health.get()
+	up := 0.0
+	if h.Up {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(m.up, prometheus.GaugeValue, up)
+	now := time.Now()
+	for _, t := range h.Topics {
+		at, ok := h.LastFetch[t]
+		if !ok {
+			at = m.health.started // never fetched: as old as the observer
+		}
+		age := now.Sub(at).Seconds()
+		ch <- prometheus.MustNewConstMetric(m.age, prometheus.GaugeValue, age, t)
+	}
+	for _, c := range m.collectors() {
+		c.Collect(ch)
+	}
+}
+
 // setFindings publishes the count of findings per code.
-func (m *Metrics) setFindings(fs []Finding) {
+func (m *metrics) setFindings(fs []Finding) {
 	n := map[Code]int{}
+	bySeverity := map[Severity]int{}
 	for _, f := range fs {
 		n[f.Code]++
+		bySeverity[f.Severity]++
 	}
 	for _, c := range AllCodes() {
 		m.findings.WithLabelValues(string(c)).Set(float64(n[c]))
+	}
+	for _, sev := range []Severity{SeverityInfo, SeverityWarning, SeverityError} {
+		m.severity.WithLabelValues(sev.String()).Set(float64(bySeverity[sev]))
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -20,6 +21,11 @@ import (
 // ErrNoTopics is wrapped when the configured names and pattern match no
 // topic on the cluster.
 var ErrNoTopics = errors.New("no topics to observe")
+
+// ErrClusterUnavailable is wrapped when the brokers' offsets cannot be
+// read, so findings that depend on them cannot be judged now. The store
+// alone still answers Store.Findings with nil offsets.
+var ErrClusterUnavailable = errors.New("cluster unavailable")
 
 // StartAt says where to begin consuming a channel the store has no
 // position for.
@@ -34,8 +40,8 @@ const (
 
 // Config configures an Observer.
 type Config struct {
-	// Seeds are the brokers to bootstrap from.
-	Seeds []string
+	// Brokers are the seed brokers to bootstrap from, host:port.
+	Brokers []string
 	// Topics are topic names to observe.
 	Topics []string
 	// Pattern, if set, observes every topic whose name it matches, in
@@ -55,13 +61,16 @@ type Config struct {
 	// Findings detected at ingest outlive the records they name.
 	MaxAge     time.Duration
 	MaxRecords int64
-	// Refresh is how often Run looks for new matching topics and
-	// partitions (default 30s); PruneEvery how often it prunes the store
-	// and re-evaluates findings for the metrics (default 1m).
+	// Refresh is how often Run probes the cluster — topic metadata, new
+	// matching topics and partitions, end offsets — (default 10s), which
+	// bounds how long a lost cluster goes unreported; while the cluster
+	// cannot be read Run retries with backoff from a second up to
+	// Refresh. PruneEvery is how often it prunes the store and
+	// re-evaluates findings for the metrics (default 1m).
 	Refresh, PruneEvery time.Duration
 	// ClientOpts are extra franz-go options (TLS, SASL, …).
 	ClientOpts []kgo.Opt
-	// Logger receives progress and errors; nil discards them.
+	// Logger receives progress and errors; nil means slog.Default().
 	Logger *slog.Logger
 }
 
@@ -72,7 +81,8 @@ type Observer struct {
 	client  *kgo.Client
 	admin   *kadm.Client
 	log     *slog.Logger
-	metrics *Metrics
+	metrics *metrics
+	health  *healthState
 
 	mu       sync.Mutex // guards w, topics, assigned and the ingest path
 	w        *writer
@@ -83,7 +93,7 @@ type Observer struct {
 // New returns an observer writing to store. It connects to the brokers
 // lazily; Close releases the client (not the store).
 func New(cfg Config, store *Store) (*Observer, error) {
-	if len(cfg.Seeds) == 0 {
+	if len(cfg.Brokers) == 0 {
 		return nil, errors.New("observer: no brokers: set --brokers or PARSLEY_BROKERS")
 	}
 	if len(cfg.Topics) == 0 && cfg.Pattern == nil {
@@ -91,7 +101,7 @@ func New(cfg Config, store *Store) (*Observer, error) {
 	}
 	log := cfg.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	iso := kgo.ReadCommitted()
 	if cfg.ReadUncommitted {
@@ -100,16 +110,17 @@ func New(cfg Config, store *Store) (*Observer, error) {
 	// No consumer group and no producer: the observer reads partitions
 	// directly and never commits or writes anything to the cluster.
 	cl, err := kgo.NewClient(append([]kgo.Opt{
-		kgo.SeedBrokers(cfg.Seeds...),
+		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.FetchIsolationLevel(iso),
 		kgo.KeepControlRecords(),
 		kgo.MetadataMinAge(time.Second),
 		kgo.FetchMaxWait(500 * time.Millisecond),
 	}, cfg.ClientOpts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("observer: connect to %v: %w", cfg.Seeds, err)
+		return nil, fmt.Errorf("observer: connect to %v: %w", cfg.Brokers, err)
 	}
-	o := &Observer{cfg: cfg, store: store, client: cl, admin: kadm.NewClient(cl), log: log, metrics: newMetrics(),
+	h := newHealthState(time.Now())
+	o := &Observer{cfg: cfg, store: store, client: cl, admin: kadm.NewClient(cl), log: log, metrics: newMetrics(h), health: h,
 		topics: map[string]headers.TopicID{}, assigned: map[headers.Channel]bool{}}
 	return o, nil
 }
@@ -127,36 +138,45 @@ func (o *Observer) Close() {
 // Store returns the observer's store.
 func (o *Observer) Store() *Store { return o.store }
 
-// Metrics returns the observer's Prometheus metrics.
-func (o *Observer) Metrics() *Metrics { return o.metrics }
+// Collector returns the observer's Prometheus metrics, for the caller to
+// register.
+func (o *Observer) Collector() prometheus.Collector { return o.metrics }
+
+// Health reports whether the observer can read the cluster, what it
+// observes and how fresh its view of each topic is.
+func (o *Observer) Health() Health { return o.health.get() }
 
 // selectTopics lists the cluster's topics and returns those to observe.
-func (o *Observer) selectTopics(ctx context.Context) (kadm.TopicDetails, error) {
+// Configured names that do not exist, and a pattern that matches nothing,
+// are an error wrapping ErrNoTopics; sel still holds what was found.
+func (o *Observer) selectTopics(ctx context.Context) (sel kadm.TopicDetails, missing []string, err error) {
 	all, err := o.admin.ListTopics(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("observer: list topics: %w", err)
+		return nil, nil, fmt.Errorf("observer: list topics: %w", err)
 	}
-	sel := kadm.TopicDetails{}
+	sel = kadm.TopicDetails{}
 	for name, td := range all {
 		if td.IsInternal || strings.HasPrefix(name, "__") {
 			continue
 		}
 		if slices.Contains(o.cfg.Topics, name) || (o.cfg.Pattern != nil && o.cfg.Pattern.MatchString(name)) {
 			if td.Err != nil {
-				return nil, fmt.Errorf("observer: topic %q: %w", name, td.Err)
+				return nil, nil, fmt.Errorf("observer: topic %q: %w", name, td.Err)
 			}
 			sel[name] = td
 		}
 	}
 	for _, name := range o.cfg.Topics {
 		if _, ok := sel[name]; !ok {
-			return nil, fmt.Errorf("observer: topic %q does not exist: %w", name, ErrNoTopics)
+			missing = append(missing, name)
+			err = errors.Join(err, fmt.Errorf("observer: topic %q does not exist: %w", name, ErrNoTopics))
 		}
 	}
-	if len(sel) == 0 {
-		return nil, fmt.Errorf("observer: pattern %q matches no topic: %w", o.cfg.Pattern, ErrNoTopics)
+	if o.cfg.Pattern != nil && !slices.ContainsFunc(sel.Names(), o.cfg.Pattern.MatchString) {
+		missing = append(missing, "pattern "+o.cfg.Pattern.String())
+		err = errors.Join(err, fmt.Errorf("observer: pattern %q matches no topic: %w", o.cfg.Pattern, ErrNoTopics))
 	}
-	return sel, nil
+	return sel, missing, err
 }
 
 // assign starts consuming every partition of the selected topics not yet
@@ -185,6 +205,8 @@ func (o *Observer) assign(ctx context.Context, sel kadm.TopicDetails) error {
 			// start rather than from the old position.
 			o.client.PurgeTopicsFromConsuming(name)
 			o.log.Info("topic recreated", "topic", name, "old", old, "new", id)
+		} else if !ok {
+			o.log.Info("observing topic", "topic", name, "id", id, "partitions", len(td.Partitions))
 		}
 		o.topics[name] = id
 		for p := range td.Partitions {
@@ -255,8 +277,12 @@ func (o *Observer) poll(ctx context.Context) (int, error) {
 		}
 	})
 	if ferr != nil {
+		// Health follows the probe, not single fetch errors: a partition's
+		// error is logged here, and a cluster out of reach fails the next
+		// probe.
 		o.log.Warn("fetch error", "err", ferr)
 	}
+	now := time.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	fs.EachTopic(func(t kgo.FetchTopic) {
@@ -270,11 +296,14 @@ func (o *Observer) poll(ctx context.Context) (int, error) {
 		}
 		for _, p := range t.Partitions {
 			ch := headers.Channel{Topic: id, Partition: p.Partition}
+			if p.Err == nil {
+				o.health.fetched(now, t.Topic)
+			}
 			if len(p.Records) > 0 {
 				o.metrics.lag.WithLabelValues(t.Topic, itoa(int64(p.Partition))).Set(float64(max(0, p.HighWatermark-lastOffset(p.Records)-1)))
 			}
 			for _, r := range p.Records {
-				in := incoming{Channel: ch, Topic: r.Topic, Offset: r.Offset, Timestamp: r.Timestamp.UnixMilli(), Control: r.Attrs.IsControl(),
+				in := incoming{Channel: ch, Topic: r.Topic, Offset: r.Offset, Key: r.Key, Timestamp: r.Timestamp.UnixMilli(), Control: r.Attrs.IsControl(),
 					Transactional: r.Attrs.IsTransactional(), ProducerID: r.ProducerID}
 				if in.Control {
 					// The key of a control record is version (int16), type (int16):
@@ -310,7 +339,7 @@ func lastOffset(rs []*kgo.Record) int64 {
 // (or high watermarks with ReadUncommitted) listed when it starts, and
 // returns. It is what `parsley-observe scan` runs.
 func (o *Observer) Scan(ctx context.Context) error {
-	sel, err := o.selectTopics(ctx)
+	sel, _, err := o.selectTopics(ctx)
 	if err != nil {
 		return err
 	}
@@ -329,11 +358,16 @@ func (o *Observer) Scan(ctx context.Context) error {
 	if err := o.assign(ctx, sel); err != nil {
 		return err
 	}
+	names := sel.Names()
+	slices.Sort(names)
+	o.health.setTopics(names, nil)
+	o.health.set(time.Now(), nil)
 	for !o.caughtUp(ends) {
 		if _, err := o.poll(ctx); err != nil {
 			return fmt.Errorf("observer: scan: %w", err)
 		}
 	}
+	o.progress(ends)
 	return nil
 }
 
@@ -351,31 +385,42 @@ func (o *Observer) caughtUp(ends kadm.ListedOffsets) bool {
 	return done
 }
 
-// Run tails the selected topics until ctx ends, picking up new matching
-// topics and partitions and pruning the store to its bounds every
-// minute. It returns nil when ctx ends.
+// Run tails the selected topics until ctx ends, probing the cluster every
+// Refresh (new matching topics and partitions, end offsets, health) and
+// pruning the store to its bounds every PruneEvery. While the cluster
+// cannot be read, or no topic matches yet, it keeps retrying with backoff
+// and says so in Health, the metrics and the log. It returns nil when ctx
+// ends, and an error only when the store can no longer be written.
 func (o *Observer) Run(ctx context.Context) error {
-	sel, err := o.selectTopics(ctx)
-	if err != nil {
-		return err
-	}
-	if err := o.assign(ctx, sel); err != nil {
-		return err
-	}
-	refresh := time.NewTicker(cmp.Or(o.cfg.Refresh, 30*time.Second))
-	defer refresh.Stop()
+	refresh := cmp.Or(o.cfg.Refresh, 10*time.Second)
 	prune := time.NewTicker(cmp.Or(o.cfg.PruneEvery, time.Minute))
 	defer prune.Stop()
+	const minBackoff = time.Second
+	backoff := min(minBackoff, refresh)
+	var nextProbe time.Time
 	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if now := time.Now(); !now.Before(nextProbe) {
+			err := o.probe(ctx)
+			switch {
+			case ctx.Err() != nil:
+				return nil
+			case errors.Is(err, errWriterFailed):
+				return err
+			case err != nil:
+				o.log.Warn("cannot read the cluster; retrying", "err", err, "in", backoff)
+				nextProbe = time.Now().Add(backoff)
+				backoff = min(2*backoff, max(refresh, minBackoff))
+			default:
+				backoff = min(minBackoff, refresh)
+				nextProbe = time.Now().Add(refresh)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-refresh.C:
-			if sel, err := o.selectTopics(ctx); err == nil {
-				if err := o.assign(ctx, sel); err != nil {
-					o.log.Warn("assign new topics", "err", err)
-				}
-			}
 		case <-prune.C:
 			o.prune(ctx)
 			if _, err := o.Findings(ctx); err != nil && ctx.Err() == nil {
@@ -383,9 +428,21 @@ func (o *Observer) Run(ctx context.Context) error {
 			}
 		default:
 		}
+		if !o.consuming() {
+			// Nothing to fetch yet: wait for the next probe.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Until(nextProbe)):
+			}
+			continue
+		}
 		if _, err := o.poll(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil
+			}
+			if errors.Is(err, errWriterFailed) {
+				return err
 			}
 			o.log.Error("ingest", "err", err)
 			select {
@@ -395,6 +452,102 @@ func (o *Observer) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// probeTimeout bounds one probe of the cluster.
+const probeTimeout = 5 * time.Second
+
+// probe reads the cluster's topics, starts consuming new ones, lists the
+// end offsets of the observed ones and records the outcome in Health. A
+// missing topic is logged, not an error: the observer waits for it.
+func (o *Observer) probe(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	err := o.probeOnce(pctx)
+	if errors.Is(err, errWriterFailed) {
+		return err
+	}
+	if o.health.set(time.Now(), err) {
+		if err == nil {
+			o.log.Info("reading the cluster", "topics", o.health.get().Topics)
+		} else {
+			o.log.Warn("cannot read the cluster", "err", err)
+		}
+	}
+	return err
+}
+
+func (o *Observer) probeOnce(ctx context.Context) error {
+	sel, missing, err := o.selectTopics(ctx)
+	if err != nil && !errors.Is(err, ErrNoTopics) {
+		return err
+	}
+	before := o.health.get().Missing
+	if !slices.Equal(before, missing) && len(missing) > 0 {
+		o.log.Warn("waiting for topics", "missing", missing)
+	}
+	names := sel.Names()
+	slices.Sort(names)
+	o.health.setTopics(names, missing)
+	if len(sel) == 0 {
+		return nil
+	}
+	if err := o.assign(ctx, sel); err != nil {
+		return err
+	}
+	ends, err := o.admin.ListEndOffsets(ctx, names...)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("observer: list end offsets: %w", err)
+	}
+	o.progress(ends)
+	return nil
+}
+
+// progress publishes each partition's lag behind ends, marks topics read
+// to their end as fresh, and logs how far behind the observer is.
+func (o *Observer) progress(ends kadm.ListedOffsets) {
+	now := time.Now()
+	caughtUp := map[string]bool{}
+	lagOf := map[string]int64{}
+	var behind int64
+	o.mu.Lock()
+	ends.Each(func(lo kadm.ListedOffset) {
+		if _, ok := caughtUp[lo.Topic]; !ok {
+			caughtUp[lo.Topic] = true
+		}
+		cs, ok := o.w.chans[headers.Channel{Topic: o.topics[lo.Topic], Partition: lo.Partition}]
+		if !ok || cs.next < 0 {
+			caughtUp[lo.Topic] = false
+			return
+		}
+		lag := max(0, lo.Offset-cs.next)
+		o.metrics.lag.WithLabelValues(lo.Topic, itoa(int64(lo.Partition))).Set(float64(lag))
+		behind += lag
+		lagOf[lo.Topic] += lag
+		if lag > 0 {
+			caughtUp[lo.Topic] = false
+		}
+	})
+	o.mu.Unlock()
+	o.health.setLag(lagOf)
+	for t, ok := range caughtUp {
+		if ok {
+			o.health.fetched(now, t)
+		}
+	}
+	if behind > 0 {
+		o.log.Info("catching up", "records behind", behind)
+	}
+}
+
+// consuming reports whether any partition is assigned.
+func (o *Observer) consuming() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.assigned) > 0
 }
 
 func (o *Observer) prune(ctx context.Context) {
@@ -462,18 +615,16 @@ func ListOffsets(ctx context.Context, admin *kadm.Client) (map[headers.Channel]C
 	return out, nil
 }
 
-// Handler returns the web UI, JSON API, /metrics and /healthz over the
-// observer's store, with findings judged against live broker offsets.
-func (o *Observer) Handler() (*Server, error) {
-	return NewServer(o.store, o.Offsets, o.metrics)
-}
-
 // Findings evaluates every finding against the brokers' current offsets
-// and publishes the counts per code as metrics.
+// and publishes the counts per code as metrics. It is the one path that
+// does both: Run's periodic evaluation and the web server call it.
 func (o *Observer) Findings(ctx context.Context) ([]Finding, error) {
 	offs, err := o.Offsets(ctx)
 	if err != nil {
-		return nil, err
+		if ctx.Err() == nil && o.health.set(time.Now(), err) {
+			o.log.Warn("cannot read the cluster", "err", err)
+		}
+		return nil, fmt.Errorf("%w: %w", ErrClusterUnavailable, err)
 	}
 	fs, err := o.store.Findings(ctx, offs)
 	if err != nil {

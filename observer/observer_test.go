@@ -4,49 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/parsley-go/parsley/internal/obsdemo"
+	"github.com/parsley-go/parsley/internal/obstest"
 	"github.com/parsley-go/parsley/observer"
 )
 
-func ctxFor(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxFor(t *testing.T) context.Context { return obstest.Ctx(t) }
 
 // scan runs one observer pass over every topic of c into a fresh store
 // and returns the store and the observer.
 func scan(t *testing.T, ctx context.Context, c *broker.Cluster) (*observer.Store, *observer.Observer) {
 	t.Helper()
-	return scanWith(t, ctx, c, observer.Config{})
+	return obstest.Scan(t, ctx, c, observer.Config{})
 }
 
 func scanWith(t *testing.T, ctx context.Context, c *broker.Cluster, cfg observer.Config) (*observer.Store, *observer.Observer) {
 	t.Helper()
-	st, err := observer.OpenStore(ctx, filepath.Join(t.TempDir(), "obs.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	cfg.Seeds, cfg.Pattern = c.Addrs(), regexp.MustCompile(".*")
-	o, err := observer.New(cfg, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(o.Close)
-	if err := o.Scan(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return st, o
+	return obstest.Scan(t, ctx, c, cfg)
 }
 
 func findings(t *testing.T, ctx context.Context, o *observer.Observer) []observer.Finding {
@@ -62,14 +42,7 @@ func findings(t *testing.T, ctx context.Context, o *observer.Observer) []observe
 	return fs
 }
 
-func builder(t *testing.T, c *broker.Cluster) *obsdemo.Builder {
-	b, err := obsdemo.NewBuilder(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	return b
-}
+func builder(t *testing.T, c *broker.Cluster) *obsdemo.Builder { return obstest.Builder(t, c) }
 
 func TestCleanTopologyHasNoFindings(t *testing.T) {
 	ctx := ctxFor(t)

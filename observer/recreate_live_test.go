@@ -32,7 +32,7 @@ func TestRunFollowsARecreatedTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	o, err := observer.New(observer.Config{Seeds: c.Addrs(), Pattern: regexp.MustCompile("^re$"), Refresh: 100 * time.Millisecond}, st)
+	o, err := observer.New(observer.Config{Brokers: c.Addrs(), Pattern: regexp.MustCompile("^re$"), Refresh: 100 * time.Millisecond}, st)
 	if err != nil {
 		t.Fatal(err)
 	}

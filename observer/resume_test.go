@@ -51,7 +51,7 @@ func TestResumeAfterRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { st.Close() })
-		o, err := observer.New(observer.Config{Seeds: c.Addrs(), Pattern: regexp.MustCompile("^(base|gap|fan)$")}, st)
+		o, err := observer.New(observer.Config{Brokers: c.Addrs(), Pattern: regexp.MustCompile("^(base|gap|fan)$")}, st)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +194,7 @@ func TestRecreatedTopicIsANewChannel(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { st.Close() })
-		o, err := observer.New(observer.Config{Seeds: c.Addrs(), Topics: []string{"re"}}, st)
+		o, err := observer.New(observer.Config{Brokers: c.Addrs(), Topics: []string{"re"}}, st)
 		if err != nil {
 			t.Fatal(err)
 		}

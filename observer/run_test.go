@@ -29,7 +29,7 @@ func TestRunTailsAndPicksUpNewTopics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	o, err := observer.New(observer.Config{Seeds: c.Addrs(), Pattern: regexp.MustCompile("^live-"),
+	o, err := observer.New(observer.Config{Brokers: c.Addrs(), Pattern: regexp.MustCompile("^live-"),
 		Refresh: 100 * time.Millisecond, PruneEvery: 100 * time.Millisecond, MaxRecords: 3}, st)
 	if err != nil {
 		t.Fatal(err)

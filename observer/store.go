@@ -6,9 +6,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/parsley-go/parsley/headers"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, pure Go
@@ -22,12 +25,27 @@ const schemaVersion = "2"
 // version of the observer.
 var ErrSchemaVersion = errors.New("unsupported store schema version")
 
-// Record kinds.
+// recordKind says what a stored record is; it is the records.kind column.
+type recordKind int
+
 const (
-	kindData    = 0
-	kindControl = 1 // a transaction marker
-	kindAborted = 2 // a record of an aborted transaction (seen only when reading uncommitted)
-	kindPending = 3 // a transactional record whose marker has not been seen yet
+	kindData    recordKind = 0
+	kindControl recordKind = 1 // a transaction marker
+	kindAborted recordKind = 2 // a record of an aborted transaction (seen only when reading uncommitted)
+	kindPending recordKind = 3 // a transactional record whose marker has not been seen yet
+)
+
+// The kinds as SQL literals, for the queries and the partial index that
+// must name a kind in their text (a bound parameter cannot select a
+// partial index). TestKindSQLSpellings keeps them equal to the kinds.
+const (
+	sqlKindData    = "0"
+	sqlKindControl = "1"
+	sqlKindAborted = "2"
+	sqlKindPending = "3"
+	// sqlHoleKinds are the positions a claim must not name: markers and
+	// aborted records.
+	sqlHoleKinds = "(" + sqlKindControl + ", " + sqlKindAborted + ")"
 )
 
 const schema = `
@@ -57,11 +75,12 @@ CREATE TABLE IF NOT EXISTS records(
 	n_seq INTEGER NOT NULL,
 	hdr_bytes INTEGER NOT NULL,
 	stamp BLOB,
-	err TEXT);
+	err TEXT,
+	key_hash INTEGER);                        -- keyHash of the record's key; NULL without a key
 CREATE UNIQUE INDEX IF NOT EXISTS records_at ON records(ch, off);
 CREATE INDEX IF NOT EXISTS records_seq ON records(ch, sender, seq) WHERE tagged;
 -- Markers and aborted records: the positions a claim must not name.
-CREATE INDEX IF NOT EXISTS records_holes ON records(ch, off) WHERE kind IN (1, 2);
+CREATE INDEX IF NOT EXISTS records_holes ON records(ch, off) WHERE kind IN ` + sqlHoleKinds + `;
 -- Offsets a fetch skipped (aborted records under read_committed).
 CREATE TABLE IF NOT EXISTS gaps(ch INTEGER NOT NULL, from_off INTEGER NOT NULL, to_off INTEGER NOT NULL,
 	PRIMARY KEY(ch, from_off)) WITHOUT ROWID;
@@ -116,21 +135,61 @@ type Store struct {
 // synchronous=NORMAL: the store is a cache of what the topics hold, so a
 // lost tail is re-read from the brokers.
 func OpenStore(ctx context.Context, path string) (*Store, error) {
-	q := url.Values{}
-	for _, p := range []string{"journal_mode(WAL)", "synchronous(NORMAL)", "busy_timeout(10000)", "cache_size(-32000)"} {
-		q.Add("_pragma", p)
+	return openStore(ctx, path, url.Values{"_pragma": {"journal_mode(WAL)", "synchronous(NORMAL)", "busy_timeout(10000)", "cache_size(-32000)"}},
+		(*Store).init)
+}
+
+// ErrNotStore is wrapped when a file opened read-only is not an observer
+// store: not a SQLite database, or one without the observer's schema.
+var ErrNotStore = errors.New("not an observer store")
+
+// OpenStoreReadOnly opens an existing store for reading. It writes nothing
+// to the file — no schema, no journal mode — and refuses a file that is not
+// an observer store with an error wrapping ErrNotStore, or one written by
+// another schema version with ErrSchemaVersion.
+func OpenStoreReadOnly(ctx context.Context, path string) (*Store, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("observer: open store: %w", err)
 	}
+	return openStore(ctx, path, url.Values{"mode": {"ro"}, "_pragma": {"query_only(1)", "busy_timeout(10000)"}},
+		(*Store).check)
+}
+
+// openStore opens path with the URI parameters q and readies the store
+// with ready (creating or checking its schema).
+func openStore(ctx context.Context, path string, q url.Values, ready func(*Store, context.Context) error) (*Store, error) {
 	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("observer: open store %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(8)
 	s := &Store{db: db, path: path}
-	if err := s.init(ctx); err != nil {
+	if err := ready(s, ctx); err != nil {
 		db.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// check confirms, reading only, that the database is an observer store of
+// this schema version.
+func (s *Store) check(ctx context.Context) error {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('meta', 'channels', 'records', 'findings')`).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("observer: %s is not a SQLite database (%v): %w", s.path, err, ErrNotStore)
+	}
+	if n < 4 {
+		return fmt.Errorf("observer: %s is a SQLite database but not an observer store (it lacks the observer's tables; build one with `parsley-observe scan --db` or `serve --db`): %w", s.path, ErrNotStore)
+	}
+	var v string
+	if err := s.db.QueryRowContext(ctx, `SELECT v FROM meta WHERE k = 'schema'`).Scan(&v); err != nil {
+		return fmt.Errorf("observer: %s is not an observer store (no schema version: %v): %w", s.path, err, ErrNotStore)
+	}
+	if v != schemaVersion {
+		return fmt.Errorf("observer: store %s has schema version %q, this observer reads %q: %w", s.path, v, schemaVersion, ErrSchemaVersion)
+	}
+	return nil
 }
 
 func (s *Store) init(ctx context.Context) error {
@@ -150,14 +209,62 @@ func (s *Store) init(ctx context.Context) error {
 	case v != schemaVersion:
 		return fmt.Errorf("observer: store %s has schema version %q, this observer reads %q: %w", s.path, v, schemaVersion, ErrSchemaVersion)
 	}
+	// key_hash came within schema 2: a store written before it gains the
+	// column, NULL for the records already stored.
+	var n int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('records') WHERE name = 'key_hash'`).Scan(&n); err != nil {
+		return fmt.Errorf("observer: read the records columns in %s: %w", s.path, err)
+	}
+	if n == 0 {
+		if _, err := s.db.ExecContext(ctx, `ALTER TABLE records ADD COLUMN key_hash INTEGER`); err != nil {
+			return fmt.Errorf("observer: add key_hash to %s: %w", s.path, err)
+		}
+	}
 	return nil
+}
+
+// keyHash is what the store keeps of a record's key: enough to find the
+// records with a key an operator types, not the key itself. 0 is never
+// returned, so a hash is never confused with no key.
+func keyHash(key []byte) int64 {
+	h := fnv.New64a()
+	h.Write(key)
+	return int64(h.Sum64() | 1)
+}
+
+// KeyRecords returns the coordinates, by topic ID, of up to limit stored
+// records whose key is key, newest first. A store written before keys were
+// kept finds none.
+func (s *Store) KeyRecords(ctx context.Context, key string, limit int) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT c.topic, c.part, r.off FROM records r JOIN channels c ON c.id = r.ch
+		WHERE r.key_hash = ? ORDER BY r.id DESC LIMIT ?`, keyHash([]byte(key)), limit)
+	if err != nil {
+		return nil, fmt.Errorf("observer: records with key %q: %w", key, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var topic []byte
+		var c headers.Coordinate
+		if err := rows.Scan(&topic, &c.Partition, &c.Offset); err != nil {
+			return nil, fmt.Errorf("observer: records with key %q: %w", key, err)
+		}
+		copy(c.Topic[:], topic)
+		out = append(out, c.String())
+	}
+	return out, rows.Err()
 }
 
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
-// DB returns the underlying database, for ad-hoc queries.
-func (s *Store) DB() *sql.DB { return s.db }
+// Ping checks that the store's database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("observer: store %s: %w", s.path, err)
+	}
+	return nil
+}
 
 // encodeStampHeaders keeps a record's stamp headers verbatim, in order,
 // duplicates included, so an undecodable stamp can be shown and decoded
@@ -277,7 +384,7 @@ type scanner interface{ Scan(...any) error }
 func scanRecord(sc scanner) (*Record, error) {
 	var r Record
 	var topic, sender, stamp []byte
-	var kind int
+	var kind recordKind
 	if err := sc.Scan(&r.id, &topic, &r.Coordinate.Partition, &r.Topic, &r.Coordinate.Offset, &r.Timestamp, &kind,
 		&r.Stamped, &r.Tagged, &sender, &r.Seq, &r.Offsets, &r.Seqs, &r.HeaderSize, &stamp, &r.Err); err != nil {
 		return nil, err
@@ -401,4 +508,20 @@ func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 func placeholders(n, k int) string {
 	row := "(" + strings.TrimSuffix(strings.Repeat("?,", k), ",") + ")"
 	return strings.TrimSuffix(strings.Repeat(row+",", n), ",")
+}
+
+// RecordTime returns the timestamp of the stored record ref names, and
+// whether the store holds it.
+func (s *Store) RecordTime(ctx context.Context, ref Ref) (time.Time, bool) {
+	c, err := s.Resolve(ctx, ref)
+	if err != nil {
+		return time.Time{}, false
+	}
+	var ts int64
+	err = s.db.QueryRowContext(ctx, `SELECT r.ts FROM records r JOIN channels c ON c.id = r.ch WHERE c.topic = ? AND c.part = ? AND r.off = ?`,
+		c.Topic[:], c.Partition, c.Offset).Scan(&ts)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ts).UTC(), true
 }

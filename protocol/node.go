@@ -98,8 +98,10 @@ type Node struct {
 	senders   []headers.SenderID // interned senders of held records; index+1 in skeletons
 	senderIdx map[headers.SenderID]uint32
 
-	gateLookup bool        // the gate looks inputs up in the clock rather than walking it
-	sabotage   sabotageSet // verification builds only; see sabotage.go
+	gate       headers.ChannelList // the inputs' channels, in n.inputs order, for the gate's lookups
+	gateOffs   []int64             // the gate's scratch: a stamp's claim on each input
+	gateLookup bool                // read claims with OffsetsOf, not the entry walk (tests compare the two)
+	sabotage   sabotageSet         // verification builds only; see sabotage.go
 
 	nonEmpty int // inputs with a non-empty queue
 	held     int
@@ -120,17 +122,47 @@ type input struct {
 	accounted int64 // highest offset accounted for at init (frontier or held tail)
 	position  int64 // highest consumer position reported; 0 = none
 
-	cc headers.Clock // advertised clock: folded clocks of records received here
-	ds map[headers.SenderID]dsMark
+	cc headers.Clock                // advertised clock: folded clocks of records received here
+	ds map[headers.SenderID]*dsMark // entries are updated in place, never replaced
 
 	frontierDirty bool
 	ccDirty       bool
 	dsDirty       []headers.SenderID
 
 	q queue
+
+	lastSender uint32 // interned index (index+1 in Node.senders) of the last tagged record's sender; 0 none
+
+	lastMark       *dsMark // ds[lastMarkSender], the mark delivery touched last
+	lastMarkSender headers.SenderID
 }
 
 type dsMark struct{ seq, offset int64 }
+
+// markOf returns sender's delivered-sequence mark on in, or nil. A channel's
+// records mostly come from one writer, so the last mark found is kept and
+// a repeat skips the map.
+func (in *input) markOf(sender headers.SenderID) *dsMark {
+	if in.lastMark != nil && in.lastMarkSender == sender {
+		return in.lastMark
+	}
+	m := in.ds[sender]
+	if m != nil {
+		in.lastMark, in.lastMarkSender = m, sender
+	}
+	return m
+}
+
+// setMark sets sender's delivered-sequence mark on in.
+func (in *input) setMark(sender headers.SenderID, v dsMark) {
+	m := in.markOf(sender)
+	if m == nil {
+		m = new(dsMark)
+		in.ds[sender] = m
+		in.lastMark, in.lastMarkSender = m, sender
+	}
+	*m = v
+}
 
 // New builds a node from cfg: it restores the state in cfg.Store and the own
 // outputs (the sends acknowledged through Sent), reads the sinks' end
@@ -165,11 +197,12 @@ func newNode(ctx context.Context, cfg Config, sab sabotageSet) (*Node, error) {
 	chans := slices.Clone(cfg.Inputs)
 	slices.SortFunc(chans, headers.Channel.Compare)
 	for _, ch := range chans {
-		in := &input{ch: ch, key: chanKey(ch), frontier: -1, claim: -1, fed: -1, accounted: -1, ds: make(map[headers.SenderID]dsMark)}
+		in := &input{ch: ch, key: chanKey(ch), frontier: -1, claim: -1, fed: -1, accounted: -1, ds: make(map[headers.SenderID]*dsMark)}
 		n.inputs = append(n.inputs, in)
 		n.byChan[ch] = in
 	}
-	n.gateLookup = len(n.inputs) <= 16
+	n.gate = headers.NewChannelList(chans)
+	n.gateLookup = true
 	n.sabotage = sab
 	n.sinks = slices.Clone(cfg.Sinks)
 	slices.SortFunc(n.sinks, headers.TopicID.Compare)
@@ -476,7 +509,7 @@ func (n *Node) restoreInput(in *input) error {
 		if !ok || seq < 0 || off < 0 {
 			return corrupt(op, k, "want two non-negative int64s")
 		}
-		in.ds[s] = dsMark{seq: seq, offset: off}
+		in.setMark(s, dsMark{seq: seq, offset: off})
 		return nil
 	})
 	if err != nil {
@@ -524,7 +557,7 @@ func (n *Node) restoreQueue(in *input) error {
 		if err := headers.ReadStamp(&n.scratch, rec.Headers); err != nil {
 			return &Error{Op: op, Channel: in.ch, Offset: rec.Offset, HasChannel: true, HasOffset: true, Key: k, Err: because(ErrCorruptState, err.Error())}
 		}
-		q.push(n.skeleton(&rec, &n.scratch))
+		q.push(n.skeleton(in, &rec, &n.scratch))
 		next++
 		return nil
 	})
@@ -559,18 +592,29 @@ func (n *Node) restoreQueue(in *input) error {
 	return nil
 }
 
-func (n *Node) skeleton(r *Record, s *headers.Stamp) skel {
+func (n *Node) skeleton(in *input, r *Record, s *headers.Stamp) skel {
 	k := skel{offset: r.Offset, timestamp: r.Timestamp}
 	if s.Tagged {
-		idx, ok := n.senderIdx[s.Sender]
-		if !ok {
-			n.senders = append(n.senders, s.Sender)
-			idx = uint32(len(n.senders))
-			n.senderIdx[s.Sender] = idx
-		}
-		k.sender, k.seq = idx, s.Seq
+		k.sender, k.seq = n.internSender(in, s.Sender), s.Seq
 	}
 	return k
+}
+
+// internSender returns id's index+1 in n.senders, adding it if new. A
+// channel's records mostly come from one writer, so in remembers the last
+// one and a repeat skips the map; interned indices never change.
+func (n *Node) internSender(in *input, id headers.SenderID) uint32 {
+	if i := in.lastSender; i > 0 && n.senders[i-1] == id {
+		return i
+	}
+	idx, ok := n.senderIdx[id]
+	if !ok {
+		n.senders = append(n.senders, id)
+		idx = uint32(len(n.senders))
+		n.senderIdx[id] = idx
+	}
+	in.lastSender = idx
+	return idx
 }
 
 // rebuildAgg recomputes the stamp-side union from its parts.

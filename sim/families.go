@@ -50,9 +50,10 @@ func families() []Scenario {
 				}, Crashes: 6}
 		}},
 		{Name: "wide", Build: func(r *rand.Rand) Spec {
-			// W consumes all 18 partitions of w and a: more than 16 inputs,
-			// the gate's merge-walk path. A spreads each record over two
-			// random partitions, so sequence claims cross them.
+			// W consumes all 18 partitions of w and a: a wide gate, where
+			// each head's claims are read for 19 inputs at once. A spreads
+			// each record over two random partitions, so sequence claims
+			// cross them.
 			ins := []Ref{{Topic: "a"}}
 			for p := range 18 {
 				ins = append(ins, parts("w", p))

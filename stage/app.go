@@ -74,6 +74,8 @@ type App struct {
 	ready            atomic.Bool
 
 	hooks hooks
+
+	scope scopeWarnings // deliveries claiming causes another task consumes (scope.go)
 }
 
 // hooks are test seams. Each is nil in production.

@@ -26,6 +26,7 @@ type taskEnv struct {
 	names   map[headers.TopicID]string // and by ID
 	offsets brokerOffsets              // for protocol.New and the sweep
 	sent    *sendResults               // where the step's produce promises report
+	scope   *scopeWarnings             // cross-task claims, counted per step (scope.go)
 }
 
 func (a *App) newTaskEnv() *taskEnv {
@@ -39,6 +40,7 @@ func (a *App) newTaskEnv() *taskEnv {
 		names:            a.idName,
 		offsets:          brokerOffsets{admin: a.admin, names: a.idName},
 		sent:             &a.sent,
+		scope:            &a.scope,
 	}
 }
 

@@ -30,10 +30,12 @@ const (
 	metricStepCommits    = "parsley_step_commits_total"
 	metricStepAborts     = "parsley_step_aborts_total"
 	metricStepLatency    = "parsley_step_duration_seconds"
+	metricScopeCrossings = "parsley_cross_task_claims_total"
 	labelStage           = "stage"
 	labelPartition       = "partition"
 	labelTopic           = "topic"
 	labelApplicationName = "application"
+	labelClaimedTopic    = "claimed_topic"
 )
 
 // Collector returns a Prometheus collector of the application's metrics.
@@ -52,6 +54,7 @@ type descs struct {
 	held, heldAge, topicHeld, topicHeldAge           *prometheus.Desc
 	delivered, replays, sweepsSkipped, ticks         *prometheus.Desc
 	stampOffsets, stampSeqs, stepCommits, stepAborts *prometheus.Desc
+	scopeCrossings                                   *prometheus.Desc
 }
 
 func newDescs(app string) *descs {
@@ -74,6 +77,9 @@ func newDescs(app string) *descs {
 		stampSeqs:     d(metricStampSeqs, "Sequence entries in the stamp-side clock: claims not yet resolved to offsets.", task),
 		stepCommits:   d(metricStepCommits, "Steps (transactions) committed by this instance.", nil),
 		stepAborts:    d(metricStepAborts, "Steps (transactions) aborted by this instance.", nil),
+		scopeCrossings: d(metricScopeCrossings, "Records delivered in committed steps that claim an offset on another partition of a source topic of the stage, "+
+			"a cause another task consumes and this one does not wait for, while murmur2 of their key names another partition than the one they are on.",
+			[]string{labelStage, labelTopic, labelClaimedTopic}),
 	}
 }
 
@@ -85,7 +91,7 @@ type metricsCollector struct {
 func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := c.d
 	for _, x := range []*prometheus.Desc{d.held, d.heldAge, d.topicHeld, d.topicHeldAge, d.delivered, d.replays,
-		d.sweepsSkipped, d.ticks, d.stampOffsets, d.stampSeqs, d.stepCommits, d.stepAborts} {
+		d.sweepsSkipped, d.ticks, d.stampOffsets, d.stampSeqs, d.stepCommits, d.stepAborts, d.scopeCrossings} {
 		ch <- x
 	}
 	c.a.latency.h.Describe(ch)
@@ -96,6 +102,9 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(d.stepCommits, prometheus.CounterValue, float64(a.commits.Load()))
 	ch <- prometheus.MustNewConstMetric(d.stepAborts, prometheus.CounterValue, float64(a.aborts.Load()))
 	a.latency.h.Collect(ch)
+	for _, c := range a.scope.snapshot() {
+		ch <- prometheus.MustNewConstMetric(d.scopeCrossings, prometheus.CounterValue, float64(c.n), c.stage, c.topic, c.claimed)
+	}
 	snap := a.snap.Load()
 	if snap == nil {
 		return

@@ -58,6 +58,7 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 		}
 		a.steps.Add(1)
 		a.xfails = 0
+		a.scope.commitStep()
 		if a.hooks.afterCommit != nil {
 			a.hooks.afterCommit()
 		}
@@ -66,6 +67,7 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	for _, t := range a.tasks {
 		t.reset()
 	}
+	a.scope.abortStep()
 	if a.hooks.afterAbort != nil {
 		a.hooks.afterAbort()
 	}

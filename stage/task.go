@@ -43,6 +43,8 @@ type task struct {
 	msg    rawMessage // the delivery being processed, reused
 	fold   foldState  // its state view, reused
 
+	foldKeys foldKeyCache
+
 	tickTopic string // the stage's tick topic, "" when it does not tick
 
 	// acks are the offsets the broker acknowledged for the step's stamped
@@ -51,6 +53,7 @@ type task struct {
 	// (own.go).
 	acks  []headers.Coordinate
 	sends int
+	sent  func(*kgo.Record, error) // sendPromise, bound once
 
 	// Owned by the session loop; they survive the node's rebuilds and go
 	// when the task leaves.
@@ -127,6 +130,7 @@ func (t *task) initErr(err error) error {
 // build makes a node from committed state (host duty H5) and processes
 // what its first Release delivers. Init writes go to the step's batch.
 func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts map[string]map[int32]int64) error {
+	t.kv.DropCache() // a rebuilt node reads the file, nothing remembered from before
 	t.batch = protocol.NewBatch(t.kv)
 	t.clNext = -1
 	n, err := protocol.New(ctx, protocol.Config{
@@ -230,6 +234,7 @@ func (t *task) deliver(ctx context.Context, sess *kgo.GroupTransactSession, ds [
 		if b == nil {
 			return t.stepErr("", d.Offset, fmt.Errorf("delivery on undeclared channel %s", d.Channel))
 		}
+		t.checkScope(b, d)
 		m := &t.msg
 		*m = rawMessage{
 			topic: b.topic, partition: d.Partition, offset: d.Offset, coord: d.Coordinate,
@@ -237,7 +242,7 @@ func (t *task) deliver(ctx context.Context, sess *kgo.GroupTransactSession, ds [
 		}
 		var io stateIO
 		if b.fold {
-			key := foldKey(d.Key)
+			key := t.foldKeys.of(d.Key)
 			if b.tick {
 				key = tickSlot
 			}
@@ -278,7 +283,11 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 	if err := t.node.PrepareSendInto(&t.stamp, headers.Channel{Topic: meta.id, Partition: p}); err != nil {
 		return err
 	}
-	hs := make([]kgo.RecordHeader, 0, len(e.headers)+3)
+	out := new(outRecord)
+	hs := out.headers[:0]
+	if n := len(e.headers) + stampHeaders; n > len(out.headers) {
+		hs = make([]kgo.RecordHeader, 0, n)
+	}
 	for _, h := range e.headers {
 		hs = append(hs, kgo.RecordHeader(h))
 	}
@@ -292,9 +301,24 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 	if e.hasTS {
 		ts = e.ts
 	}
+	if t.sent == nil {
+		t.sent = t.sendPromise // bound once: a method value per produce allocates
+	}
 	t.sends++
-	sess.Produce(ctx, &kgo.Record{Topic: name, Partition: p, Key: k, Value: v, Headers: hs, Timestamp: ts}, t.sendPromise)
+	out.Record = kgo.Record{Topic: name, Partition: p, Key: k, Value: v, Headers: hs, Timestamp: ts}
+	sess.Produce(ctx, &out.Record, t.sent)
 	return nil
+}
+
+// stampHeaders is how many headers a vc stamp adds: vc, vc-sender, vc-seq.
+const stampHeaders = 3
+
+// outRecord is an emission's record with room for its headers, so the
+// usual emission (the stamp and at most one application header) is one
+// allocation rather than two.
+type outRecord struct {
+	kgo.Record
+	headers [stampHeaders + 1]kgo.RecordHeader
 }
 
 // flush writes the node's changed state into the batch and produces the
@@ -309,8 +333,10 @@ func (t *task) flush(ctx context.Context, sess *kgo.GroupTransactSession) error 
 	if err := t.node.Flush(); err != nil {
 		return t.stepErr("", -1, err)
 	}
-	for _, m := range t.batch.Mutations() {
-		sess.Produce(ctx, state.Record(t.changelog, t.partition, m), t.changelogPromise)
+	rs := state.Records(t.changelog, t.partition, t.batch.Mutations())
+	promise := t.changelogPromise // bound once: a method value per record allocates
+	for i := range rs {
+		sess.Produce(ctx, &rs[i], promise)
 	}
 	return nil
 }
@@ -358,6 +384,28 @@ func foldKey(key []byte) string {
 		return "\x01"
 	}
 	return "\x02" + string(key)
+}
+
+// foldKeyCache remembers the fold keys of recent record keys: a stream
+// touches the same keys again and again, and each new key string would be
+// an allocation per record. When full it starts over.
+type foldKeyCache map[string]string
+
+const foldKeyCacheSize = 4096
+
+func (c *foldKeyCache) of(key []byte) string {
+	if key == nil {
+		return foldKey(nil)
+	}
+	if k, ok := (*c)[string(key)]; ok {
+		return k
+	}
+	if *c == nil || len(*c) >= foldKeyCacheSize {
+		*c = make(foldKeyCache)
+	}
+	k := foldKey(key)
+	(*c)[k[1:]] = k
+	return k
 }
 
 type foldState struct {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,8 +19,11 @@ import (
 
 	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/buildinfo"
 	"github.com/parsley-go/parsley/internal/obsdemo"
 	"github.com/parsley-go/parsley/observer"
+	"github.com/parsley-go/parsley/observer/web"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
 )
 
@@ -47,26 +51,47 @@ func uncommittedFlag() cli.Flag {
 }
 
 func depthFlag() cli.Flag {
-	return &cli.IntFlag{Name: "depth", Value: 1000, Usage: "maximum distance from the record"}
+	return &cli.IntFlag{Name: "depth", Value: 1000, Usage: "maximum distance from the record (at least 1)"}
 }
 
 func limitFlag() cli.Flag {
-	return &cli.IntFlag{Name: "limit", Value: 5000, Usage: "maximum records in the graph"}
+	return &cli.IntFlag{Name: "limit", Value: 5000, Usage: "maximum records in the graph (at least 1)"}
 }
 
 func dbFlag(required bool) *cli.StringFlag {
 	return &cli.StringFlag{Name: "db", Required: required, EnvVars: []string{"PARSLEY_OBSERVER_DB"}, Usage: "SQLite store path"}
 }
 
+// usageError makes a command-line parse error exit 2, as the other usage
+// errors do.
+func usageError(_ *cli.Context, err error, _ bool) error { return cli.Exit(err.Error(), 2) }
+
 func app() *cli.App {
-	return &cli.App{
-		Name:  "parsley-observe",
-		Usage: "rebuild causal graphs from Parsley-stamped Kafka topics and flag stamp gaps and late-joiner windows",
+	a := &cli.App{
+		Name:         "parsley-observe",
+		Usage:        "rebuild causal graphs from Parsley-stamped Kafka topics and flag stamp gaps and late-joiner windows",
+		HideVersion:  true,
+		OnUsageError: usageError,
+		Flags:        []cli.Flag{&cli.BoolFlag{Name: "version", Aliases: []string{"V"}, Usage: "print the version and exit"}},
+		Action: func(c *cli.Context) error {
+			if c.Bool("version") {
+				fmt.Fprintln(c.App.Writer, buildinfo.String("parsley-observe"))
+				return nil
+			}
+			if c.NArg() > 0 {
+				return cli.Exit(fmt.Sprintf("unknown command %q (see parsley-observe --help)", c.Args().First()), 2)
+			}
+			cli.ShowAppHelp(c)
+			return cli.Exit("", 2)
+		},
 		Commands: []*cli.Command{
 			{
 				Name: "serve", Usage: "tail topics and serve the web UI, JSON API, /metrics and /healthz",
-				Flags: []cli.Flag{brokersFlag(), topicsFlag(), patternFlag(), fromFlag(), uncommittedFlag(), dbFlag(false),
+				Flags: []cli.Flag{brokersFlag(), topicsFlag(), patternFlag(), fromFlag(), uncommittedFlag(),
+					&cli.StringFlag{Name: "db", Value: "observer.db", EnvVars: []string{"PARSLEY_OBSERVER_DB"}, Usage: "SQLite store path; kept across restarts"},
 					&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", Usage: "HTTP listen address"},
+					&cli.BoolFlag{Name: "no-payloads", Usage: "never show record keys, values or headers in the UI (for sensitive payloads)"},
+					&cli.DurationFlag{Name: "refresh", Value: 10 * time.Second, Usage: "how often to probe the cluster (health, new topics, lag); bounds how long a lost cluster goes unreported"},
 					&cli.DurationFlag{Name: "max-age", Usage: "prune records older than this (0: keep)"},
 					&cli.Int64Flag{Name: "max-records", Value: 5_000_000, Usage: "prune the oldest records beyond this many (0: keep)"}},
 				Action: serve,
@@ -88,7 +113,7 @@ func app() *cli.App {
 				Name: "graph", Usage: "write a record's ancestry or descendants as DOT or JSON", ArgsUsage: "TOPIC/PARTITION@OFFSET",
 				Flags: []cli.Flag{dbFlag(true), depthFlag(), limitFlag(),
 					&cli.StringFlag{Name: "format", Value: "dot", Usage: "dot or json"},
-					&cli.StringFlag{Name: "direction", Value: "ancestry", Usage: "ancestry or descendants"}},
+					&cli.StringFlag{Name: "direction", Value: "ancestry", Usage: "ancestry, descendants or both"}},
 				Action: graph,
 			},
 			{
@@ -105,6 +130,10 @@ func app() *cli.App {
 			},
 		},
 	}
+	for _, c := range a.Commands {
+		c.OnUsageError = usageError
+	}
+	return a
 }
 
 func brokers(c *cli.Context) ([]string, error) {
@@ -127,8 +156,13 @@ func config(c *cli.Context) (observer.Config, error) {
 	if err != nil {
 		return observer.Config{}, err
 	}
-	cfg := observer.Config{Seeds: seeds, Topics: c.StringSlice("topics"), ReadUncommitted: c.Bool("read-uncommitted"),
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	// serve reports its progress; the one-shot commands only what goes wrong.
+	level := slog.LevelWarn
+	if c.Command.Name == "serve" {
+		level = slog.LevelInfo
+	}
+	cfg := observer.Config{Brokers: seeds, Topics: c.StringSlice("topics"), ReadUncommitted: c.Bool("read-uncommitted"),
+		Logger: slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))}
 	if p := c.String("pattern"); p != "" {
 		if cfg.Pattern, err = regexp.Compile(p); err != nil {
 			return cfg, cli.Exit(fmt.Sprintf("--pattern %q: %v", p, err), 2)
@@ -153,8 +187,8 @@ func config(c *cli.Context) (observer.Config, error) {
 	return cfg, nil
 }
 
-// openStore opens --db, or a store in a fresh temporary directory that
-// cleanup removes.
+// openStore opens --db for writing (creating it), or a store in a fresh
+// temporary directory that cleanup removes.
 func openStore(c *cli.Context) (*observer.Store, func(), error) {
 	path := c.String("db")
 	cleanup := func() {}
@@ -164,10 +198,6 @@ func openStore(c *cli.Context) (*observer.Store, func(), error) {
 			return nil, nil, err
 		}
 		path, cleanup = filepath.Join(dir, "observer.db"), func() { os.RemoveAll(dir) }
-	} else if c.Command.Name != "serve" && c.Command.Name != "scan" {
-		if _, err := os.Stat(path); err != nil {
-			return nil, nil, cli.Exit(fmt.Sprintf("--db %s: %v (build one with `parsley-observe scan --db` or `serve --db`)", path, err), 2)
-		}
 	}
 	st, err := observer.OpenStore(c.Context, path)
 	if err != nil {
@@ -175,6 +205,32 @@ func openStore(c *cli.Context) (*observer.Store, func(), error) {
 		return nil, nil, err
 	}
 	return st, func() { st.Close(); cleanup() }, nil
+}
+
+// openStoreReadOnly opens --db for the commands that only read it: it
+// writes nothing to the file and refuses one that is not an observer store.
+func openStoreReadOnly(c *cli.Context) (*observer.Store, error) {
+	path := c.String("db")
+	st, err := observer.OpenStoreReadOnly(c.Context, path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, cli.Exit(fmt.Sprintf("--db %s: no such file (build one with `parsley-observe scan --db` or `serve --db`)", path), 2)
+	}
+	if err != nil {
+		return nil, cli.Exit(err.Error(), 2)
+	}
+	return st, nil
+}
+
+// limits reads --depth and --limit.
+func limits(c *cli.Context) (observer.Limits, error) {
+	lim := observer.Limits{Depth: c.Int("depth"), Nodes: c.Int("limit")}
+	if lim.Depth < 1 {
+		return lim, cli.Exit(fmt.Sprintf("--depth %d: want at least 1", lim.Depth), 2)
+	}
+	if lim.Nodes < 1 {
+		return lim, cli.Exit(fmt.Sprintf("--limit %d: want at least 1", lim.Nodes), 2)
+	}
+	return lim, nil
 }
 
 func scan(c *cli.Context) error {
@@ -225,7 +281,7 @@ func scan(c *cli.Context) error {
 		enc.Encode(fs)
 	} else {
 		for _, f := range fs {
-			fmt.Fprintf(w, "%-7s %-23s %s\n        coordinates: %s\n        action: %s\n", f.Severity, f.Code, f.Summary, strings.Join(f.Coordinates, " "), f.Action)
+			fmt.Fprintf(w, "%-7s %-23s %s\n        coordinates: %s\n        action: %s\n", f.Severity, f.Code, f.Summary, strings.Join(f.Names, " "), f.Action)
 		}
 		fmt.Fprintf(w, "%d findings, %d at or above %s\n", len(fs), failed, failOn)
 	}
@@ -240,27 +296,36 @@ func serve(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	cfg.MaxAge, cfg.MaxRecords = c.Duration("max-age"), c.Int64("max-records")
-	path := c.String("db")
-	if path == "" {
-		path = "parsley-observer.db"
+	cfg.MaxAge, cfg.MaxRecords, cfg.Refresh = c.Duration("max-age"), c.Int64("max-records"), c.Duration("refresh")
+	if cfg.Refresh <= 0 {
+		return cli.Exit(fmt.Sprintf("--refresh %v: want a positive duration", cfg.Refresh), 2)
 	}
+	path := c.String("db")
 	st, err := observer.OpenStore(c.Context, path)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	cfg.Logger.Info("store", "path", path)
 	o, err := observer.New(cfg, st)
 	if err != nil {
 		return err
 	}
 	defer o.Close()
-	return runServer(c.Context, c.String("listen"), o, c.App.Writer)
+	return runServer(c.Context, c.String("listen"), o, !c.Bool("no-payloads"), c.App.Writer)
 }
 
-// runServer serves o's handler while o tails, until ctx ends.
-func runServer(ctx context.Context, addr string, o *observer.Observer, out io.Writer) error {
-	h, err := o.Handler()
+// runServer serves o's store while o tails, until ctx ends or either
+// fails; payloads says whether record pages preview keys and values. It returns only after both have stopped, so the caller's deferred
+// closes of the observer and its store never race the ingest.
+func runServer(ctx context.Context, addr string, o *observer.Observer, payloads bool, out io.Writer) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(o.Collector())
+	var payload func(context.Context, headers.Coordinate) (*observer.Payload, error)
+	if payloads {
+		payload = o.Payload
+	}
+	h, err := web.New(web.Config{Store: o.Store(), Findings: o.Findings, Gatherer: reg, Health: o.Health, Payload: payload})
 	if err != nil {
 		return err
 	}
@@ -270,16 +335,31 @@ func runServer(ctx context.Context, addr string, o *observer.Observer, out io.Wr
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(out, "parsley-observe: serving http://%s/\n", ln.Addr())
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
-	go func() { errc <- o.Run(ctx) }()
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	serveErr, runErr := make(chan error, 1), make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { runErr <- o.Run(ctx) }()
+	var served, ingested bool
 	select {
 	case <-ctx.Done():
-	case err = <-errc:
+	case err = <-serveErr:
+		served = true
+	case err = <-runErr:
+		ingested = true
+	}
+	stop()
+	if !ingested {
+		if rerr := <-runErr; err == nil || errors.Is(err, http.ErrServerClosed) {
+			err = rerr
+		}
 	}
 	shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	srv.Shutdown(shut)
+	if !served {
+		<-serveErr
+	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
@@ -298,16 +378,19 @@ func parseTarget(c *cli.Context, st *observer.Store) (headers.Coordinate, error)
 }
 
 func explain(c *cli.Context) error {
-	st, done, err := openStore(c)
+	lim, err := limits(c)
 	if err != nil {
 		return err
 	}
-	defer done()
+	st, err := openStoreReadOnly(c)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
 	at, err := parseTarget(c, st)
 	if err != nil {
 		return err
 	}
-	lim := observer.Limits{Depth: c.Int("depth"), Nodes: c.Int("limit")}
 	walk := st.Ancestry
 	if c.Bool("descendants") {
 		walk = st.Descendants
@@ -320,36 +403,42 @@ func explain(c *cli.Context) error {
 }
 
 func graph(c *cli.Context) error {
-	st, done, err := openStore(c)
+	lim, err := limits(c)
 	if err != nil {
 		return err
 	}
-	defer done()
+	d, f := c.String("direction"), c.String("format")
+	if d != "ancestry" && d != "descendants" && d != "both" {
+		return cli.Exit(fmt.Sprintf("--direction %q: want ancestry, descendants or both", d), 2)
+	}
+	if f != "dot" && f != "json" {
+		return cli.Exit(fmt.Sprintf("--format %q: want dot or json", f), 2)
+	}
+	st, err := openStoreReadOnly(c)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
 	at, err := parseTarget(c, st)
 	if err != nil {
 		return err
 	}
-	lim := observer.Limits{Depth: c.Int("depth"), Nodes: c.Int("limit")}
 	var g *observer.Graph
-	switch d := c.String("direction"); d {
+	switch d {
 	case "ancestry":
 		g, err = st.Ancestry(c.Context, at, lim)
 	case "descendants":
 		g, err = st.Descendants(c.Context, at, lim)
 	default:
-		return cli.Exit(fmt.Sprintf("--direction %q: want ancestry or descendants", d), 2)
+		g, err = st.Both(c.Context, at, lim)
 	}
 	if err != nil {
 		return err
 	}
-	switch f := c.String("format"); f {
-	case "dot":
-		return g.WriteDOT(c.App.Writer)
-	case "json":
+	if f == "json" {
 		return g.WriteJSON(c.App.Writer)
-	default:
-		return cli.Exit(fmt.Sprintf("--format %q: want dot or json", f), 2)
 	}
+	return g.WriteDOT(c.App.Writer)
 }
 
 func decode(c *cli.Context) error {
@@ -371,6 +460,10 @@ func decode(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
+		names, err := observer.ListNames(c.Context, seeds)
+		if err != nil {
+			return err
+		}
 		var st headers.Stamp
 		if err := headers.ReadStamp(&st, rec.Headers); err != nil {
 			fmt.Fprintf(w, "record %s: undecodable stamp: %v\n", ref, err)
@@ -385,7 +478,7 @@ func decode(c *cli.Context) error {
 		if st.Tagged {
 			fmt.Fprintf(w, "sender %s seq %d\n", st.Sender, st.Seq)
 		}
-		return observer.WriteClock(w, &st.Clock, noName)
+		return observer.WriteClock(w, &st.Clock, names.Topic)
 	}
 	if c.NArg() != 1 {
 		return cli.Exit("want a stamp VALUE (hex or base64) or --coord TOPIC/PARTITION@OFFSET", 2)
@@ -433,7 +526,7 @@ func demo(c *cli.Context) error {
 		return err
 	}
 	defer st.Close()
-	o, err := observer.New(observer.Config{Seeds: cl.Addrs(), Pattern: regexp.MustCompile(".*")}, st)
+	o, err := observer.New(observer.Config{Brokers: cl.Addrs(), Pattern: regexp.MustCompile(".*")}, st)
 	if err != nil {
 		return err
 	}
@@ -461,5 +554,5 @@ func demo(c *cli.Context) error {
 	})
 	defer wg.Wait()
 	defer stop()
-	return runServer(ctx, c.String("listen"), o, c.App.Writer)
+	return runServer(ctx, c.String("listen"), o, true, c.App.Writer)
 }

@@ -49,3 +49,21 @@ func TestDependencies(t *testing.T) {
 		t.Error("chromedp is linked into parsley-observe; it is for tests only")
 	}
 }
+
+// TestNoTestHooksInTheBinary: the test-only helpers (internal/obstest,
+// which imports testing) and the testing package stay out of the binary.
+func TestNoTestHooksInTheBinary(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 50 {
+		t.Fatalf("go list -deps gave %d packages; is go list working?", len(deps))
+	}
+	for _, d := range deps {
+		if d == "testing" || strings.HasSuffix(d, "/internal/obstest") {
+			t.Errorf("parsley-observe links %s, which is for tests only", d)
+		}
+	}
+}

@@ -130,7 +130,7 @@ func run(ctx context.Context, out io.Writer, brokers string, o options) error {
 	if err != nil {
 		return err
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{"shop.>"}, Duplicates: 2 * time.Minute}); err != nil {
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{"shop.>"}, Duplicates: 2 * time.Minute, AllowAtomicPublish: true}); err != nil {
 		return fmt.Errorf("create stream: %w", err)
 	}
 
@@ -141,7 +141,7 @@ func run(ctx context.Context, out io.Writer, brokers string, o options) error {
 	b, err := bridge.New(bridge.Config{
 		Brokers: seeds, Group: group, InstanceID: "example-1", StateDir: stateDir,
 		Topics: []string{"orders", "payments"}, Subject: subject,
-		NATSURL: natsURL, Stream: stream, MaxInFlight: 16,
+		NATSURL: natsURL, Stream: stream,
 		PollInterval: 50 * time.Millisecond, SessionTimeout: 6 * time.Second, TransactionTimeout: 10 * time.Second,
 		Logger: log,
 	})

@@ -267,7 +267,8 @@ func scan(ctx context.Context, out io.Writer, cl *excluster.Cluster, dir string)
 		return err
 	}
 	defer st.Close()
-	o, err := observer.New(observer.Config{Seeds: cl.Addrs, Topics: []string{"orders", "payments", "settlements", "notifications"}}, st)
+	o, err := observer.New(observer.Config{Brokers: cl.Addrs, Topics: []string{"orders", "payments", "settlements", "notifications"},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st)
 	if err != nil {
 		return err
 	}
@@ -292,7 +293,7 @@ func scan(ctx context.Context, out io.Writer, cl *excluster.Cluster, dir string)
 		fmt.Fprintf(out, "  %s\n", f)
 	}
 	for _, f := range notes {
-		fmt.Fprintf(out, "  note: %s: %s claims %s\n", f.Code, f.Coordinates[0], f.Coordinates[len(f.Coordinates)-1])
+		fmt.Fprintf(out, "  note: %s: %s claims %s\n", f.Code, f.Names[0], f.Names[len(f.Names)-1])
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("the observer found %d problems", len(problems))

@@ -6,12 +6,17 @@ import (
 )
 
 // TestNATSStaysInTheBridge: nats.go is imported by the bridge alone (and
-// the example that demonstrates it), and the bridge's build does not
-// include nats-server, which only its tests and the example embed.
+// the example that demonstrates it, and the network-fault soak that
+// drives it), and the bridge's build does not include nats-server, which
+// only its tests, the example and the soak embed.
 func TestNATSStaysInTheBridge(t *testing.T) {
 	root := moduleRoot(t)
 	list := func(args ...string) string { return goList(t, root, args...) }
-	mayUseNATS := map[string]bool{module + "/bridge": true, module + "/examples/nats-bridge": true}
+	mayUseNATS := map[string]bool{
+		module + "/bridge":               true,
+		module + "/examples/nats-bridge": true,
+		module + "/internal/netsoak":     true,
+	}
 	for _, line := range strings.Split(strings.TrimSpace(list("-f", "{{.ImportPath}} {{join .Imports \" \"}} {{join .TestImports \" \"}} {{join .XTestImports \" \"}}", "./...")), "\n") {
 		pkg, imps, _ := strings.Cut(line, " ")
 		if mayUseNATS[pkg] {

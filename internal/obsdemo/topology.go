@@ -280,6 +280,27 @@ func (b *Builder) Faulty(ctx context.Context) ([]Want, error) {
 		return nil, err
 	}
 	want = append(want, Want{"undecodable-stamp", str(bad)})
+	// cross-partition-cause: a record whose key murmur2 places on partition
+	// 0, written to partition 1 of "placed", claiming "cause"/0, which a
+	// stage task for partition 1 does not consume.
+	if err := b.Create(ctx, 2, "cause", "placed"); err != nil {
+		return nil, err
+	}
+	cause, err := b.Stamped(ctx, "cause", 0, empty)
+	if err != nil {
+		return nil, err
+	}
+	st := &headers.Stamp{}
+	st.Clock.SetOffset(cause.Channel, cause.Offset)
+	hs, err := headers.AppendStamp([]kgo.RecordHeader(nil), st, headers.DialectVC)
+	if err != nil {
+		return nil, err
+	}
+	rec := &kgo.Record{Topic: "placed", Partition: 1, Key: keyOn(0, 2), Value: []byte("v"), Headers: hs}
+	if err := b.prod.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		return nil, fmt.Errorf("obsdemo: produce to %q/%d: %w", rec.Topic, rec.Partition, err)
+	}
+	want = append(want, Want{"cross-partition-cause", str(b.At("placed", 1, rec.Offset), cause)})
 	// late-joiner-window: a retired sender's record on "up", and a record
 	// on "down" still carrying a sequence claim on it.
 	upRec, err := b.Stamped(ctx, "up", 0, &headers.Stamp{Tagged: true, Sender: RetiredSender, Seq: 1})
@@ -316,4 +337,16 @@ func (b *Builder) Faulty(ctx context.Context) ([]Want, error) {
 	}
 	want = append(want, Want{"stamp-growth", str(last, first)})
 	return want, nil
+}
+
+// keyOn returns the first key "k0", "k1", ... that murmur2 (Kafka's
+// default partitioner) places on partition p of n.
+func keyOn(p, n int32) []byte {
+	murmur2 := kgo.StickyKeyPartitioner(nil).ForTopic("")
+	for i := 0; ; i++ {
+		k := fmt.Appendf(nil, "k%d", i)
+		if int32(murmur2.Partition(&kgo.Record{Key: k}, int(n))) == p {
+			return k
+		}
+	}
 }

@@ -13,17 +13,24 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Record returns the changelog record for one mutation: the store key as
-// the record key, the value (nil for a delete: a tombstone) as its value.
-func Record(topic string, partition int32, m protocol.Mutation) *kgo.Record {
-	r := &kgo.Record{Topic: topic, Partition: partition, Key: []byte(m.Key)}
-	if !m.Delete {
-		r.Value = m.Value
-		if r.Value == nil {
-			r.Value = []byte{}
+// Records returns the changelog records for muts, in order: each store key
+// as the record key, the value (nil for a delete: a tombstone) as its value.
+// The records share one allocation, and keys and values are not copied:
+// the key bytes alias the mutation's key string, so they must never be
+// written (franz-go only reads them).
+func Records(topic string, partition int32, muts []protocol.Mutation) []kgo.Record {
+	rs := make([]kgo.Record, len(muts))
+	for i, m := range muts {
+		r := &rs[i]
+		r.Topic, r.Partition, r.Key = topic, partition, keyBytes(m.Key)
+		if !m.Delete {
+			r.Value = m.Value
+			if r.Value == nil {
+				r.Value = []byte{}
+			}
 		}
 	}
-	return r
+	return rs
 }
 
 // DefaultDeleteRetention is Kafka's default delete.retention.ms: how long

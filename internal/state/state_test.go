@@ -122,8 +122,9 @@ func TestRestoreReplaysCommittedChangelog(t *testing.T) {
 		if err := tx.BeginTransaction(); err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range ms {
-			if err := tx.ProduceSync(ctx, Record("cl", 1, m)).FirstErr(); err != nil {
+		rs := Records("cl", 1, ms)
+		for i := range rs {
+			if err := tx.ProduceSync(ctx, &rs[i]).FirstErr(); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -35,6 +35,9 @@ type Store struct {
 	checkpoint int64
 	cpTime     int64 // unix milliseconds; 0: unknown
 	mirrors    *Incarnation
+
+	w     writeStmts        // write.go
+	cache map[string]cached // committed values only (write.go)
 }
 
 // Open opens (creating if needed) the store at path.
@@ -122,7 +125,7 @@ func (s *Store) init(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return s.prepareWrites(ctx)
 }
 
 // Path returns the file's path.
@@ -174,11 +177,16 @@ func (s *Store) readIncarnation(ctx context.Context) error {
 // Close closes the file.
 func (s *Store) Close() error { return s.db.Close() }
 
-// Get implements protocol.Store over the committed contents.
+// Get implements protocol.Store over the committed contents. The value is
+// the caller's to keep and modify.
 func (s *Store) Get(key string) ([]byte, bool, error) {
+	if v, ok, hit := s.lookup(key); hit {
+		return v, ok, nil
+	}
 	var v []byte
-	err := s.get.QueryRow([]byte(key)).Scan(&v)
+	err := s.get.QueryRow(keyBytes(key)).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
+		s.remember(key, nil, false)
 		return nil, false, nil
 	}
 	if err != nil {
@@ -187,6 +195,7 @@ func (s *Store) Get(key string) ([]byte, bool, error) {
 	if v == nil {
 		v = []byte{}
 	}
+	s.remember(key, v, true)
 	return v, true, nil
 }
 
@@ -265,26 +274,19 @@ func successor(p []byte) []byte {
 // step began — and becomes the checkpoint time. The zero Time keeps the
 // recorded one, which stays valid: it held for an earlier checkpoint, so it
 // holds for every record past a later one.
-func (s *Store) Apply(ctx context.Context, muts []protocol.Mutation, checkpoint int64, at time.Time) error {
+func (s *Store) Apply(ctx context.Context, muts []protocol.Mutation, checkpoint int64, at time.Time) (err error) {
+	defer func() {
+		if err != nil {
+			s.DropCache() // the commit's outcome is unknown
+		}
+	}()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("state: begin: %w", err)
 	}
 	defer tx.Rollback()
-	put, del := tx.StmtContext(ctx, s.put), tx.StmtContext(ctx, s.del)
-	for _, m := range muts {
-		if m.Delete {
-			_, err = del.ExecContext(ctx, []byte(m.Key))
-		} else {
-			v := m.Value
-			if v == nil {
-				v = []byte{}
-			}
-			_, err = put.ExecContext(ctx, []byte(m.Key), v)
-		}
-		if err != nil {
-			return fmt.Errorf("state: write %q: %w", m.Key, err)
-		}
+	if err := s.write(ctx, tx, muts); err != nil {
+		return err
 	}
 	cp := max(checkpoint, s.checkpoint)
 	if _, err := tx.StmtContext(ctx, s.setCP).ExecContext(ctx, cp); err != nil {
@@ -301,6 +303,7 @@ func (s *Store) Apply(ctx context.Context, muts []protocol.Mutation, checkpoint 
 		return fmt.Errorf("state: commit: %w", err)
 	}
 	s.checkpoint, s.cpTime = cp, cpTime
+	s.committed(muts)
 	return nil
 }
 
@@ -311,6 +314,7 @@ func (s *Store) Apply(ctx context.Context, muts []protocol.Mutation, checkpoint 
 // may be compacted away before it resumes, so such a file is wiped again
 // rather than resumed.
 func (s *Store) Reset(ctx context.Context, inc Incarnation) error {
+	s.DropCache()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err

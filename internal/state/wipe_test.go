@@ -46,8 +46,9 @@ func (l *changelog) commit(ctx context.Context, ts time.Time, ms ...protocol.Mut
 	if err := l.tx.BeginTransaction(); err != nil {
 		l.t.Fatal(err)
 	}
-	for _, m := range ms {
-		r := Record("cl", 0, m)
+	rs := Records("cl", 0, ms)
+	for i := range rs {
+		r := &rs[i]
 		r.Timestamp = ts
 		if err := l.tx.ProduceSync(ctx, r).FirstErr(); err != nil {
 			l.t.Fatal(err)

@@ -1,0 +1,217 @@
+package confluentclock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/parsley-go/parsley/adapters/adaptertest"
+	"github.com/parsley-go/parsley/adapters/confluentclock"
+	"github.com/parsley-go/parsley/clock"
+	"github.com/parsley-go/parsley/headers"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// client is a librdkafka producer and consumer with the adapter in
+// between: no header conversion and no topic-ID code of its own.
+type client struct {
+	producer *kafka.Producer
+	admin    *kafka.AdminClient
+	brokers  string
+	clk      *clock.Clock
+	stamp    bool
+}
+
+func newClient(stamp bool) func(context.Context, []string) (adaptertest.Client, error) {
+	return func(_ context.Context, brokers []string) (adaptertest.Client, error) {
+		p, err := kafka.NewProducer(&kafka.ConfigMap{
+			"bootstrap.servers":   strings.Join(brokers, ","),
+			"partitioner":         "murmur2_random", // the Java client's: co-partitioning
+			"acks":                "all",
+			"linger.ms":           0,
+			"enable.metrics.push": false,
+		})
+		if err != nil {
+			return nil, err
+		}
+		go drainEvents(p) // logs and errors not tied to one message
+		admin, err := kafka.NewAdminClientFromProducer(p)
+		if err != nil {
+			p.Close()
+			return nil, err
+		}
+		return &client{producer: p, admin: admin, brokers: strings.Join(brokers, ","), clk: confluentclock.New(admin), stamp: stamp}, nil
+	}
+}
+
+// drainEvents empties the producer's event channel until Close closes it.
+func drainEvents(p *kafka.Producer) {
+	for range p.Events() {
+	}
+}
+
+func (c *client) Produce(ctx context.Context, topic string, key, value []byte) error {
+	msg := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Key: key, Value: value}
+	if c.stamp {
+		return confluentclock.Produce(ctx, c.clk, c.producer, msg)
+	}
+	reports := make(chan kafka.Event, 1)
+	if err := c.producer.Produce(msg, reports); err != nil {
+		return err
+	}
+	select {
+	case e := <-reports:
+		return e.(*kafka.Message).TopicPartition.Error
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *client) Consume(ctx context.Context, topic string, n int, handle func(key, value []byte) error) error {
+	cons, err := kafka.NewConsumer(&kafka.ConfigMap{
+		"bootstrap.servers":   c.brokers,
+		"group.id":            "adaptertest-payment-service", // required; no group is joined
+		"isolation.level":     "read_uncommitted",
+		"enable.auto.commit":  false,
+		"enable.metrics.push": false,
+	})
+	if err != nil {
+		return err
+	}
+	defer cons.Close()
+	md, err := cons.GetMetadata(&topic, false, 10000)
+	if err != nil {
+		return err
+	}
+	var tps []kafka.TopicPartition
+	for _, p := range md.Topics[topic].Partitions {
+		tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p.ID, Offset: kafka.OffsetBeginning})
+	}
+	if err := cons.Assign(tps); err != nil {
+		return err
+	}
+	for seen := 0; seen < n; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		m, err := cons.ReadMessage(100 * time.Millisecond)
+		if err != nil {
+			var kerr kafka.Error
+			if errors.As(err, &kerr) && kerr.IsTimeout() {
+				continue
+			}
+			return err
+		}
+		if c.stamp {
+			if err := confluentclock.Observe(ctx, c.clk, m); err != nil {
+				return err
+			}
+		}
+		if err := handle(m.Key, m.Value); err != nil {
+			return err
+		}
+		seen++
+	}
+	return nil
+}
+
+func (c *client) Close() error {
+	c.admin.Close()
+	c.producer.Flush(1000)
+	c.producer.Close()
+	return nil
+}
+
+func TestPipeline(t *testing.T) {
+	adaptertest.Test(t, 100, newClient)
+}
+
+// TestLookupRebuildsTheTopicID checks the two int64 halves of confluent's
+// UUID against the ID franz-go reads off the wire.
+func TestLookupRebuildsTheTopicID(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	fc, err := kgo.NewClient(kgo.SeedBrokers(fake.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fc.Close()
+	want, err := clock.AdminLookup(kadm.NewClient(fc))(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := kafka.NewProducer(&kafka.ConfigMap{"bootstrap.servers": strings.Join(fake.ListenAddrs(), ","), "enable.metrics.push": false})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	go drainEvents(p)
+	admin, err := kafka.NewAdminClientFromProducer(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	got, err := confluentclock.Lookup(admin)(ctx, "orders")
+	if err != nil || got != want {
+		t.Fatalf("confluent lookup of orders = %v, %v; franz-go reads %v", got, err, want)
+	}
+	_, err = confluentclock.Lookup(admin)(ctx, "missing")
+	var ute *clock.UnknownTopicError
+	if !errors.As(err, &ute) || ute.Topic != "missing" {
+		t.Fatalf("lookup of a missing topic: %v; want an *UnknownTopicError naming it", err)
+	}
+}
+
+func TestDeliveredFoldsOnlyAcknowledgedSends(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.New(nil, clock.TopicIDs(func(_ context.Context, topic string) (headers.TopicID, error) {
+		return headers.TopicID{9}, nil
+	}))
+	topic := "payments"
+	ch := headers.Channel{Topic: headers.TopicID{9}, Partition: 2}
+	report := func(offset kafka.Offset, err error) *kafka.Message {
+		return &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: 2, Offset: offset, Error: err}}
+	}
+	failed := kafka.NewError(kafka.ErrMsgTimedOut, "timed out", false)
+	if err := confluentclock.Delivered(ctx, clk, report(3, failed)); err == nil {
+		t.Fatal("a failed delivery report returned no error")
+	}
+	if _, ok := clk.Snapshot().Offset(ch); ok {
+		t.Fatal("a failed delivery was folded")
+	}
+	if _, ok := clk.Resolver().Cached(topic); ok {
+		t.Fatal("nothing resolved the topic yet, but it is cached")
+	}
+	if err := confluentclock.Delivered(ctx, clk, report(3, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := clk.Snapshot().Offset(ch); o != 3 {
+		t.Fatalf("after a delivery at 3 the clock claims %d", o)
+	}
+	if err := confluentclock.Delivered(ctx, clk, report(4, failed)); err == nil {
+		t.Fatal("a failed delivery report returned no error")
+	}
+	if _, ok := clk.Resolver().Cached(topic); !ok {
+		t.Fatal("a timeout dropped the cached topic ID")
+	}
+	unknown := kafka.NewError(kafka.ErrUnknownTopicOrPart, "unknown topic", false)
+	if err := confluentclock.Delivered(ctx, clk, report(4, unknown)); err == nil {
+		t.Fatal("a failed delivery report returned no error")
+	}
+	if _, ok := clk.Resolver().Cached(topic); ok {
+		t.Fatal("an unknown-topic delivery error left the cached topic ID in place")
+	}
+	if err := confluentclock.Stamp(ctx, clk, &kafka.Message{}); !errors.Is(err, confluentclock.ErrNoTopic) {
+		t.Fatalf("stamp without a topic: %v; want ErrNoTopic", err)
+	}
+}

@@ -1,0 +1,3 @@
+module github.com/parsley-go/parsley/adapters/kafkago
+
+go 1.26.8

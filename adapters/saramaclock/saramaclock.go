@@ -1,0 +1,158 @@
+// Package saramaclock stamps and observes IBM/sarama records with Parsley's
+// causal clock (package clock), so a sarama producer writes the same stamps
+// a franz-go producer or a Parsley stage writes.
+//
+// A clock from New resolves topic names to topic IDs through sarama's
+// ClusterAdmin (DescribeTopics returns the ID from Kafka 2.8 on, sarama's
+// default protocol version). Stamp, Observe and Produced convert nothing:
+// sarama's header types, whose keys are []byte, are read as key/value pairs.
+//
+//	clk := saramaclock.New(admin)
+//	cfg := sarama.NewConfig()
+//	cfg.Producer.Return.Successes = true
+//	cfg.Producer.Partitioner = saramaclock.Murmur2Partitioner // co-partitioning
+//	...
+//	if err := saramaclock.Observe(ctx, clk, consumed); err != nil { ... }
+//	msg := &sarama.ProducerMessage{Topic: "payments", Key: sarama.StringEncoder(id), Value: v}
+//	if _, _, err := saramaclock.SendMessage(ctx, clk, producer, msg); err != nil { ... }
+//
+// This package is its own Go module, so the main Parsley module does not
+// depend on sarama.
+package saramaclock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+
+	"github.com/IBM/sarama"
+	"github.com/parsley-go/parsley/clock"
+	"github.com/parsley-go/parsley/headers"
+)
+
+// TopicDescriber is the part of sarama.ClusterAdmin that Lookup uses.
+type TopicDescriber interface {
+	DescribeTopics(topics []string) ([]*sarama.TopicMetadata, error)
+}
+
+// Lookup returns a clock.TopicIDLookup that asks the cluster through
+// admin's DescribeTopics. The admin client's sarama.Config.Version must be
+// at least sarama.V2_8_0_0 (the default), or the cluster returns no topic
+// IDs and every lookup fails with clock.ErrNoTopicID.
+func Lookup(admin TopicDescriber) clock.TopicIDLookup {
+	return func(_ context.Context, topic string) (headers.TopicID, error) {
+		// sarama's admin API takes no context; its own timeouts bound it.
+		mds, err := admin.DescribeTopics([]string{topic})
+		if err != nil {
+			return headers.TopicID{}, err
+		}
+		for _, md := range mds {
+			if md == nil || md.Name != topic {
+				continue
+			}
+			switch {
+			case errors.Is(md.Err, sarama.ErrUnknownTopicOrPartition):
+				return headers.TopicID{}, &clock.UnknownTopicError{Topic: topic, Broker: md.Err}
+			case md.Err != sarama.ErrNoError:
+				return headers.TopicID{}, md.Err
+			case md.Uuid == sarama.Uuid{}:
+				return headers.TopicID{}, fmt.Errorf("%w (is sarama.Config.Version below V2_8_0_0?)", clock.ErrNoTopicID)
+			}
+			return headers.TopicID(md.Uuid), nil
+		}
+		return headers.TopicID{}, &clock.UnknownTopicError{Topic: topic}
+	}
+}
+
+// New returns an empty clock that resolves topic names through admin.
+// opts are those of clock.New; the caller keeps ownership of admin.
+func New(admin TopicDescriber, opts ...clock.Option) *clock.Clock {
+	return clock.New(nil, append([]clock.Option{clock.TopicIDs(Lookup(admin))}, opts...)...)
+}
+
+// Stamp appends clk's stamp to msg.Headers, after the message's own
+// headers. msg.Topic must be set. A message that already carries a
+// reserved header (vc, vc-sender, vc-seq, parsley.*) is refused with an
+// error wrapping headers.ErrReservedHeader; an unknown topic is a
+// *clock.UnknownTopicError. On error msg is unchanged.
+func Stamp(ctx context.Context, clk *clock.Clock, msg *sarama.ProducerMessage) error {
+	key, value, err := clk.StampHeader(ctx, msg.Topic, pairs(msg.Headers))
+	if err != nil {
+		return err
+	}
+	msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: []byte(key), Value: value})
+	return nil
+}
+
+// Observe folds a consumed message into clk: its coordinate and the clock
+// it carries. Its errors are those of clock.Clock.Observe.
+func Observe(ctx context.Context, clk *clock.Clock, msg *sarama.ConsumerMessage) error {
+	return clk.ObserveSeq(ctx, msg.Topic, msg.Partition, msg.Offset, pointerPairs(msg.Headers))
+}
+
+// Produced folds an acknowledged send: a message from SendMessage that
+// returned no error, or one read from an AsyncProducer's Successes channel
+// (Config.Producer.Return.Successes must be set), whose Partition and
+// Offset the producer filled in. Never call it for a failed send.
+func Produced(ctx context.Context, clk *clock.Clock, msg *sarama.ProducerMessage) error {
+	return clk.Produced(ctx, msg.Topic, msg.Partition, msg.Offset)
+}
+
+// Failed takes note of a failed send, from SendMessage or an AsyncProducer's
+// Errors channel: when the broker did not know the topic, clk forgets the
+// topic's cached ID, so the next stamp looks up the topic's current
+// incarnation. Nothing is folded.
+func Failed(clk *clock.Clock, topic string, err error) {
+	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+		clk.Resolver().Forget(topic)
+	}
+}
+
+// SendMessage stamps msg, sends it through p and waits for the
+// acknowledgement, then folds it, so the next stamp claims it: the
+// sequential pattern that orders a producer's sends across topics.
+func SendMessage(ctx context.Context, clk *clock.Clock, p sarama.SyncProducer, msg *sarama.ProducerMessage) (partition int32, offset int64, err error) {
+	if err := Stamp(ctx, clk, msg); err != nil {
+		return -1, -1, err
+	}
+	partition, offset, err = p.SendMessage(msg)
+	if err != nil {
+		Failed(clk, msg.Topic, err)
+		return partition, offset, err
+	}
+	return partition, offset, Produced(ctx, clk, msg)
+}
+
+// ReadStamp decodes a consumed message's causal metadata, for
+// observability; see clock.ReadStampSeq.
+func ReadStamp(msg *sarama.ConsumerMessage) (*headers.Stamp, error) {
+	return clock.ReadStampSeq(pointerPairs(msg.Headers))
+}
+
+func pairs(hs []sarama.RecordHeader) iter.Seq2[string, []byte] {
+	return func(yield func(string, []byte) bool) {
+		for _, h := range hs {
+			if !yield(string(h.Key), h.Value) {
+				return
+			}
+		}
+	}
+}
+
+// pointerPairs reads the consume side's []*RecordHeader; a nil entry has
+// neither key nor value.
+func pointerPairs(hs []*sarama.RecordHeader) iter.Seq2[string, []byte] {
+	return func(yield func(string, []byte) bool) {
+		for _, h := range hs {
+			var k string
+			var v []byte
+			if h != nil {
+				k, v = string(h.Key), h.Value
+			}
+			if !yield(k, v) {
+				return
+			}
+		}
+	}
+}

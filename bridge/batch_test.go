@@ -1,0 +1,302 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/parsley-go/parsley/headers"
+	"github.com/parsley-go/parsley/stage"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// TestPerMessageFallbackWhenConfigured: on a stream that does not allow
+// atomic publish, AtomicBatchOrPerMessage publishes record by record and
+// forwards everything; AtomicBatch refuses it (TestStartupRefusals).
+func TestPerMessageFallbackWhenConfigured(t *testing.T) {
+	e := newEnv(t, 1, "events")
+	e.createStream(jetstream.StreamConfig{Name: "PLAIN", Subjects: []string{"plain.>"}, Duplicates: 5 * time.Minute})
+	want := produceN(e, "events", 1, 0, 20)
+	cfg := e.config("events")
+	cfg.Stream, cfg.Publish = "PLAIN", AtomicBatchOrPerMessage
+	cfg.Subject, _ = Template("plain.{topic}")
+	var logs logBuffer
+	cfg.Logger = logs.logger()
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(b)
+	waitFor(t, 30*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs("PLAIN")) >= len(want) })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnceInOrder(t, e.streamMsgs("PLAIN"), want)
+	if b.pub.atomic {
+		t.Fatal("publisher in batch mode on a stream without atomic publish")
+	}
+	if !bytes.Contains([]byte(logs.String()), []byte("does not allow atomic publish")) {
+		t.Fatalf("no warning about the fallback in the log:\n%s", logs.String())
+	}
+}
+
+// cutProxy forwards TCP between the bridge and NATS. Armed, it cuts the
+// connection at the third message of the first atomic batch that has
+// one: the batch's first two messages reach NATS, the third (the commit,
+// or a message before it) and everything after do not. It then refuses
+// connections until reopened.
+type cutProxy struct {
+	t      *testing.T
+	ln     net.Listener
+	target string
+
+	mu     sync.Mutex
+	armed  bool
+	closed bool // refusing connections
+	cut    chan struct{}
+	conns  []net.Conn
+}
+
+// thirdMarker is the header of a batch's third message.
+var thirdMarker = []byte("Nats-Batch-Sequence: 3\r\n")
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{t: t, ln: ln, target: target, armed: true, cut: make(chan struct{})}
+	go p.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+	})
+	return p
+}
+
+func (p *cutProxy) url() string { return "nats://" + p.ln.Addr().String() }
+
+func (p *cutProxy) reopen() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = false
+}
+
+func (p *cutProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		refuse := p.closed
+		p.mu.Unlock()
+		if refuse {
+			c.Close()
+			continue
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		go func() { io.Copy(c, s); c.Close(); s.Close() }()
+		go p.upstream(c, s)
+	}
+}
+
+// upstream copies client to server, watching for a batch's third
+// message.
+func (p *cutProxy) upstream(c, s net.Conn) {
+	defer c.Close()
+	defer s.Close()
+	var seen []byte // the tail of what went through, to find a split marker
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			chunk := buf[:n]
+			p.mu.Lock()
+			armed := p.armed
+			p.mu.Unlock()
+			if armed {
+				all := append(seen[:len(seen):len(seen)], chunk...)
+				// Only a marker that ends in this chunk is new.
+				from := max(0, len(seen)-len(thirdMarker)+1)
+				if i := bytes.Index(all[from:], thirdMarker); i >= 0 {
+					// Forward what precedes the third message's HPUB line
+					// (some of it may have gone through already).
+					keep := bytes.LastIndex(all[:from+i], []byte("HPUB ")) - len(seen)
+					if keep > 0 {
+						s.Write(chunk[:keep])
+					}
+					p.mu.Lock()
+					p.armed, p.closed = false, true
+					close(p.cut)
+					p.mu.Unlock()
+					return
+				}
+				seen = all[max(0, len(all)-4096):]
+			}
+			if _, err := s.Write(chunk); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// TestConnectionBreaksMidBatch: the connection to NATS breaks after part
+// of a step's batch reached the stream (its first two messages) and
+// before its commit. The stream
+// holds nothing of that batch; the bridge retries the step once NATS is
+// reachable again and the stream ends with every record once, in order.
+func TestConnectionBreaksMidBatch(t *testing.T) {
+	e := newEnv(t, 1, "events")
+	want := produceN(e, "events", 1, 0, 40)
+	proxy := newCutProxy(t, "127.0.0.1:"+strconv.Itoa(e.natsPort))
+	cfg := e.config("events")
+	cfg.NATSURL = proxy.url()
+	cfg.MaxPollRecords = 100
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(b)
+	select {
+	case <-proxy.cut:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no batch of three messages went through the proxy")
+	}
+	// The stream abandons the batch; nothing of it is stored. Give a
+	// wrongly committed batch time to show.
+	time.Sleep(300 * time.Millisecond)
+	if got := e.streamMsgs(testStream); len(got) != 0 {
+		t.Fatalf("the stream stored %d messages of a batch whose commit never arrived (first %s)", len(got), got[0].coord)
+	}
+	if b.CommittedSteps() != 0 {
+		t.Fatalf("%d steps committed without their batch", b.CommittedSteps())
+	}
+	proxy.reopen()
+	waitFor(t, 30*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnceInOrder(t, e.streamMsgs(testStream), want)
+	if n := testutil.ToFloat64(b.pub.m.retries); n == 0 {
+		t.Fatal("no step was retried")
+	}
+	if n := testutil.ToFloat64(b.pub.m.duplicates); n != 0 {
+		t.Fatalf("%v duplicates: the redone step found records of the broken batch stored", n)
+	}
+	if !b.pub.atomic {
+		t.Fatal("the test did not run in batch mode")
+	}
+}
+
+// TestLargeStepSplitsIntoBatches: a step that delivers more records than
+// an atomic batch may hold is published as consecutive batches of at most
+// maxBatch, and the stream holds every record once, in delivered order.
+func TestLargeStepSplitsIntoBatches(t *testing.T) {
+	e := newEnv(t, 1, "events")
+	want := produceN(e, "events", 1, 0, 2*maxBatch+500)
+	cfg := e.config("events")
+	cfg.MaxPollRecords = 3 * maxBatch
+	b, h := newHooked(t, cfg)
+	r := e.start(b)
+	waitFor(t, 60*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := e.streamMsgs(testStream)
+	checkExactlyOnceInOrder(t, got, want)
+	if h.largestStep <= maxBatch {
+		t.Fatalf("largest step %d records, not above %d: the test proves nothing", h.largestStep, maxBatch)
+	}
+	// One latency observation per batch: a step of more than maxBatch
+	// records needs more than one.
+	var m dto.Metric
+	if err := b.pub.m.latency.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.GetHistogram().GetSampleCount(); n < 3 {
+		t.Fatalf("%d batches for %d records", n, len(want))
+	}
+	t.Logf("largest step %d records", h.largestStep)
+}
+
+// TestRedoOrderAgainstJetStream: steps published to a real stream and
+// redone, in both publishing modes. A redo that delivers two concurrent
+// records in the other order finds both stored and raises no alarm; a
+// redo that stores a cause the first attempt lost, after the effect the
+// first attempt stored, raises it.
+func TestRedoOrderAgainstJetStream(t *testing.T) {
+	a := headers.Channel{Topic: headers.TopicID{1}, Partition: 0}
+	b := headers.Channel{Topic: headers.TopicID{2}, Partition: 0}
+	msg := func(topic string, ch headers.Channel, off int64, claims map[headers.Channel]int64) *stage.Message[[]byte, []byte] {
+		r := stampedRecord(t, ch, off, claims, headers.SenderID{}, 0)
+		return &stage.Message[[]byte, []byte]{Topic: topic, Partition: 0, Offset: off, Coordinate: r.coord,
+			Headers: r.headers, Key: []byte("k"), Value: []byte(topic)}
+	}
+	for _, mode := range []PublishMode{AtomicBatch, PerMessage} {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := newEnv(t, 1, "a", "b")
+			cfg := e.config("a", "b").sink().withDefaults()
+			cfg.Publish = mode
+			p := newPublisher(cfg, newMetrics(testStream))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if ok, err := p.open(ctx); !ok || err != nil {
+				t.Fatalf("open = %v, %v", ok, err)
+			}
+			defer p.close()
+			step := func(ms ...*stage.Message[[]byte, []byte]) {
+				t.Helper()
+				p.Begin(ctx)
+				for _, m := range ms {
+					if err := p.publish(m); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := p.Settle(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b302 := msg("b", b, 302, nil)
+			a612 := msg("a", a, 612, map[headers.Channel]int64{b: 301, a: 602}) // concurrent with b302
+			step(b302, a612)
+			step(a612, b302) // the redo, in the other valid order
+			if v := testutil.ToFloat64(p.m.orderViolations); v != 0 {
+				t.Fatalf("%v order violations for concurrent records redone in another order", v)
+			}
+			if d := testutil.ToFloat64(p.m.duplicates); d != 2 {
+				t.Fatalf("%v duplicates, want the redo's 2", d)
+			}
+			effect := msg("a", a, 700, map[headers.Channel]int64{b: 400})
+			step(effect) // an attempt that stored the effect and lost its cause
+			step(msg("b", b, 400, nil), effect)
+			if v := testutil.ToFloat64(p.m.orderViolations); v != 1 {
+				t.Fatalf("%v order violations for a cause stored after its effect, want 1", v)
+			}
+			if got := len(e.streamMsgs(testStream)); got != 4 {
+				t.Fatalf("stream holds %d messages, want 4", got)
+			}
+		})
+	}
+}

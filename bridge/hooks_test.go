@@ -1,0 +1,79 @@
+package bridge
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/parsley-go/parsley/stage"
+)
+
+// hooked is a publisher as the stage's external sink, observed by a
+// test: after, when set, runs once every publish of a step was
+// acknowledged, and an error from it fails the step (a crash between
+// acknowledgement and commit); peak and peakSubj are the most publishes
+// ever in flight, in all and on one subject.
+type hooked struct {
+	*publisher
+	after          func() error
+	peak, peakSubj int
+	largestStep    int       // most records a step handed the publisher
+	firstBegin     time.Time // when the first step began
+}
+
+func (h *hooked) Begin(ctx context.Context) {
+	if h.firstBegin.IsZero() {
+		h.firstBegin = time.Now()
+	}
+	if _, ok := h.js.(peakJS); !ok && h.js != nil {
+		h.js = peakJS{h.js, h}
+	}
+	h.publisher.Begin(ctx)
+}
+
+func (h *hooked) Settle(ctx context.Context) error {
+	h.largestStep = max(h.largestStep, len(h.step))
+	if err := h.publisher.Settle(ctx); err != nil {
+		return err
+	}
+	if h.after != nil {
+		return h.after()
+	}
+	return nil
+}
+
+// peakJS records the publishes in flight as each publish starts.
+type peakJS struct {
+	jetstream.JetStream
+	h *hooked
+}
+
+func (j peakJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	p := j.h.publisher
+	j.h.peak = max(j.h.peak, len(p.pending)+1)
+	j.h.peakSubj = max(j.h.peakSubj, p.bySubj[m.Subject]+1)
+	return j.JetStream.PublishMsgAsync(m, opts...)
+}
+
+// newHooked returns a bridge over cfg whose steps the returned hooked
+// observes.
+func newHooked(t testing.TB, cfg Config) (*Bridge, *hooked) {
+	t.Helper()
+	h := &hooked{}
+	b, err := newBridge(cfg, func(p *publisher) stage.External {
+		h.publisher = p
+		return h
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, h
+}
+
+// forwardHooked is Forward with the sink observed by h.
+func forwardHooked(b *stage.Builder, t *stage.Topic[[]byte, []byte], s *Sink, h *hooked) *stage.Builder {
+	h.publisher = s.p
+	return forward(b, t, s.p, h)
+}

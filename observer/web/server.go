@@ -1,0 +1,536 @@
+// Package web serves the observer's store to people and programs: an HTML
+// UI (findings, topics, a record's causal graph), a JSON API, /metrics and
+// health endpoints. It only reads; it reaches the store through the
+// observer package's exported query methods.
+package web
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/parsley-go/parsley/headers"
+	"github.com/parsley-go/parsley/observer"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// assetFS holds the UI's static files. assets/dagre.min.js is
+// @dagrejs/dagre 3.1.3 (graph layout; MIT licence, Copyright (c) 2012-2014
+// Chris Pettitt, full text in assets/dagre.LICENSE), the unmodified dist
+// file of `npm pack @dagrejs/dagre`. assets/graph.js turns its layout into
+// SVG.
+//
+//go:embed assets
+var assetFS embed.FS
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+// Config configures a Server.
+type Config struct {
+	// Store is the observer store served. Required.
+	Store *observer.Store
+	// Findings evaluates every finding; an Observer's Findings method,
+	// which judges them against live broker offsets and publishes their
+	// counts as metrics. Nil evaluates the store alone, without broker
+	// offsets.
+	Findings func(context.Context) ([]observer.Finding, error)
+	// Gatherer is served at /metrics; nil serves none.
+	Gatherer prometheus.Gatherer
+	// Health reports whether the observer feeding the store can read the
+	// cluster; /readyz and the UI's banner show it. Nil: a store read on
+	// its own, always ready.
+	Health func() observer.Health
+	// Payload reads a size-capped preview of a record's key, value and
+	// headers for the record page (an Observer's Payload method). Nil
+	// turns previews off, for payloads that must not be shown.
+	Payload func(context.Context, headers.Coordinate) (*observer.Payload, error)
+}
+
+// Server serves the web UI, the JSON API, /metrics and /healthz over a
+// store. It only reads.
+type Server struct {
+	store    *observer.Store
+	evaluate func(context.Context) ([]observer.Finding, error)
+	health   func() observer.Health
+	preview  func(context.Context, headers.Coordinate) (*observer.Payload, error)
+	mux      *http.ServeMux
+	pages    map[string]*template.Template
+
+	// Findings scan the whole claim index; evaluations are shared by
+	// requests within findingsTTL of each other.
+	mu       sync.Mutex
+	cached   []observer.Finding
+	cachedAt time.Time
+}
+
+const findingsTTL = 2 * time.Second
+
+// New returns a server configured by cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("web: no store")
+	}
+	s := &Server{store: cfg.Store, evaluate: cfg.Findings, health: cfg.Health, preview: cfg.Payload, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
+	if s.evaluate == nil {
+		s.evaluate = func(ctx context.Context) ([]observer.Finding, error) { return cfg.Store.Findings(ctx, nil) }
+	}
+	funcs := template.FuncMap{
+		"hasPrefix": strings.HasPrefix,
+		"show":      show,
+		"lagOf":     lagOf,
+		"lastRead":  lastRead,
+		"pct":       func(f float64) string { return strconv.FormatFloat(f*100, 'f', 1, 64) + "%" },
+	}
+	for _, p := range []string{"findings", "topics", "record", "error"} {
+		t, err := template.New(p).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+p+".html")
+		if err != nil {
+			return nil, fmt.Errorf("web: parse template %s: %w", p, err)
+		}
+		s.pages[p] = t
+	}
+	assets, _ := fs.Sub(assetFS, "assets")
+	s.mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
+	if cfg.Gatherer != nil {
+		s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.HandleFunc("GET /api/health", s.apiHealth)
+	s.mux.HandleFunc("GET /api/findings", s.apiFindings)
+	s.mux.HandleFunc("GET /api/topics", s.apiTopics)
+	s.mux.HandleFunc("GET /api/records/{coord...}", s.apiRecord)
+	s.mux.HandleFunc("GET /api/graph/{coord...}", s.apiGraph)
+	s.mux.HandleFunc("GET /{$}", s.uiFindings)
+	s.mux.HandleFunc("GET /topics", s.uiTopics)
+	s.mux.HandleFunc("GET /record/{coord...}", s.uiRecord)
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// badRequest is an error that is the client's fault: it becomes a 400.
+type badRequest struct{ err error }
+
+func (b badRequest) Error() string { return b.err.Error() }
+func (b badRequest) Unwrap() error { return b.err }
+
+// status is the HTTP status an error becomes.
+func status(err error) int {
+	var br badRequest
+	switch {
+	case errors.As(err, &br), errors.Is(err, observer.ErrBadCoordinate), errors.Is(err, observer.ErrBadSeverity):
+		return http.StatusBadRequest
+	case errors.Is(err, observer.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, observer.ErrClusterUnavailable):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// fail answers an API request with the error as text.
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	http.Error(w, err.Error(), status(err))
+}
+
+// failPage answers a UI request with an error page that keeps the
+// navigation.
+func (s *Server) failPage(w http.ResponseWriter, err error) {
+	code := status(err)
+	s.renderStatus(w, code, "error", map[string]any{"Title": http.StatusText(code), "Status": code, "Error": err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	if err := s.store.Ping(r.Context()); err != nil {
+		http.Error(w, "store: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.Write([]byte("ok\n"))
+}
+
+// readyz answers 200 while the observer reads the cluster, 503 with the
+// reason when it cannot.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if err := s.store.Ping(r.Context()); err != nil {
+		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	if s.health != nil {
+		if h := s.health(); !h.Up {
+			http.Error(w, "not ready: cannot read the cluster: "+h.Err, http.StatusServiceUnavailable)
+			return
+		}
+	}
+	w.Write([]byte("ready\n"))
+}
+
+func (s *Server) apiHealth(w http.ResponseWriter, r *http.Request) {
+	h := observer.Health{Up: true}
+	if s.health != nil {
+		h = s.health()
+	}
+	writeJSON(w, h)
+}
+
+type findingFilter struct {
+	Code     string
+	Severity string
+	Topic    string
+	Search   string // a coordinate, topic or word: matched in coordinates, names and summary
+}
+
+// keySearchLimit bounds how many records with the searched key are
+// looked for in findings.
+const keySearchLimit = 1000
+
+// filter returns the findings that pass f. A search matches a finding
+// whose coordinates (by ID or name) or summary contain it, or that names
+// a record whose key is the search text.
+func (s *Server) filter(ctx context.Context, all []observer.Finding, f findingFilter) []observer.Finding {
+	min, _ := observer.ParseSeverity(f.Severity)
+	var keyed map[string]bool
+	if f.Search != "" {
+		// A store written before keys were kept has none to find; the
+		// text search still answers.
+		coords, _ := s.store.KeyRecords(ctx, f.Search, keySearchLimit)
+		keyed = make(map[string]bool, len(coords))
+		for _, c := range coords {
+			keyed[c] = true
+		}
+	}
+	q := strings.ToLower(f.Search)
+	out := []observer.Finding{}
+	for _, x := range all {
+		if (f.Code != "" && string(x.Code) != f.Code) || x.Severity < min || (f.Topic != "" && x.Topic != f.Topic) {
+			continue
+		}
+		if q == "" || strings.Contains(strings.ToLower(x.Summary), q) || slices.ContainsFunc(x.Coordinates, func(c string) bool {
+			return keyed[c] || strings.Contains(strings.ToLower(c), q)
+		}) || slices.ContainsFunc(x.Names, func(c string) bool { return strings.Contains(strings.ToLower(c), q) }) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func parseFindingFilter(r *http.Request) (findingFilter, error) {
+	q := r.URL.Query()
+	f := findingFilter{Code: q.Get("code"), Severity: q.Get("severity"), Topic: q.Get("topic"), Search: strings.TrimSpace(q.Get("q"))}
+	if f.Code != "" && !observer.Code(f.Code).Known() {
+		return f, badRequest{fmt.Errorf("unknown finding code %q", f.Code)}
+	}
+	if f.Severity != "" {
+		if _, err := observer.ParseSeverity(f.Severity); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
+}
+
+// findings evaluates every finding, publishes the counts as metrics and
+// applies the filter.
+func (s *Server) findings(ctx context.Context, f findingFilter) ([]observer.Finding, error) {
+	all, err := s.evaluateShared(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.filter(ctx, all, f), nil
+}
+
+// evaluateShared returns the findings evaluated within findingsTTL, or
+// evaluates them anew.
+func (s *Server) evaluateShared(ctx context.Context) ([]observer.Finding, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cached != nil && time.Since(s.cachedAt) < findingsTTL {
+		return s.cached, nil
+	}
+	all, err := s.evaluate(ctx)
+	if errors.Is(err, observer.ErrClusterUnavailable) {
+		// Judge what the store alone can; the banner and /readyz say the
+		// cluster is out of sight. Not cached: the next request tries the
+		// cluster again.
+		return s.store.Findings(ctx, nil)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if all == nil {
+		all = []observer.Finding{}
+	}
+	s.cached, s.cachedAt = all, time.Now()
+	return all, nil
+}
+
+func (s *Server) apiFindings(w http.ResponseWriter, r *http.Request) {
+	f, err := parseFindingFilter(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	fs, err := s.findings(r.Context(), f)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, fs)
+}
+
+func (s *Server) apiTopics(w http.ResponseWriter, r *http.Request) {
+	ts, err := s.store.Topics(r.Context())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if ts == nil {
+		ts = []observer.TopicStats{}
+	}
+	writeJSON(w, ts)
+}
+
+// graphParams reads the coordinate and the depth and limit parameters.
+func (s *Server) graphParams(r *http.Request) (headers.Coordinate, observer.Limits, error) {
+	ref, err := observer.ParseRef(r.PathValue("coord"))
+	if err != nil {
+		return headers.Coordinate{}, observer.Limits{}, err
+	}
+	var lim observer.Limits
+	for _, p := range []struct {
+		name string
+		dst  *int
+		def  int
+	}{{"depth", &lim.Depth, 6}, {"limit", &lim.Nodes, 200}} {
+		v := r.URL.Query().Get(p.name)
+		if v == "" {
+			*p.dst = p.def
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10000 {
+			return headers.Coordinate{}, observer.Limits{}, badRequest{fmt.Errorf("parameter %s=%q: want an integer from 1 to 10000", p.name, v)}
+		}
+		*p.dst = n
+	}
+	c, err := s.store.Resolve(r.Context(), ref)
+	return c, lim, err
+}
+
+func (s *Server) apiRecord(w http.ResponseWriter, r *http.Request) {
+	c, lim, err := s.graphParams(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	rec, err := s.store.Record(r.Context(), c)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	up, err := s.store.Ancestry(r.Context(), c, lim)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	down, err := s.store.Descendants(r.Context(), c, lim)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	m := recordJSON(rec)
+	m["label"] = up.RootLabel // by name; "coordinate" stays by topic ID
+	writeJSON(w, map[string]any{"record": m, "ancestry": up, "descendants": down})
+}
+
+func recordJSON(r *observer.Record) map[string]any {
+	m := map[string]any{
+		"coordinate": r.Coordinate.String(), "topic": r.Topic, "timestamp": r.Timestamp, "control": r.Control,
+		"stamped": r.Stamped, "offset_entries": r.Offsets, "seq_entries": r.Seqs, "header_bytes": r.HeaderSize,
+	}
+	if r.Tagged {
+		m["sender"], m["seq"] = r.Sender.String(), r.Seq
+	}
+	if r.Err != "" {
+		m["error"] = r.Err
+	}
+	return m
+}
+
+func (s *Server) apiGraph(w http.ResponseWriter, r *http.Request) {
+	c, lim, err := s.graphParams(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	var g *observer.Graph
+	switch dir := r.URL.Query().Get("direction"); dir {
+	case "", "both":
+		g, err = s.store.Both(r.Context(), c, lim)
+	case "ancestry":
+		g, err = s.store.Ancestry(r.Context(), c, lim)
+	case "descendants":
+		g, err = s.store.Descendants(r.Context(), c, lim)
+	default:
+		err = badRequest{fmt.Errorf("parameter direction=%q: want ancestry, descendants or both", dir)}
+	}
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	switch f := r.URL.Query().Get("format"); f {
+	case "", "json":
+		writeJSON(w, g)
+	case "dot":
+		w.Header().Set("Content-Type", "text/vnd.graphviz")
+		g.WriteDOT(w)
+	default:
+		s.fail(w, badRequest{fmt.Errorf("parameter format=%q: want json or dot", f)})
+	}
+}
+
+func (s *Server) render(w http.ResponseWriter, r *http.Request, page string, data map[string]any) {
+	if n, err := strconv.Atoi(r.URL.Query().Get("refresh")); err == nil && n >= 1 {
+		data["Refresh"] = n
+	}
+	s.renderStatus(w, http.StatusOK, page, data)
+}
+
+// renderStatus renders page inside the layout, with the health banner.
+func (s *Server) renderStatus(w http.ResponseWriter, code int, page string, data map[string]any) {
+	if s.health != nil {
+		data["Health"] = s.health()
+	}
+	var b strings.Builder
+	if err := s.pages[page].ExecuteTemplate(&b, page+".html", data); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(code)
+	w.Write([]byte(b.String()))
+}
+
+func (s *Server) uiFindings(w http.ResponseWriter, r *http.Request) {
+	f, err := parseFindingFilter(r)
+	if err != nil {
+		s.failPage(w, err)
+		return
+	}
+	all, err := s.findings(r.Context(), findingFilter{})
+	if err != nil {
+		s.failPage(w, err)
+		return
+	}
+	fs := s.filter(r.Context(), all, f)
+	names, err := s.store.Names(r.Context())
+	if err != nil {
+		s.failPage(w, err)
+		return
+	}
+	s.render(w, r, "findings", map[string]any{
+		"Title": "Findings", "Findings": fs, "Total": len(all), "Codes": observer.AllCodes(), "TopicNames": names,
+		"Summary":    s.codeSummary(r.Context(), all),
+		"Severities": []observer.Severity{observer.SeverityInfo, observer.SeverityWarning, observer.SeverityError},
+		"Code":       f.Code, "Severity": f.Severity, "Topic": f.Topic, "Search": f.Search, "DocsURL": docsURL,
+	})
+}
+
+func (s *Server) uiTopics(w http.ResponseWriter, r *http.Request) {
+	ts, err := s.store.Topics(r.Context())
+	if err != nil {
+		s.failPage(w, err)
+		return
+	}
+	s.render(w, r, "topics", map[string]any{"Title": "Topics", "Topics": ts})
+}
+
+func (s *Server) uiRecord(w http.ResponseWriter, r *http.Request) {
+	c, lim, err := s.graphParams(r)
+	if err != nil {
+		s.failPage(w, err)
+		return
+	}
+	rec, err := s.store.Record(r.Context(), c)
+	if err != nil {
+		s.failPage(w, err)
+		return
+	}
+	g, err := s.store.Both(r.Context(), c, lim)
+	if err != nil {
+		s.failPage(w, err)
+		return
+	}
+	names, err := s.store.Names(r.Context())
+	if err != nil {
+		s.failPage(w, err)
+		return
+	}
+	var clk strings.Builder
+	if rec.Err == "" && rec.Stamped {
+		if st, err := rec.Stamp(); err == nil {
+			observer.WriteClock(&clk, &st.Clock, names.Topic)
+		}
+	} else if !rec.Stamped {
+		clk.WriteString("no stamp: claims nothing")
+	}
+	label := names.Coordinate(c)
+	data := map[string]any{
+		"Title": "Record " + label, "Label": label, "Record": rec, "Graph": g, "Clock": clk.String(),
+		"Time": time.UnixMilli(rec.Timestamp).UTC().Format(time.RFC3339Nano), "Depth": lim.Depth, "Limit": lim.Nodes,
+	}
+	data["Payload"], data["PayloadNote"] = s.payload(r.Context(), c)
+	s.render(w, r, "record", data)
+}
+
+// payloadWait bounds how long a record page waits for a payload preview
+// from the brokers.
+const payloadWait = 3 * time.Second
+
+// payload returns the record's payload preview, or why there is none.
+func (s *Server) payload(ctx context.Context, c headers.Coordinate) (*observer.Payload, string) {
+	if s.preview == nil {
+		return nil, "Payload previews are off (serve --no-payloads)."
+	}
+	if s.health != nil && !s.health().Up {
+		return nil, "The cluster cannot be read now; no payload preview."
+	}
+	ctx, cancel := context.WithTimeout(ctx, payloadWait)
+	defer cancel()
+	p, err := s.preview(ctx, c)
+	if err != nil {
+		return nil, "No payload preview: " + err.Error()
+	}
+	return p, ""
+}
+
+// shown is a payload preview as the record page prints it.
+type shown struct {
+	Text      string
+	Hex, Cut  bool
+	Size      int
+	Truncated int // bytes not shown
+}
+
+func show(p observer.Preview) shown {
+	text, isHex, cut := p.Text()
+	return shown{Text: text, Hex: isHex, Cut: cut, Size: p.Size, Truncated: p.Size - len(p.Head)}
+}
