@@ -51,7 +51,7 @@ func (n *Node) Flush() error {
 		if len(in.dsDirty) > 0 {
 			slices.SortFunc(in.dsDirty, headers.SenderID.Compare)
 			for _, s := range in.dsDirty {
-				if n.sabotage&SabotageForgetDeliveredSeqs != 0 {
+				if n.sabotage.has(sabForgetDeliveredSeqs) {
 					break
 				}
 				m := in.ds[s]

@@ -107,7 +107,8 @@ type env struct {
 	store *MemStore
 	offs  *fakeOffsets
 	cfg   Config
-	walk  bool // force the merge-walk form of the gate
+	walk  bool        // force the merge-walk form of the gate
+	sab   sabotageSet // switches, in parsley_sabotage builds
 }
 
 func newEnv(t testing.TB, inputs []headers.Channel, sinks []headers.TopicID) *env {
@@ -118,7 +119,7 @@ func newEnv(t testing.TB, inputs []headers.Channel, sinks []headers.TopicID) *en
 
 func (e *env) node() *Node {
 	e.t.Helper()
-	n, err := New(context.Background(), e.cfg)
+	n, err := newNode(context.Background(), e.cfg, e.sab)
 	if err != nil {
 		e.t.Fatalf("New: %v", err)
 	}

@@ -62,10 +62,6 @@ type Config struct {
 
 	Store   Store
 	Offsets BrokerOffsets
-
-	// Sabotage breaks rules on purpose, for verification harnesses only.
-	// The zero value is the correct protocol.
-	Sabotage Sabotage
 }
 
 // Node is the causal node: the delivery gate with its hold queues, density
@@ -105,7 +101,7 @@ type Node struct {
 	gate       headers.ChannelList // the inputs' channels, in n.inputs order, for the gate's lookups
 	gateOffs   []int64             // the gate's scratch: a stamp's claim on each input
 	gateLookup bool                // read claims with OffsetsOf, not the entry walk (tests compare the two)
-	sabotage   Sabotage
+	sabotage   sabotageSet         // verification builds only; see sabotage.go
 
 	nonEmpty int // inputs with a non-empty queue
 	held     int
@@ -178,6 +174,11 @@ func (in *input) setMark(sender headers.SenderID, v dsMark) {
 // After New, call Release once: a rescope that shrank the inputs can make
 // restored held records deliverable. ResumePositions says where to fetch.
 func New(ctx context.Context, cfg Config) (*Node, error) {
+	var correct sabotageSet
+	return newNode(ctx, cfg, correct)
+}
+
+func newNode(ctx context.Context, cfg Config, sab sabotageSet) (*Node, error) {
 	if err := checkConfig(&cfg); err != nil {
 		return nil, err
 	}
@@ -202,7 +203,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.gate = headers.NewChannelList(chans)
 	n.gateLookup = true
-	n.sabotage = cfg.Sabotage
+	n.sabotage = sab
 	n.sinks = slices.Clone(cfg.Sinks)
 	slices.SortFunc(n.sinks, headers.TopicID.Compare)
 	for _, t := range n.sinks {
@@ -563,7 +564,7 @@ func (n *Node) restoreQueue(in *input) error {
 	if err != nil {
 		return wrapStore(op, pfx, err)
 	}
-	if n.sabotage&SabotageDropHeldRecord != 0 && q.len() > 0 {
+	if n.sabotage.has(sabDropHeldRecord) && q.len() > 0 {
 		q.skels = q.skels[:len(q.skels)-1]
 		t--
 		q.flushedTail = t

@@ -40,13 +40,13 @@ func (n *Node) OnRecord(rec *Record) ([]Delivery, error) {
 	// the offset already, so what its metadata says cannot matter, and a
 	// stamp that does not decode must not refuse a record that is never
 	// delivered.
-	if rec.Offset <= in.frontier || rec.Offset <= in.accounted {
+	if (rec.Offset <= in.frontier || rec.Offset <= in.accounted) && !n.sabotage.has(sabAdmitReplays) {
 		in.fed = rec.Offset
 		n.counters.ReplaysSkipped++
 		return n.out, nil
 	}
 	if err := headers.ReadStamp(&n.scratch, rec.Headers); err != nil {
-		if n.sabotage&SabotageUndecodableAsAbsent == 0 {
+		if !n.sabotage.has(sabUndecodableAsAbsent) {
 			return nil, coordErr(op, rec.Channel, rec.Offset, err)
 		}
 		n.scratch.Reset()
@@ -54,7 +54,7 @@ func (n *Node) OnRecord(rec *Record) ([]Delivery, error) {
 	in.fed = rec.Offset
 	// Fold at receive, not at delivery: an over-claim only delays, and every
 	// later stamp must dominate the whole clock of every record delivered.
-	if !n.scratch.Clock.IsEmpty() && n.sabotage&SabotageSkipReceiveFold == 0 {
+	if !n.scratch.Clock.IsEmpty() && !n.sabotage.has(sabSkipReceiveFold) {
 		fold(&in.cc, &n.scratch.Clock)
 		fold(&n.agg, &n.scratch.Clock)
 		in.ccDirty = true
@@ -208,7 +208,7 @@ func (n *Node) cascade() error {
 // walk over the clock's public entries (offsetsWalk) gives the same answer
 // and is kept as the reference the tests compare against.
 func (n *Node) deliverable(own *input, s *headers.Stamp) bool {
-	if n.sabotage&SabotageIgnoreClaims != 0 {
+	if n.sabotage.has(sabIgnoreClaims) {
 		return true
 	}
 	c := &s.Clock
@@ -310,7 +310,7 @@ func (n *Node) deliver(in *input) error {
 	}
 	// The skipped run behind a held head: head-of-line order means every
 	// record below the new head was delivered, so the rest was skipped.
-	if o := q.at(0).offset - 1; o > in.frontier && n.sabotage&SabotageSkipHeadFold == 0 {
+	if o := q.at(0).offset - 1; o > in.frontier && !n.sabotage.has(sabSkipHeadFold) {
 		in.frontier = o
 		n.counters.SkippedRunFolds++
 	}
@@ -355,7 +355,7 @@ func (n *Node) loadHead(in *input) error {
 			return n.fail(corrupt(op, k, "offset "+itoa(q.head.Offset)+" where the queue holds "+itoa(q.at(0).offset)))
 		}
 	}
-	if err := headers.ReadStamp(&q.headStmp, q.head.Headers); err != nil && n.sabotage&SabotageUndecodableAsAbsent == 0 {
+	if err := headers.ReadStamp(&q.headStmp, q.head.Headers); err != nil && !n.sabotage.has(sabUndecodableAsAbsent) {
 		return n.fail(coordErr(op, in.ch, q.head.Offset, because(ErrCorruptState, err.Error())))
 	}
 	q.loaded = true

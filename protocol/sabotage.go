@@ -1,52 +1,23 @@
 package protocol
 
-// Sabotage switches off one rule of the protocol, deliberately, so a
-// verification harness (the simulator in package sim, or another host's
-// conformance suite) can prove that it notices. Each switch is a single
-// branch on the path it breaks, so it costs nothing when off.
+// sabotageSwitch names one rule of the protocol that a verification build
+// can switch off, deliberately, so a harness (the simulator in package
+// sim, or the protocol's own oracle tests) can prove that it notices.
 //
-// Never set Sabotage outside a test: every switch breaks causal order,
-// completeness or recovery.
-type Sabotage uint16
+// The switches exist only with the parsley_sabotage build tag
+// (sabotage_on.go, where Sabotage and NewSabotaged are exported). In every
+// other build a node's switch set is an empty struct whose has method
+// returns a constant false (sabotage_off.go), so each branch on a switch
+// compiles away and no production type carries a test hook.
+type sabotageSwitch uint16
 
 const (
-	// SabotageIgnoreClaims delivers every head at once: the gate always
-	// passes.
-	SabotageIgnoreClaims Sabotage = 1 << iota
-	// SabotageDropHeldRecord loses the last held record of every queue when
-	// the node is restored from its store.
-	SabotageDropHeldRecord
-	// SabotageSkipReceiveFold does not fold a received record's clock into
-	// its channel's advertised clock, so stamps lose transitive claims.
-	SabotageSkipReceiveFold
-	// SabotageUndecodableAsAbsent reads an undecodable stamp as the empty
-	// stamp instead of refusing the record.
-	SabotageUndecodableAsAbsent
-	// SabotageForgetDeliveredSeqs never writes delivered-sequence marks to
-	// the store, so a restarted node forgets which sequence claims it has
-	// resolved.
-	SabotageForgetDeliveredSeqs
-	// SabotageSkipHeadFold does not fold the skipped run behind a held head
-	// into the frontier when that head's predecessor delivers.
-	SabotageSkipHeadFold
-	// SabotageSkipCarried leaves carried ancestry out of stamps.
-	SabotageSkipCarried
+	sabIgnoreClaims sabotageSwitch = 1 << iota
+	sabDropHeldRecord
+	sabSkipReceiveFold
+	sabUndecodableAsAbsent
+	sabForgetDeliveredSeqs
+	sabSkipHeadFold
+	sabSkipCarried
+	sabAdmitReplays
 )
-
-// String names the switches set in s.
-func (s Sabotage) String() string {
-	names := []string{"IgnoreClaims", "DropHeldRecord", "SkipReceiveFold", "UndecodableAsAbsent", "ForgetDeliveredSeqs", "SkipHeadFold", "SkipCarried"}
-	out := ""
-	for i, n := range names {
-		if s&(1<<i) != 0 {
-			if out != "" {
-				out += "|"
-			}
-			out += n
-		}
-	}
-	if out == "" {
-		return "none"
-	}
-	return out
-}

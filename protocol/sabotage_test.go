@@ -1,3 +1,5 @@
+//go:build parsley_sabotage
+
 package protocol
 
 import (
@@ -55,6 +57,15 @@ func TestSabotageSwitchesBreakTheirRule(t *testing.T) {
 			feed(t, n, rec(t, c0, 0, st{offs: []headers.OffsetEntry{off(a0, 13)}}))
 			return len(feed(t, n, plain(b0, 5))) == 3
 		}},
+		{SabotageAdmitReplays, func(t *testing.T, e *env) bool {
+			n := e.node()
+			feed(t, n, plain(a0, 0))
+			flush(t, n)
+			// Admitted, the replay reaches the gate again; the node either
+			// delivers it twice or fails closed on the frontier moving back.
+			ds, err := e.node().OnRecord(plain(a0, 0))
+			return err == nil && len(ds) == 0
+		}},
 		{SabotageSkipCarried, func(t *testing.T, e *env) bool {
 			n := e.node()
 			feed(t, n, plain(b0, 6))
@@ -71,7 +82,7 @@ func TestSabotageSwitchesBreakTheirRule(t *testing.T) {
 				t.Fatal("the correct node misbehaved")
 			}
 			e = newEnv(t, []headers.Channel{a0, b0, c0}, []headers.TopicID{S.Topic})
-			e.cfg.Sabotage = tt.sw
+			e.sab = tt.sw
 			if tt.run(t, e) {
 				t.Fatalf("switch %v changed nothing", tt.sw)
 			}
@@ -79,5 +90,35 @@ func TestSabotageSwitchesBreakTheirRule(t *testing.T) {
 	}
 	if got := (SabotageIgnoreClaims | SabotageSkipCarried).String(); got != "IgnoreClaims|SkipCarried" {
 		t.Fatalf("String = %q", got)
+	}
+}
+
+// TestOracleCatchesSabotage: the seeded worlds' oracle is not vacuous:
+// each switch it can see from one node is flagged on a share of the seeds.
+func TestOracleCatchesSabotage(t *testing.T) {
+	seeds := oracleSeeds()
+	caught := map[Sabotage]int{}
+	switches := []struct {
+		sw      Sabotage
+		restart bool
+	}{
+		{SabotageIgnoreClaims, false},
+		{SabotageSkipHeadFold, false},
+		{SabotageDropHeldRecord, true},
+		{SabotageForgetDeliveredSeqs, true},
+	}
+	for seed := range uint64(seeds) {
+		w := genWorld(seed)
+		for _, s := range switches {
+			if w.judge(t, s.sw, s.restart) != "" {
+				caught[s.sw]++
+			}
+		}
+	}
+	for _, s := range switches {
+		t.Logf("%v caught on %d of %d seeds", s.sw, caught[s.sw], seeds)
+		if caught[s.sw] < seeds/5 {
+			t.Errorf("oracle caught %v on only %d of %d seeds", s.sw, caught[s.sw], seeds)
+		}
 	}
 }

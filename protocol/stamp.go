@@ -44,7 +44,7 @@ func (n *Node) PrepareSendInto(s *headers.Stamp, dest headers.Channel) error {
 	}
 	s.Reset()
 	c := &s.Clock
-	if n.sabotage&SabotageSkipCarried == 0 {
+	if !n.sabotage.has(sabSkipCarried) {
 		c.CopyFrom(&n.agg)
 	} else {
 		c.CopyFrom(&n.own)

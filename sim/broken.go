@@ -78,11 +78,14 @@ const (
 	// SkipTruncation: truncation sweeps do nothing, so stamps keep
 	// claiming topics that no longer exist.
 	SkipTruncation
+	// ResumeAhead: ResumePositions names one offset past the real one, so
+	// a restarted host skips a record.
+	ResumeAhead
 )
 
 // Sabotages lists every sabotage, for the self-tests.
 func Sabotages() []Sabotage {
-	return []Sabotage{IgnoreClaims, DropHeldRecord, StampReadAsAbsent, NoSequenceClaims, FrontierOnlyStamp, SkipTruncation}
+	return []Sabotage{IgnoreClaims, DropHeldRecord, StampReadAsAbsent, NoSequenceClaims, FrontierOnlyStamp, SkipTruncation, ResumeAhead}
 }
 
 func (s Sabotage) String() string {
@@ -101,6 +104,8 @@ func (s Sabotage) String() string {
 		return "frontier-only-stamp"
 	case SkipTruncation:
 		return "skip-truncation"
+	case ResumeAhead:
+		return "resume-ahead"
 	}
 	return "Sabotage(?)"
 }
@@ -158,6 +163,16 @@ func (b *sabotaged) PrepareSend(dest headers.Channel) (*headers.Stamp, error) {
 		st.Clock.RetainSeqs(func(e headers.SeqEntry) bool { return slices.Contains(b.inputs, e.Channel) })
 	}
 	return st, nil
+}
+
+func (b *sabotaged) ResumePositions() []protocol.Position {
+	ps := b.Protocol.ResumePositions()
+	if b.s == ResumeAhead {
+		for i := range ps {
+			ps[i].Offset++
+		}
+	}
+	return ps
 }
 
 func (b *sabotaged) TruncateToLogStarts(ctx context.Context) error {

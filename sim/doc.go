@@ -25,6 +25,13 @@
 // hold queues. A world that does not drain within its step budget fails as
 // wedged.
 //
+// The host judges what deliveries alone do not show: every stamp at send
+// time, against the sender's real past (StampGap); the gate's watermarks
+// after every protocol call, when the protocol offers them through
+// Inspector (Invariant); and ResumePositions at every restart, against the
+// oracle's own bound of what the node delivered or carries (LostOnResume),
+// which is also where the oracle's baseline comes from.
+//
 // # Using it as a conformance kit
 //
 // RunScenario runs one Scenario with one seed and returns a Result whose

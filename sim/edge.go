@@ -26,6 +26,11 @@ type ProducerSpec struct {
 	// MaxHops is the largest hop budget written into a value's first byte
 	// (see Damped); 0 writes 0.
 	MaxHops int
+	// OpenAcross keeps each transaction of a Transactional producer open
+	// across several operations, one send each, so other actors fetch,
+	// restart and seed their own outputs while it is open: the last stable
+	// offset sits below the log end.
+	OpenAcross bool
 }
 
 // EdgeProducer is the running form of a ProducerSpec.
@@ -39,6 +44,9 @@ type EdgeProducer struct {
 	observe []headers.Channel
 	pos     map[headers.Channel]int64
 	seq     int
+	open    int           // the open transaction of an OpenAcross producer; 0 = none
+	inOpen  int           // sends made in it
+	before  headers.Clock // the clock when the open transaction began
 }
 
 // Name returns the producer's name.
@@ -79,15 +87,21 @@ func (p *EdgeProducer) observeOne() error {
 // op is one producer operation: observe a record (when it can, half the
 // time) or make a send (a transaction of a few sends when transactional).
 func (p *EdgeProducer) op() error {
-	if _, _, _, ok := p.observable(); ok && p.w.rng.IntN(2) == 0 {
+	if _, _, _, ok := p.observable(); ok && p.open == 0 && p.w.rng.IntN(2) == 0 {
 		return p.observeOne()
 	}
 	n, txn := 1, 0
-	var before headers.Clock
-	if p.spec.Transactional {
+	switch {
+	case p.spec.Transactional && p.spec.OpenAcross:
+		if p.open == 0 {
+			p.open, p.inOpen = p.w.Broker.Begin(), 0
+			p.before.CopyFrom(&p.clock)
+		}
+		txn = p.open
+	case p.spec.Transactional:
 		n = 1 + p.w.rng.IntN(3)
 		txn = p.w.Broker.Begin()
-		before.CopyFrom(&p.clock)
+		p.before.CopyFrom(&p.clock)
 	}
 	n = min(n, p.spec.Ops-p.ops)
 	type sent struct {
@@ -133,13 +147,21 @@ func (p *EdgeProducer) op() error {
 		p.w.Oracle.Commit(p.actor)
 		return nil
 	}
+	sends := len(acks)
+	if p.open != 0 {
+		p.inOpen += sends
+		if p.ops < p.spec.Ops && p.w.rng.IntN(3) != 0 {
+			return nil // still open: the next operation sends in it too
+		}
+		p.open, sends = 0, p.inOpen
+	}
 	if p.w.rng.IntN(6) == 0 {
 		p.w.Broker.Abort(txn)
 		p.w.Oracle.Abort(p.actor)
 		// An aborted send is no record: later stamps must not name it
 		// (wire constraint 8), so the clock forgets the transaction.
-		p.clock.CopyFrom(&before)
-		p.ops -= len(acks)
+		p.clock.CopyFrom(&p.before)
+		p.ops -= sends
 		p.w.stats.EdgeAborts++
 		p.w.trace("abort %s", p.spec.Name)
 		return nil

@@ -60,11 +60,14 @@ const (
 	// IgnoreLogStart (H6): restart positions are not clamped to the log
 	// start and retention ignores subscribers' lag.
 	IgnoreLogStart
+	// AdvanceAhead (H2): the reported position runs one past the last
+	// stable offset, ahead of a record not yet fed.
+	AdvanceAhead
 )
 
 // HostFaults lists every fault, for the self-tests.
 func HostFaults() []HostFault {
-	return []HostFault{BreakAtomicity, WithholdPositionAdvance, FeedOutOfOrder, SkipOwnOutputSeed, IgnoreLogStart}
+	return []HostFault{BreakAtomicity, WithholdPositionAdvance, FeedOutOfOrder, SkipOwnOutputSeed, IgnoreLogStart, AdvanceAhead}
 }
 
 func (f HostFault) String() string {
@@ -81,6 +84,8 @@ func (f HostFault) String() string {
 		return "skip-own-output-seed"
 	case IgnoreLogStart:
 		return "ignore-log-start"
+	case AdvanceAhead:
+		return "advance-ahead"
 	}
 	return "HostFault(?)"
 }

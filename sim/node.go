@@ -74,6 +74,16 @@ type NodeSpec struct {
 	Ticks     int
 	// Redeploys replace Inputs and Sinks at the given restarts.
 	Redeploys []Redeploy
+	// Replays makes the host restart each input from a position drawn
+	// between the log start and its committed position, ignoring
+	// ResumePositions: a host whose offset commits lag its store, or that
+	// never asks. The protocol must drop what it already accounted for.
+	Replays bool
+	// ResetAt, when positive, wipes the node's store (state and changelog
+	// gone) at its ResetAt-th restart; consumer positions survive. The
+	// sender identity is the same, so its sequences must not restart
+	// below the ones it sent before.
+	ResetAt int
 	// LegacyHost reports no send acknowledgements (Sent), as a host built
 	// before they were reported: its restarts fall back to claiming sink
 	// end offsets — trailing commit markers — as 0.2 writers do. Its own
@@ -88,6 +98,8 @@ type Redeploy struct {
 	At     int
 	Inputs []Ref
 	Sinks  []string
+	// Logic, when set, replaces the node's logic from this redeploy on.
+	Logic Logic
 }
 
 type nodeState uint8
@@ -130,7 +142,23 @@ type SimNode struct {
 	folds [2]uint64                 // position folds and skipped-run folds of dead incarnations
 
 	restarts int
-	swept    int // step of the incarnation's last truncation sweep; -1 = none
+	swept    int   // step of the incarnation's last truncation sweep; -1 = none
+	logic    Logic // set by a redeploy that replaces the logic
+
+	// seqSeen is, per input and sender, the highest send sequence the host
+	// has seen delivered (for the shared-claim statistic).
+	seqSeen map[headers.Channel]map[headers.SenderID]int64
+	// storeFault, when positive, makes the store fail on its storeFault-th
+	// operation in the current step (see faultStore).
+	storeFault int
+
+	// The invariant checks' memory (see checkInvariants): watermarks last
+	// seen and as of the last commit, one past the highest position
+	// committed per channel, and whether this incarnation already failed.
+	cfg               *protocol.Config // the incarnation's configuration, for checkExplain
+	inv, invCommitted watermarks
+	reached           map[headers.Channel]int64
+	invBroken         bool
 }
 
 // Name returns the node's name.
@@ -181,10 +209,25 @@ func (n *SimNode) commit() error {
 	if err := n.proto.Flush(); err != nil {
 		return err
 	}
+	n.checkInvariants("Flush")
+	return n.commitFlushed()
+}
+
+// commitFlushed commits a step whose protocol state is flushed.
+func (n *SimNode) commitFlushed() error {
 	if err := n.batch.Commit(); err != nil {
 		return err
 	}
 	n.pos = n.spos
+	for ch, p := range n.pos {
+		if r, ok := n.reached[ch]; !ok || p > r {
+			n.reached[ch] = p
+		}
+	}
+	n.invCommitted = n.inv.clone()
+	if n.Held() > 0 {
+		n.checkExplain()
+	}
 	n.w.Broker.Commit(n.txn)
 	n.w.Oracle.Commit(n.actor)
 	return nil
@@ -215,6 +258,7 @@ func (n *SimNode) down() {
 	}
 	n.proto, n.batch, n.spos, n.txn = nil, nil, nil, 0
 	n.state = down
+	n.inv, n.invBroken = n.invCommitted.clone(), false
 }
 
 // handle processes deliveries in order: the oracle judges each, then the
@@ -247,9 +291,16 @@ func (n *SimNode) handle(ds []protocol.Delivery) error {
 		n.w.trace("deliver %s %v", n.spec.Name, d.Coordinate)
 		n.w.Oracle.Deliver(n.actor, d.Coordinate)
 		n.w.stats.Deliveries++
+		n.noteDelivered(d)
+		if n.w.recreatedIDs[d.Channel.Topic] {
+			n.w.stats.RecreatedReads++
+		}
 		logic := n.spec.Logic
 		if n.restarts > 0 && n.spec.LogicAfterRestart != nil {
 			logic = n.spec.LogicAfterRestart
+		}
+		if n.logic != nil {
+			logic = n.logic
 		}
 		for _, em := range logic(n.w.rng, d) {
 			if err := n.send(em); err != nil {
@@ -271,10 +322,15 @@ func (n *SimNode) send(em Emission) error {
 		p = int32(n.w.rng.IntN(t.Partitions()))
 	}
 	ch := t.Channel(p)
+	if n.w.recreatedIDs[t.ID] {
+		n.w.stats.RecreatedWrites++
+	}
 	st, err := n.proto.PrepareSend(ch)
 	if err != nil {
 		return err
 	}
+	n.checkInvariants("PrepareSend")
+	n.checkStamp(ch, st)
 	if err := n.checkCommitted(ch, st); err != nil { // wire constraint 8 (committed.go)
 		return err
 	}
@@ -297,6 +353,9 @@ func (n *SimNode) send(em Emission) error {
 		return err
 	}
 	id := n.w.Oracle.NewID(n.actor)
+	if st.Tagged {
+		n.w.Oracle.Tag(id, st.Sender, st.Seq)
+	}
 	off, err := n.w.Broker.Append(ch, n.txn, em.Key, em.Value, hs, id)
 	if err != nil {
 		return err
@@ -317,12 +376,25 @@ func (n *SimNode) send(em Emission) error {
 func (n *SimNode) feed(ch headers.Channel, off int64, e *Entry) error {
 	rec := protocol.Record{Coordinate: headers.Coordinate{Channel: ch, Offset: off}, Timestamp: e.Timestamp,
 		Key: e.Key, Value: e.Value, Headers: e.Headers}
+	n.noteSharedClaims(&rec)
+	before := n.proto.Counters().ReplaysSkipped
 	ds, err := n.proto.OnRecord(&rec)
 	if err != nil {
 		return err
 	}
-	if n.proto.Counters().Held > 0 {
+	n.checkInvariants("OnRecord")
+	c := n.proto.Counters()
+	if c.ReplaysSkipped > before {
+		n.w.stats.ReplaysDropped++
+	}
+	if c.Held > 0 {
 		n.w.stats.held = true
+		if len(n.inputs) > 16 {
+			n.w.stats.WideHeld = true
+		}
+		if n.spec.Partition > 0 {
+			n.w.stats.HeldAboveZero = true
+		}
 	}
 	return n.handle(ds)
 }
@@ -365,6 +437,9 @@ func (n *SimNode) fetch(ch headers.Channel) error {
 	// A poll returns records of several partitions: after the first, each
 	// record comes from any input with one to fetch (a third of the time),
 	// so holds, cascades and new holds mix within one step.
+	if b.StableEnd(ch) < b.End(ch) {
+		n.w.stats.FetchOpenTxn++
+	}
 	cur := ch
 	for i := range k {
 		if i > 0 && n.w.rng.IntN(3) == 0 {
@@ -411,10 +486,14 @@ func (n *SimNode) advance(ch headers.Channel) error {
 		return nil
 	}
 	n.w.stats.PositionAdvances++
+	if n.w.opts.Fault == AdvanceAhead {
+		p++
+	}
 	ds, err := n.proto.PositionAdvance(ch, p)
 	if err != nil {
 		return err
 	}
+	n.checkInvariants("PositionAdvance")
 	return n.handle(ds)
 }
 
@@ -441,15 +520,37 @@ func (n *SimNode) start(ctx context.Context) error {
 		}
 	}
 	redeploy := rd != nil
+	if first {
+		// A node names topics: it consumes the incarnation live when it
+		// first starts, a recreated one included.
+		ins, err := n.resolve(n.spec.Inputs)
+		if err != nil {
+			return err
+		}
+		n.inputs = ins
+	}
 	if redeploy {
 		ins, err := n.resolve(rd.Inputs)
 		if err != nil {
 			return err
 		}
 		n.inputs, n.sinks = ins, rd.Sinks
+		if rd.Logic != nil {
+			n.logic = rd.Logic
+		}
+	}
+	if !first && n.spec.ResetAt == n.restarts {
+		// The store and its changelog are gone: the node starts from
+		// nothing but its consumer positions. What it delivered no longer
+		// shapes its outputs, so the oracle forgets its past too.
+		n.store = protocol.NewMemStore()
+		n.inv, n.invCommitted = newWatermarks(), newWatermarks()
+		n.w.Oracle.ForgetPast(n.actor)
+		n.w.stats.StateResets++
+		n.w.trace("state-reset %s", n.spec.Name)
 	}
 	cfg := protocol.Config{ApplicationID: "sim", Stage: n.spec.Name, Partition: n.spec.Partition,
-		Inputs: n.inputs, Store: nil, Offsets: n.w.Broker, Sabotage: n.w.opts.ProtocolSabotage}
+		Inputs: n.inputs, Store: nil, Offsets: n.w.Broker}
 	for _, s := range n.sinks {
 		t := n.w.Broker.Topic(s)
 		if t == nil {
@@ -461,7 +562,8 @@ func (n *SimNode) start(ctx context.Context) error {
 		cfg.Offsets = emptyEnds{n.w.Broker}
 	}
 	n.batch = protocol.NewBatch(n.store)
-	cfg.Store = n.batch
+	cfg.Store = faultStore{n.batch, n}
+	n.cfg = &cfg
 	p, err := n.w.opts.NewProtocol(ctx, cfg)
 	if redeploy && errors.Is(err, protocol.ErrHeldOnRemovedInput) {
 		// Fail closed, correctly: records are held on an input the new
@@ -497,6 +599,18 @@ func (n *SimNode) start(ctx context.Context) error {
 	n.proto = p
 	n.state = up
 	n.swept = -1
+	for _, t := range cfg.Sinks {
+		if n.w.openTxnOn(t) {
+			n.w.stats.InitOpenTxn++ // the own-output seed meets an open transaction
+			break
+		}
+	}
+	for _, ch := range n.gone {
+		n.inv.forget(ch)
+		n.invCommitted.forget(ch)
+		delete(n.reached, ch)
+	}
+	n.checkInvariants("New")
 	if h := p.Counters().Held; h > 0 {
 		n.w.stats.RestoredHeld++
 	}
@@ -529,21 +643,39 @@ func (n *SimNode) start(ctx context.Context) error {
 				}
 			}
 		}
-		for _, r := range resume {
-			if r.Channel == ch && r.Offset > pos {
-				pos = r.Offset
+		// The oracle's bound starts at what committed steps fetched, the
+		// highest position committed while ch stayed in scope.
+		from := max(pos, n.reached[ch])
+		if n.spec.Replays && !first {
+			// The lagging host: anywhere from the log start up to the
+			// committed position, and ResumePositions unasked.
+			ls := n.w.Broker.LogStart(ch)
+			if pos > ls {
+				pos = ls + n.w.rng.Int64N(pos-ls+1)
+			}
+		} else {
+			for _, r := range resume {
+				if r.Channel == ch && r.Offset > pos {
+					pos = r.Offset
+				}
 			}
 		}
 		if ls := n.w.Broker.LogStart(ch); pos < ls && n.w.opts.Fault != IgnoreLogStart {
 			pos = ls // H6: a position below the log start resets to it
 		}
 		n.spos[ch] = pos
-		n.w.Oracle.Consume(n.actor, ch, pos)
+		// The oracle's baseline does not trust ResumePositions: it is the
+		// start position only as far as the oracle's own bound allows.
+		n.w.Oracle.Consume(n.actor, ch, n.checkResume(ch, from, pos, resume))
 	}
 	ds, err := p.Release()
 	if err != nil {
 		return err
 	}
+	if len(ds) > 0 {
+		n.w.stats.Released++
+	}
+	n.checkInvariants("Release")
 	if err := n.handle(ds); err != nil {
 		return err
 	}
@@ -560,6 +692,7 @@ func (n *SimNode) start(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
+				n.checkInvariants("PositionAdvance")
 				if err := n.handle(ds); err != nil {
 					return err
 				}

@@ -79,6 +79,16 @@ const (
 	// StaleClaim: a stamp still claims a deleted topic after a truncation
 	// sweep that should have dropped it.
 	StaleClaim
+	// StampGap: at send time, a stamp fails to claim a real ancestor of
+	// the send that some gate may still have to wait for.
+	StampGap
+	// Invariant: the protocol's watermarks broke an invariant after a call
+	// (a frontier moved back or past what was fetched, a held head sits at
+	// or below its frontier, a delivered sequence mark moved back).
+	Invariant
+	// LostOnResume: ResumePositions skips a record the node has neither
+	// delivered nor carried in its causal past.
+	LostOnResume
 )
 
 func (k ViolationKind) String() string {
@@ -103,6 +113,12 @@ func (k ViolationKind) String() string {
 		return "fail-open"
 	case StaleClaim:
 		return "stale-claim"
+	case StampGap:
+		return "stamp-gap"
+	case Invariant:
+		return "invariant"
+	case LostOnResume:
+		return "lost-on-resume"
 	}
 	return fmt.Sprintf("ViolationKind(%d)", uint8(k))
 }
@@ -123,6 +139,10 @@ type recInfo struct {
 	coord headers.Coordinate
 	anc   bitset // real causal past, transitively closed, excluding itself
 	actor int
+	// The sender tag the record was stamped with, if any (see Tag).
+	tagged bool
+	sender headers.SenderID
+	seq    int64
 }
 
 // Oracle is the ground truth. It never reads a clock: it records, for every

@@ -47,7 +47,7 @@ func producer(name string, ops int, txn bool, targets ...string) ProducerSpec {
 // Scenarios returns the scenario suite (reference 06, issue 4 §6), each
 // built so the machinery it targets is what orders its deliveries.
 func Scenarios() []Scenario {
-	return []Scenario{
+	return append([]Scenario{
 		{Name: "linear", Build: func(r *rand.Rand) Spec {
 			// a → A → b → B → c; C consumes the two ends, so the claims
 			// on a travel two hops through stamps.
@@ -285,7 +285,7 @@ func Scenarios() []Scenario {
 					{Name: "Z", Inputs: in("a", "d", "x", "y")},
 				}, Crashes: 6, Retention: 4, Truncations: 4, Steps: 40000}
 		}},
-	}
+	}, families()...)
 }
 
 // LateJoiner is the late-joiner sequence-claim probe (reference 03): A

@@ -60,26 +60,51 @@ var (
 	sweptAfter    = floor{"a truncation sweep after a topic was recreated", 20, func(s *Stats) bool { return s.SweptAfterRecreate > 0 }}
 	retained      = floor{"retention advanced a log start", 20, func(s *Stats) bool { return s.Retentions > 0 }}
 	truncated     = floor{"a truncation sweep", 20, func(s *Stats) bool { return s.Truncations > 0 }}
+	replayed      = floor{"records fed again and dropped as replays", 20, func(s *Stats) bool { return s.ReplaysDropped > 0 }}
+	sharedClaim   = floor{"a sequence claim fed while another sender's mark had passed it", 20, func(s *Stats) bool { return s.SharedClaims > 0 }}
+	wideHeld      = floor{"a node with more than 16 inputs held a record", 20, func(s *Stats) bool { return s.WideHeld }}
+	heldAboveZero = floor{"a task on partition 1 held a record", 20, func(s *Stats) bool { return s.HeldAboveZero }}
+	fetchOpenTxn  = floor{"a fetch below an open transaction", 20, func(s *Stats) bool { return s.FetchOpenTxn > 0 }}
+	initOpenTxn   = floor{"an own-output seed meeting an open transaction", 20, func(s *Stats) bool { return s.InitOpenTxn > 0 }}
+	stateReset    = floor{"a sender's state reset", 20, func(s *Stats) bool { return s.StateResets > 0 }}
+	flushCrash    = floor{"a crash between Flush and commit", 20, func(s *Stats) bool { return s.FlushThenCrash > 0 }}
+	rewritten     = floor{"a recreated topic written again", 20, func(s *Stats) bool { return s.RecreatedWrites > 0 }}
+	reread        = floor{"a recreated topic consumed", 20, func(s *Stats) bool { return s.RecreatedReads > 0 }}
+	retainedAt    = floor{"retention moved a log start onto a record", 20, func(s *Stats) bool { return s.RetainedToRecord > 0 }}
+	released      = floor{"Release delivered holds a shrink set free", 20, func(s *Stats) bool { return s.Released > 0 }}
+	storeFault    = floor{"a store failure mid-step", 20, func(s *Stats) bool { return s.StoreFaults > 0 }}
 	scenarioFloor = map[string][]floor{
-		"linear":          {crashed, posFold},
-		"fanout":          {held, crashHeld, restoredHeld, midStep, posFold, skippedRun, edgeAbort},
-		"fanin":           {held, crashed, posFold, edgeAbort},
-		"diamond":         {held, crashed, posFold},
-		"triangle":        {held, crashHeld, midStep, posFold, edgeAbort},
-		"request-reply":   {held, crashed, posFold},
-		"feedback":        {held, crashed, posFold},
-		"filter":          {held, crashed, posFold},
-		"trailing-marker": {held, crashed, posFold},
-		"head-fold":       {held, crashed, skippedRun},
-		"multi-partition": {held, crashHeld, restoredHeld, midStep, skippedRun},
-		"ticks":           {held, ticked, crashHeld, posFold},
-		"crash-chain":     {held, crashed, midStep, posFold},
-		"own-outputs":     {held, crashed, posFold},
-		"scope-shrink":    {redeployed, crashed},
-		"scope-regrow":    {regrown, held, crashed},
-		"former-sink":     {recreated, sweptAfter, crashed},
-		"truncation":      {held, retained, truncated, posFold},
-		"soak":            {held, crashHeld, restoredHeld, midStep, posFold, skippedRun, ticked, retained, truncated},
+		"linear":            {crashed, posFold},
+		"fanout":            {held, crashHeld, restoredHeld, midStep, posFold, skippedRun, edgeAbort},
+		"fanin":             {held, crashed, posFold, edgeAbort},
+		"diamond":           {held, crashed, posFold},
+		"triangle":          {held, crashHeld, midStep, posFold, edgeAbort},
+		"request-reply":     {held, crashed, posFold},
+		"feedback":          {held, crashed, posFold},
+		"filter":            {held, crashed, posFold},
+		"trailing-marker":   {held, crashed, posFold},
+		"head-fold":         {held, crashed, skippedRun},
+		"multi-partition":   {held, crashHeld, restoredHeld, midStep, skippedRun},
+		"ticks":             {held, ticked, crashHeld, posFold},
+		"crash-chain":       {held, crashed, midStep, posFold},
+		"own-outputs":       {held, crashed, posFold},
+		"scope-shrink":      {redeployed, crashed},
+		"scope-regrow":      {regrown, held, crashed},
+		"former-sink":       {recreated, sweptAfter, crashed},
+		"truncation":        {held, retained, truncated, posFold},
+		"soak":              {held, crashHeld, restoredHeld, midStep, posFold, skippedRun, ticked, retained, truncated},
+		"shared-senders":    {held, sharedClaim, crashed},
+		"replays":           {held, replayed, crashed},
+		"wide":              {wideHeld, crashed},
+		"co-partitioned":    {heldAboveZero, crashed},
+		"open-txn":          {held, fetchOpenTxn, initOpenTxn},
+		"shrink-ancestry":   {redeployed, crashed},
+		"regrow-seq":        {regrown, held},
+		"sender-reset":      {stateReset, held},
+		"store-faults":      {held, storeFault, flushCrash},
+		"recreate-reuse":    {recreated, rewritten, reread},
+		"shrink-release":    {released, redeployed},
+		"truncate-at-claim": {retainedAt, truncated, held},
 	}
 )
 

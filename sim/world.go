@@ -37,8 +37,17 @@ type Spec struct {
 	Steps int
 	// Recreate names topics the scheduler deletes and recreates under a
 	// new topic ID once some node has redeployed away from them. No
-	// producer may target them, and no node may consume them then.
+	// producer may target them; a node that (re)starts afterwards and
+	// names them consumes or writes the new incarnation.
 	Recreate []string
+	// RetainToRecords makes retention move a log start onto the offset of
+	// one of the channel's last three business records, the offsets
+	// stamps claim, instead of anywhere up to the log end.
+	RetainToRecords bool
+	// StoreFaults is the number of steps the scheduler may run with a
+	// store that fails mid-step; the host then discards the node and
+	// rebuilds it from committed state (H3).
+	StoreFaults int
 }
 
 // Scenario builds a Spec; it may draw the topology's shape from r.
@@ -54,9 +63,6 @@ type Options struct {
 	NewProtocol NewProtocol
 	// Fault makes every node shirk one host duty.
 	Fault HostFault
-	// ProtocolSabotage is set in every node's protocol.Config: the
-	// protocol's own test-only switches, for the self-tests.
-	ProtocolSabotage protocol.Sabotage
 	// Trace, when set, receives every trace line.
 	Trace func(string)
 }
@@ -70,7 +76,16 @@ type Stats struct {
 	PositionAdvances, PositionFolds           int
 	SkippedRunFolds, Retentions, Truncations  int
 	EdgeAborts, Recreated, SweptAfterRecreate int
+	ReplaysDropped, StateResets               int
+	FlushThenCrash, StoreFaults               int
+	SharedClaims                              int // a sequence claim fed while another sender's mark had passed it
+	InitOpenTxn, FetchOpenTxn                 int
+	RecreatedWrites, RecreatedReads           int  // sends to and deliveries from a recreated topic
+	RetainedToRecord                          int  // retention moved a log start exactly onto a record
+	Released                                  int  // Release delivered restored holds after a rescope
 	Held                                      bool // some node held a record at the gate
+	WideHeld                                  bool // a node with more than 16 inputs held a record
+	HeldAboveZero                             bool // a task on a partition above 0 held a record
 	held                                      bool
 }
 
@@ -110,11 +125,12 @@ type World struct {
 	hash  hash.Hash64
 	step  int
 
-	crashes, retention, truncations int
-	redeployEnds                    map[headers.Channel]int64
-	err                             error
-	recreated                       int
-	deletedAt                       map[headers.TopicID]int // topic → step of its deletion
+	crashes, retention, truncations, storeFaults int
+	redeployEnds                                 map[headers.Channel]int64
+	err                                          error
+	recreated                                    int
+	deletedAt                                    map[headers.TopicID]int // topic → step of its deletion
+	recreatedIDs                                 map[headers.TopicID]bool
 }
 
 // snapshotEnds records every channel's log end (for AtFirstRedeploy).
@@ -139,15 +155,16 @@ func NewWorld(spec Spec, seed uint64, opts Options) (*World, error) {
 	}
 	w := &World{Broker: NewBroker(), Oracle: NewOracle(), spec: spec, opts: opts,
 		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), hash: fnv.New64a(),
-		crashes: spec.Crashes, retention: spec.Retention, truncations: spec.Truncations,
-		deletedAt: map[headers.TopicID]int{}}
+		crashes: spec.Crashes, retention: spec.Retention, truncations: spec.Truncations, storeFaults: spec.StoreFaults,
+		deletedAt: map[headers.TopicID]int{}, recreatedIDs: map[headers.TopicID]bool{}}
 	for _, t := range spec.Topics {
 		w.Broker.CreateTopic(t.Name, t.Partitions)
 	}
 	for _, ns := range spec.Nodes {
 		ns.Redeploys = slices.Clone(ns.Redeploys) // the node adjusts them
 		n := &SimNode{spec: ns, w: w, actor: w.Oracle.Actor(ns.Name, true), store: protocol.NewMemStore(),
-			pos: map[headers.Channel]int64{}, ticks: ns.Ticks, sinks: ns.Sinks}
+			pos: map[headers.Channel]int64{}, ticks: ns.Ticks, sinks: ns.Sinks,
+			inv: newWatermarks(), invCommitted: newWatermarks(), reached: map[headers.Channel]int64{}}
 		ins, err := n.resolve(ns.Inputs)
 		if err != nil {
 			return nil, err
@@ -309,7 +326,13 @@ func (w *World) actions() []action {
 					if w.recreated > 0 {
 						w.stats.SweptAfterRecreate++
 					}
-					return n.inStep(func() error { return n.proto.TruncateToLogStarts(ctx) })
+					return n.inStep(func() error {
+						if err := n.proto.TruncateToLogStarts(ctx); err != nil {
+							return err
+						}
+						n.checkInvariants("TruncateToLogStarts")
+						return nil
+					})
 				}})
 			}
 		}
@@ -317,20 +340,50 @@ func (w *World) actions() []action {
 	if w.retention > 0 {
 		acts = append(acts, action{name: "retention", weight: 1, run: w.retain})
 	}
-	if w.recreated < len(w.spec.Recreate) && w.stats.Redeploys > 0 {
+	if w.storeFaults > 0 {
+		for _, n := range w.Nodes {
+			for _, ch := range n.inputs {
+				if n.state == up && n.fetchable(ch) {
+					acts = append(acts, action{name: "store-fault " + n.spec.Name + " " + ch.String(), weight: 1, node: n,
+						run: func(context.Context) error { return n.faultyFetch(ch) }})
+					break
+				}
+			}
+		}
+	}
+	if w.recreated < len(w.spec.Recreate) && w.stats.Redeploys > 0 && !w.declared(w.spec.Recreate[w.recreated]) {
 		name := w.spec.Recreate[w.recreated]
 		acts = append(acts, action{name: "recreate " + name, weight: 4, run: func(context.Context) error {
 			w.recreated++
 			if old := w.Broker.Topic(name); old != nil {
 				w.deletedAt[old.ID] = w.step
 				w.Broker.DeleteTopic(name)
-				w.Broker.CreateTopic(name, old.Partitions())
+				w.recreatedIDs[w.Broker.CreateTopic(name, old.Partitions()).ID] = true
 				w.stats.Recreated++
 			}
 			return nil
 		}})
 	}
 	return acts
+}
+
+// declared reports whether a started node's current scope names the live
+// incarnation of topic name, as an input or a sink: such a topic is not
+// deleted under it.
+func (w *World) declared(name string) bool {
+	t := w.Broker.Topic(name)
+	if t == nil {
+		return false
+	}
+	for _, n := range w.Nodes {
+		if n.state == notStarted {
+			continue
+		}
+		if slices.Contains(n.sinks, name) || slices.ContainsFunc(n.inputs, func(ch headers.Channel) bool { return ch.Topic == t.ID }) {
+			return true
+		}
+	}
+	return false
 }
 
 // retain advances one channel's log start toward its end, as retention
@@ -351,8 +404,22 @@ func (w *World) retain(context.Context) error {
 	ch := chans[w.rng.IntN(len(chans))]
 	end := w.Broker.End(ch)
 	to := w.Broker.LogStart(ch) + w.rng.Int64N(end-w.Broker.LogStart(ch)+1)
+	if w.spec.RetainToRecords {
+		var recs []int64
+		for off := end - 1; off >= w.Broker.LogStart(ch) && len(recs) < 3; off-- {
+			if e := w.Broker.Entry(ch, off); e != nil && e.Kind == Business {
+				recs = append(recs, off)
+			}
+		}
+		if len(recs) > 0 {
+			to = recs[w.rng.IntN(len(recs))]
+		}
+	}
 	got := w.Broker.AdvanceLogStart(ch, to)
 	w.stats.Retentions++
+	if got == to && w.spec.RetainToRecords {
+		w.stats.RetainedToRecord++
+	}
 	w.trace("retention %v→%d", ch, got)
 	return nil
 }
@@ -390,6 +457,15 @@ func (n *SimNode) crash(context.Context) error {
 		n.begin()
 		if err := bodies[w.rng.IntN(len(bodies))](); err != nil {
 			return err
+		}
+		if w.rng.IntN(2) == 0 {
+			// Between Flush and commit: the store's writes are staged,
+			// and die with the step.
+			w.stats.FlushThenCrash++
+			if err := n.proto.Flush(); err != nil {
+				return err
+			}
+			n.checkInvariants("Flush")
 		}
 		n.abort()
 		return nil

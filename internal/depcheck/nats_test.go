@@ -1,8 +1,6 @@
 package depcheck
 
 import (
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -12,19 +10,8 @@ import (
 // drives it), and the bridge's build does not include nats-server, which
 // only its tests, the example and the soak embed.
 func TestNATSStaysInTheBridge(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	list := func(args ...string) string {
-		cmd := exec.Command("go", append([]string{"list"}, args...)...)
-		cmd.Dir = root
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("go list %v: %v", args, err)
-		}
-		return string(out)
-	}
+	root := moduleRoot(t)
+	list := func(args ...string) string { return goList(t, root, args...) }
 	mayUseNATS := map[string]bool{
 		module + "/bridge":               true,
 		module + "/examples/nats-bridge": true,
