@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/clock"
+	"github.com/parsley-go/parsley/internal/wait"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -122,7 +123,7 @@ func (p *producer) run(ctx context.Context) error {
 				}
 			}
 		}
-		if sleep(ctx, 40*time.Millisecond) != nil {
+		if wait.Sleep(ctx, 40*time.Millisecond) != nil {
 			break
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/internal/testkafka"
+	"github.com/parsley-go/parsley/internal/wait"
 	"github.com/parsley-go/parsley/stage"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -205,14 +206,14 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	}
 	// Log progress while the run goes on, for a stall's post-mortem.
 	wg.Go(func() {
-		for sleep(runCtx, 10*time.Second) == nil {
+		for wait.Sleep(runCtx, 10*time.Second) == nil {
 			opts.Logf("progress: %d producer transactions committed, %d settlements read", prod.committed.Load(), prog.n.Load())
 		}
 	})
 	if err := prog.waitAll(ctx, time.Now(), 3*time.Minute, failed); err != nil {
 		return fail(fmt.Errorf("failover: pipeline never produced on every partition: %w", err))
 	}
-	if err := sleep(ctx, opts.Warmup); err != nil {
+	if err := wait.Sleep(ctx, opts.Warmup); err != nil {
 		return fail(err)
 	}
 	for _, kind := range []string{"partition leader", "transaction coordinator", "group coordinator"} {
@@ -241,7 +242,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 			return fail(err)
 		}
 		opts.Logf("broker %d back", id)
-		if err := sleep(ctx, opts.Warmup); err != nil {
+		if err := wait.Sleep(ctx, opts.Warmup); err != nil {
 			return fail(err)
 		}
 	}
@@ -310,15 +311,6 @@ func target(ctx context.Context, adm *kadm.Client, kind string) (int32, error) {
 	return 0, fmt.Errorf("failover: unknown fault %q", kind)
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
-}
-
 // progress follows the output topic and remembers, per partition, when a
 // new settlement last arrived.
 type progress struct {
@@ -366,7 +358,7 @@ func (p *progress) waitAll(ctx context.Context, since time.Time, limit time.Dura
 		if time.Now().After(deadline) {
 			return fmt.Errorf("some output partition made no progress within %v", limit)
 		}
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+		if err := wait.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -401,7 +393,7 @@ func waitLed(ctx context.Context, cl *kgo.Client, topic string, partitions int32
 		if time.Now().After(deadline) {
 			return fmt.Errorf("failover: topic %q not led everywhere after a minute: %w", topic, err)
 		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := wait.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
