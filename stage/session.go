@@ -111,11 +111,17 @@ func (a *App) session(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err // the polled records are fetched again next time
 		}
+		var lost error
 		fs.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			if dl := a.fetchDataLoss(t, p, err); dl != nil {
+				lost = errors.Join(lost, dl) // the client has already moved its cursor
+			} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 				a.log.Warn("stage: fetch error", "topic", t, "partition", p, "err", err)
 			}
 		})
+		if lost != nil {
+			return &fatal{lost}
+		}
 		if err := a.reconcile(ctx); err != nil {
 			return err
 		}

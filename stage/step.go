@@ -34,7 +34,7 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	a.sent.reset()
 	a.beginExternal(sctx)
 
-	end := stepEnd{step: a.runStep(sctx, sess, fs)}
+	end := stepEnd{step: a.explainOutOfOrder(sctx, a.runStep(sctx, sess, fs))}
 	end.flush = sess.Client().Flush(sctx)
 	end.produce = a.sent.firstErr()
 	commit := end.step == nil && end.flush == nil && end.produce == nil

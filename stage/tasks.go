@@ -137,6 +137,10 @@ func (a *App) startPositions(ctx context.Context, need map[string][]int32) (map[
 	if err != nil {
 		return nil, fmt.Errorf("stage: list log starts: %w", err)
 	}
+	logEnds, err := a.admin.ListEndOffsets(ctx, sources...)
+	if err != nil {
+		return nil, fmt.Errorf("stage: list log ends: %w", err)
+	}
 	out := make(map[string]map[int32]int64)
 	for _, t := range sources {
 		out[t] = make(map[int32]int64)
@@ -152,6 +156,13 @@ func (a *App) startPositions(ctx context.Context, need map[string][]int32) (map[
 			}
 			if ok && c.At > pos {
 				pos = c.At
+			}
+			// Started past the end, the client would rewind to its reset
+			// offset and feed records below the position given here.
+			if le, ok := logEnds.Lookup(t, p); ok && le.Err == nil {
+				if dl := a.pastEnd(t, p, pos, le.Offset); dl != nil {
+					return nil, &fatal{dl}
+				}
 			}
 			out[t][p] = pos
 		}
