@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 
@@ -155,7 +156,7 @@ func (a *App) Run(ctx context.Context) error {
 		return err
 	}
 	a.env = a.newTaskEnv()
-	if err := os.MkdirAll(a.cfg.StateDir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(a.cfg.StateDir, a.cfg.ApplicationID), 0o755); err != nil {
 		return fmt.Errorf("stage: state dir: %w", err)
 	}
 	defer a.closeTasks()

@@ -130,6 +130,8 @@ func (c *Config) validate(stages []*Stage) error {
 	}
 	if err := checkName(c.ApplicationID); err != nil {
 		bad("ApplicationID: %v", err)
+	} else if c.ApplicationID == "." || c.ApplicationID == ".." {
+		bad("ApplicationID %q: it names the application's directory under StateDir", c.ApplicationID)
 	}
 	if err := checkName(c.InstanceID); err != nil {
 		bad("InstanceID: %v", err)

@@ -69,11 +69,14 @@ func checkCounts(t *testing.T, out []*kgo.Record, want map[string][]string) {
 }
 
 // foldStates reads the committed int64 fold state of every key from the
-// task stores under dir.
+// task stores in dir, or else in the application directories under dir.
 func foldStates(t *testing.T, dir string) map[string]int64 {
 	t.Helper()
 	out := make(map[string]int64)
 	files, _ := filepath.Glob(filepath.Join(dir, "*.db"))
+	if len(files) == 0 {
+		files, _ = filepath.Glob(filepath.Join(dir, "*", "*.db"))
+	}
 	if len(files) == 0 {
 		t.Fatalf("no task stores in %s", dir)
 	}

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
 
 	"github.com/parsley-go/parsley/headers"
@@ -90,7 +89,10 @@ func (a *App) reconcile(ctx context.Context) error {
 
 func (a *App) openTask(ctx context.Context, id taskID) (*task, error) {
 	st := a.stages[id.stage]
-	path := filepath.Join(a.cfg.StateDir, fmt.Sprintf("%s-%d.db", st.name, id.partition))
+	path := StorePath(a.cfg.StateDir, a.cfg.ApplicationID, st.name, id.partition)
+	if err := a.moveLegacyStore(ctx, st, id.partition, path); err != nil {
+		return nil, err
+	}
 	kv, err := state.Open(ctx, path)
 	if err != nil {
 		return nil, &fatal{fmt.Errorf("stage %q partition %d: %w", st.name, id.partition, err)}
