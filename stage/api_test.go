@@ -289,6 +289,7 @@ func TestConfigValidates(t *testing.T) {
 	}{
 		{"valid", func(*Config) {}, []*Stage{st}, ""},
 		{"no app id", func(c *Config) { c.ApplicationID = "" }, []*Stage{st}, "ApplicationID"},
+		{"app id names a parent directory", func(c *Config) { c.ApplicationID = ".." }, []*Stage{st}, "application's directory"},
 		{"no instance", func(c *Config) { c.InstanceID = "" }, []*Stage{st}, "InstanceID"},
 		{"no brokers", func(c *Config) { c.Brokers = nil }, []*Stage{st}, "Brokers"},
 		{"no state dir", func(c *Config) { c.StateDir = "" }, []*Stage{st}, "StateDir"},
