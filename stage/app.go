@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/internal/wait"
@@ -55,8 +56,10 @@ type App struct {
 	// assignment, written by the group's callbacks
 	amu      sync.Mutex
 	assigned map[string][]int32
+	dropped  map[topicPartition]bool // revoked since the last reconcile
 	gen      uint64
 	seenGen  uint64
+	paused   map[string][]int32 // owned by the session loop: assigned partitions not fetched
 
 	// Owned by the session loop.
 	tasks  map[taskID]*task
@@ -112,6 +115,7 @@ func New(cfg Config, stages ...*Stage) (*App, error) {
 		cfg: c, stages: stages, log: c.Logger,
 		bySource: make(map[string][]int),
 		assigned: make(map[string][]int32),
+		dropped:  make(map[topicPartition]bool),
 		tasks:    make(map[taskID]*task),
 	}
 	for i, s := range stages {
@@ -163,6 +167,7 @@ func (a *App) Run(ctx context.Context) error {
 	for {
 		err := a.session(ctx)
 		if ctx.Err() != nil {
+			a.leaveGroup()
 			return nil
 		}
 		if f := (*fatal)(nil); errors.As(err, &f) {
@@ -172,6 +177,24 @@ func (a *App) Run(ctx context.Context) error {
 		if wait.Sleep(ctx, a.cfg.RetryBackoff) != nil {
 			return nil
 		}
+	}
+}
+
+// leaveGroup removes this static member from the group when
+// Config.LeaveOnShutdown asks for it (scale-in). The session has closed:
+// its open step ended first.
+func (a *App) leaveGroup() {
+	if !a.cfg.LeaveOnShutdown {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := a.admin.LeaveGroup(ctx, kadm.LeaveGroup(a.cfg.ApplicationID).InstanceIDs(a.cfg.InstanceID))
+	if err == nil {
+		err = res.Error()
+	}
+	if err != nil {
+		a.log.Warn("stage: could not leave the group; the instance's tasks move after the session timeout", "instance", a.cfg.InstanceID, "err", err)
 	}
 }
 

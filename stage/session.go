@@ -27,6 +27,9 @@ func (a *App) sessionOpts() []kgo.Opt {
 	opts := append(a.baseOpts(),
 		kgo.TransactionalID(a.cfg.ApplicationID+"-"+a.cfg.InstanceID),
 		kgo.ConsumerGroup(a.cfg.ApplicationID),
+		// Static membership (KIP-345): a restart within the session
+		// timeout gets its partitions back without a rebalance.
+		kgo.InstanceID(a.cfg.InstanceID),
 		kgo.ConsumeTopics(sources...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
@@ -64,6 +67,9 @@ func (a *App) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) 
 	a.amu.Lock()
 	defer a.amu.Unlock()
 	for t, ps := range m {
+		for _, p := range ps {
+			a.dropped[topicPartition{t, p}] = true
+		}
 		a.assigned[t] = slices.DeleteFunc(a.assigned[t], func(p int32) bool { return slices.Contains(ps, p) })
 		if len(a.assigned[t]) == 0 {
 			delete(a.assigned, t)
@@ -86,9 +92,17 @@ func (a *App) session(ctx context.Context) error {
 			t.reset()
 		}
 		a.amu.Lock()
+		// The next client starts over: every task is restored before it
+		// runs again, whatever the next assignment.
+		for t, ps := range a.assigned {
+			for _, p := range ps {
+				a.dropped[topicPartition{t, p}] = true
+			}
+		}
 		clear(a.assigned)
 		a.gen++
 		a.amu.Unlock()
+		clear(a.paused)
 		sess.Close() // leaves the group
 		a.sessionEnded()
 	}()
@@ -122,7 +136,7 @@ func (a *App) session(ctx context.Context) error {
 		if lost != nil {
 			return &fatal{lost}
 		}
-		if err := a.reconcile(ctx); err != nil {
+		if err := a.reconcile(ctx, sess.Client()); err != nil {
 			return err
 		}
 		if fs.NumRecords() == 0 && !a.needsStep() && !a.timerDue() {

@@ -15,33 +15,38 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// reconcile brings the task set in line with the assignment: it closes the
-// tasks no longer assigned, opens and restores the new ones, and marks every
-// task for a rebuild from committed state (a partition revoked and given
-// back may have been processed elsewhere meanwhile).
-func (a *App) reconcile(ctx context.Context) error {
+// reconcile brings the task set in line with the assignment: it closes
+// the tasks no longer runnable here and those that lost a partition since
+// the last reconcile (another instance may have processed it meanwhile),
+// opens and restores the new ones, and pauses the assigned partitions no
+// task may consume. Tasks that keep all their partitions keep their node
+// and go on processing (cooperative rebalancing).
+func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 	a.amu.Lock()
 	gen := a.gen
-	want := make(map[taskID]bool)
+	assigned := make(map[string][]int32, len(a.assigned))
 	for t, ps := range a.assigned {
-		for _, si := range a.bySource[t] {
-			for _, p := range ps {
-				want[taskID{si, p}] = true
-			}
-		}
+		assigned[t] = slices.Clone(ps)
 	}
+	dropped := maps.Clone(a.dropped)
 	a.amu.Unlock()
 	if gen == a.seenGen {
 		return nil
 	}
+	want, pause := a.runnable(assigned)
+	a.setPaused(cl, pause)
 	for id, t := range a.tasks {
-		t.reset()
-		if !want[id] {
+		if !want[id] || slices.ContainsFunc(a.stageTopics(id.stage), func(tp string) bool { return dropped[topicPartition{tp, id.partition}] }) {
 			t.close()
 			delete(a.tasks, id)
 		}
 	}
-	ids := slices.Collect(maps.Keys(want))
+	var ids []taskID
+	for id := range want {
+		if a.tasks[id] == nil {
+			ids = append(ids, id)
+		}
+	}
 	sortTaskIDs(ids)
 	for _, id := range ids {
 		t := a.tasks[id]
@@ -73,6 +78,9 @@ func (a *App) reconcile(ctx context.Context) error {
 				"age", res.Age, "delete_retention", res.Window, "checkpoint", res.From)
 		}
 		if err != nil {
+			// Opened again, and restored, at the next reconcile.
+			t.close()
+			delete(a.tasks, id)
 			// Neither a lost changelog nor a broker without topic IDs
 			// gets better by retrying.
 			if errors.Is(err, state.ErrChangelogBehind) || errors.Is(err, state.ErrNoTopicID) {
@@ -82,6 +90,11 @@ func (a *App) reconcile(ctx context.Context) error {
 		}
 	}
 	a.seenGen = gen
+	a.amu.Lock()
+	for tp := range dropped {
+		delete(a.dropped, tp)
+	}
+	a.amu.Unlock()
 	a.ready.Store(true)
 	a.observe() // readers see the new task set before its first step ends
 	return nil
@@ -170,4 +183,25 @@ func (a *App) startPositions(ctx context.Context, need map[string][]int32) (map[
 		}
 	}
 	return out, nil
+}
+
+// setPaused pauses fetching the assigned partitions no task may consume and
+// resumes the ones that may be consumed again.
+func (a *App) setPaused(cl *kgo.Client, pause map[string][]int32) {
+	resume := make(map[string][]int32)
+	for t, ps := range a.paused {
+		for _, p := range ps {
+			if !slices.Contains(pause[t], p) {
+				resume[t] = append(resume[t], p)
+			}
+		}
+	}
+	if len(resume) > 0 {
+		cl.ResumeFetchPartitions(resume)
+	}
+	if len(pause) > 0 {
+		cl.PauseFetchPartitions(pause)
+		a.log.Info("stage: partitions held back: a task reading them lacks some of its source partitions here", "partitions", pause)
+	}
+	a.paused = pause
 }
