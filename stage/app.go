@@ -92,6 +92,8 @@ type hooks struct {
 	afterAbort func()
 	// idle runs on the session loop at every poll that needs no step.
 	idle func()
+	// opened runs on the session loop when a task is opened.
+	opened func(stage string, partition int32)
 }
 
 type topicMeta struct {

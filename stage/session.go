@@ -55,6 +55,9 @@ func (a *App) sessionOpts() []kgo.Opt {
 }
 
 func (a *App) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	if len(m) == 0 {
+		return // a cooperative rebalance that gave this member nothing new
+	}
 	a.amu.Lock()
 	defer a.amu.Unlock()
 	for t, ps := range m {
@@ -64,6 +67,9 @@ func (a *App) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32)
 }
 
 func (a *App) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	if len(m) == 0 {
+		return // a cooperative rebalance that took nothing from this member
+	}
 	a.amu.Lock()
 	defer a.amu.Unlock()
 	for t, ps := range m {

@@ -56,6 +56,9 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 				return err
 			}
 			a.tasks[id] = t
+			if a.hooks.opened != nil {
+				a.hooks.opened(t.st.name, t.partition)
+			}
 		}
 		newClient := func(opts ...kgo.Opt) (*kgo.Client, error) {
 			return kgo.NewClient(append(a.baseOpts(), opts...)...)
