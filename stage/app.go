@@ -57,9 +57,13 @@ type App struct {
 	amu      sync.Mutex
 	assigned map[string][]int32
 	dropped  map[topicPartition]bool // revoked since the last reconcile
-	gen      uint64
-	seenGen  uint64
-	paused   map[string][]int32 // owned by the session loop: assigned partitions not fetched
+	// revokeSeen: a revoke since the session last ended a transaction
+	// (rearmRevoke).
+	revokeSeen bool
+	gen        uint64
+	seenGen    uint64
+	paused     map[string][]int32       // owned by the session loop: assigned partitions not fetched
+	rewound    map[topicPartition]int64 // owned by the session loop: positions set back this session (positions.go)
 
 	// Owned by the session loop.
 	tasks  map[taskID]*task

@@ -72,6 +72,7 @@ func (a *App) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) 
 	}
 	a.amu.Lock()
 	defer a.amu.Unlock()
+	a.revokeSeen = true
 	for t, ps := range m {
 		for _, p := range ps {
 			a.dropped[topicPartition{t, p}] = true
@@ -109,6 +110,7 @@ func (a *App) session(ctx context.Context) error {
 		a.gen++
 		a.amu.Unlock()
 		clear(a.paused)
+		clear(a.rewound)
 		sess.Close() // leaves the group
 		a.sessionEnded()
 	}()
@@ -146,6 +148,9 @@ func (a *App) session(ctx context.Context) error {
 			return err
 		}
 		if fs.NumRecords() == 0 && !a.needsStep() && !a.timerDue() {
+			if err := a.rearmRevoke(ctx, sess); err != nil {
+				return err
+			}
 			if a.hooks.idle != nil {
 				a.hooks.idle()
 			}
@@ -178,4 +183,27 @@ func (a *App) timerDue() bool {
 		}
 	}
 	return false
+}
+
+// rearmRevoke ends an empty transaction after a revoke while the loop is
+// idle. GroupTransactSession passes on only the first revoke between two
+// ends of a transaction; an idle instance that ends none would never hear
+// of the next one (a partition number leaving in the second round of a
+// cooperative rebalance) and keep running the task elsewhere assigned.
+func (a *App) rearmRevoke(ctx context.Context, sess *kgo.GroupTransactSession) error {
+	a.amu.Lock()
+	seen := a.revokeSeen
+	a.revokeSeen = false
+	a.amu.Unlock()
+	if !seen {
+		return nil
+	}
+	if err := sess.Begin(); err != nil {
+		return fmt.Errorf("stage: begin transaction: %w", err)
+	}
+	if _, err := sess.End(ctx, kgo.TryAbort); err != nil {
+		return fmt.Errorf("stage: end empty transaction: %w", err)
+	}
+	a.rewind(sess.Client(), nil) // the abort rewound to the committed offsets
+	return nil
 }

@@ -5,6 +5,7 @@ package stage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -45,11 +46,28 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	if commit && a.hooks.beforeEnd != nil && a.hooks.beforeEnd(a.steps.Load()) {
 		commit = false
 	}
+	a.amu.Lock()
+	a.revokeSeen = false // End re-arms the session's revoke callback
+	a.amu.Unlock()
 	committed, end.end = sess.End(sctx, kgo.TransactionEndTry(commit))
 	end.committed = committed
+	if !committed && end.end == nil {
+		// End rewound the client to the committed offsets; a stage that
+		// has not consumed that far needs it further back (positions.go).
+		rw := (*rewindError)(nil)
+		errors.As(end.step, &rw)
+		a.rewind(sess.Client(), rw)
+		if rw != nil {
+			for _, t := range a.tasks {
+				t.reset()
+			}
+			return nil
+		}
+	}
 
 	out := classifyStep(end, a.cfg.OnStepError)
 	if out.verdict == stepCommitted {
+		clear(a.rewound) // the commit included them
 		for _, t := range a.tasks {
 			if err := t.commit(sctx, began); err != nil {
 				return &fatal{err}
@@ -94,7 +112,8 @@ func (a *App) stepTimeout() time.Duration {
 // runStep does the work of a step inside the transaction.
 func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.Fetches) error {
 	ids := a.sortedIDs()
-	var starts map[string]map[int32]int64
+	var starts, logStarts map[string]map[int32]int64
+	var back *rewindError
 	for _, id := range ids {
 		t := a.tasks[id]
 		if t.node != nil {
@@ -114,13 +133,20 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 				}
 			}
 			var err error
-			if starts, err = a.startPositions(ctx, need); err != nil {
+			if starts, logStarts, err = a.startPositions(ctx, need); err != nil {
 				return err
 			}
 		}
-		if err := t.build(ctx, sess, starts); err != nil {
+		if err := t.build(ctx, sess, starts, logStarts); err != nil {
+			if rw := (*rewindError)(nil); errors.As(err, &rw) {
+				back = back.merge(rw) // build the other tasks: one rewind for all
+				continue
+			}
 			return err
 		}
+	}
+	if back != nil {
+		return back
 	}
 	for _, f := range fs {
 		for _, ft := range f.Topics {

@@ -66,6 +66,7 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 		res, err := state.Restore(ctx, a.admin, newClient, t.changelog, t.partition, t.kv, a.cfg.WallClock)
 		switch {
 		case res.Reincarnated:
+			t.startOver = true
 			// The changelog was recreated or this is another cluster:
 			// the store's offsets point into a log that no longer
 			// exists. Someone should know their state started over.
@@ -141,36 +142,38 @@ func (a *App) closeTasks() {
 }
 
 // startPositions returns, per source partition of the tasks in need,
-// where this incarnation starts consuming: the group's committed offset, or
-// the log start when there is none or it is lower (host duties H5, H6). A
-// committed offset still pending in another instance's transaction may read
-// lower than it will be; a lower start only claims less, so it is safe.
-func (a *App) startPositions(ctx context.Context, need map[string][]int32) (map[string]map[int32]int64, error) {
+// where this incarnation starts consuming — the group's committed offset,
+// or the log start when there is none or it is lower (host duties H5, H6),
+// or lower where a stage that had not consumed that far made the client
+// rewind (positions.go) — and the log starts. A committed offset still
+// pending in another instance's transaction may read lower than it will
+// be; a lower start only claims less, so it is safe.
+func (a *App) startPositions(ctx context.Context, need map[string][]int32) (starts, logStarts map[string]map[int32]int64, err error) {
 	sources := slices.Sorted(maps.Keys(need))
 	committed, err := a.admin.FetchOffsets(ctx, a.cfg.ApplicationID)
 	if err != nil {
-		return nil, fmt.Errorf("stage: fetch committed offsets: %w", err)
+		return nil, nil, fmt.Errorf("stage: fetch committed offsets: %w", err)
 	}
-	logStarts, err := a.admin.ListStartOffsets(ctx, sources...)
+	listedStarts, err := a.admin.ListStartOffsets(ctx, sources...)
 	if err != nil {
-		return nil, fmt.Errorf("stage: list log starts: %w", err)
+		return nil, nil, fmt.Errorf("stage: list log starts: %w", err)
 	}
 	logEnds, err := a.admin.ListEndOffsets(ctx, sources...)
 	if err != nil {
-		return nil, fmt.Errorf("stage: list log ends: %w", err)
+		return nil, nil, fmt.Errorf("stage: list log ends: %w", err)
 	}
-	out := make(map[string]map[int32]int64)
+	starts, logStarts = make(map[string]map[int32]int64), make(map[string]map[int32]int64)
 	for _, t := range sources {
-		out[t] = make(map[int32]int64)
+		starts[t], logStarts[t] = make(map[int32]int64), make(map[int32]int64)
 		for _, p := range need[t] {
-			ls, ok := logStarts.Lookup(t, p)
+			ls, ok := listedStarts.Lookup(t, p)
 			if !ok || ls.Err != nil {
-				return nil, fmt.Errorf("stage: log start of %s[%d]: %v", t, p, ls.Err)
+				return nil, nil, fmt.Errorf("stage: log start of %s[%d]: %v", t, p, ls.Err)
 			}
 			pos := ls.Offset
 			c, ok := committed.Lookup(t, p)
 			if ok && c.Err != nil {
-				return nil, fmt.Errorf("stage: committed offset of %s[%d]: %w", t, p, c.Err)
+				return nil, nil, fmt.Errorf("stage: committed offset of %s[%d]: %w", t, p, c.Err)
 			}
 			if ok && c.At > pos {
 				pos = c.At
@@ -179,13 +182,16 @@ func (a *App) startPositions(ctx context.Context, need map[string][]int32) (map[
 			// offset and feed records below the position given here.
 			if le, ok := logEnds.Lookup(t, p); ok && le.Err == nil {
 				if dl := a.pastEnd(t, p, pos, le.Offset); dl != nil {
-					return nil, &fatal{dl}
+					return nil, nil, &fatal{dl}
 				}
 			}
-			out[t][p] = pos
+			if r, ok := a.rewound[topicPartition{t, p}]; ok && r < pos {
+				pos = max(r, ls.Offset)
+			}
+			starts[t][p], logStarts[t][p] = pos, ls.Offset
 		}
 	}
-	return out, nil
+	return starts, logStarts, nil
 }
 
 // setPaused pauses fetching the assigned partitions no task may consume and
