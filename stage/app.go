@@ -64,6 +64,8 @@ type App struct {
 	seenGen    uint64
 	paused     map[string][]int32       // owned by the session loop: assigned partitions not fetched
 	rewound    map[topicPartition]int64 // owned by the session loop: positions set back this session (positions.go)
+	restores   map[taskID]*restoreJob   // owned by the session loop: restores in progress (restore.go)
+	repause    bool                     // a restore ended: reconcile recomputes what is fetched
 
 	// Owned by the session loop.
 	tasks  map[taskID]*task
@@ -98,6 +100,8 @@ type hooks struct {
 	idle func()
 	// opened runs on the session loop when a task is opened.
 	opened func(stage string, partition int32)
+	// restore runs on a task's restore goroutine before it restores.
+	restore func(ctx context.Context, stage string, partition int32)
 }
 
 type topicMeta struct {

@@ -30,6 +30,7 @@ const (
 	metricStepCommits    = "parsley_step_commits_total"
 	metricStepAborts     = "parsley_step_aborts_total"
 	metricStepLatency    = "parsley_step_duration_seconds"
+	metricRestoring      = "parsley_task_restoring"
 	labelStage           = "stage"
 	labelPartition       = "partition"
 	labelTopic           = "topic"
@@ -52,6 +53,7 @@ type descs struct {
 	held, heldAge, topicHeld, topicHeldAge           *prometheus.Desc
 	delivered, replays, sweepsSkipped, ticks         *prometheus.Desc
 	stampOffsets, stampSeqs, stepCommits, stepAborts *prometheus.Desc
+	restoring                                        *prometheus.Desc
 }
 
 func newDescs(app string) *descs {
@@ -74,6 +76,7 @@ func newDescs(app string) *descs {
 		stampSeqs:     d(metricStampSeqs, "Sequence entries in the stamp-side clock: claims not yet resolved to offsets.", task),
 		stepCommits:   d(metricStepCommits, "Steps (transactions) committed by this instance.", nil),
 		stepAborts:    d(metricStepAborts, "Steps (transactions) aborted by this instance.", nil),
+		restoring:     d(metricRestoring, "1 while the task's store is being restored from its changelog (it processes nothing), 0 once it is active.", task),
 	}
 }
 
@@ -85,7 +88,7 @@ type metricsCollector struct {
 func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := c.d
 	for _, x := range []*prometheus.Desc{d.held, d.heldAge, d.topicHeld, d.topicHeldAge, d.delivered, d.replays,
-		d.sweepsSkipped, d.ticks, d.stampOffsets, d.stampSeqs, d.stepCommits, d.stepAborts} {
+		d.sweepsSkipped, d.ticks, d.stampOffsets, d.stampSeqs, d.stepCommits, d.stepAborts, d.restoring} {
 		ch <- x
 	}
 	c.a.latency.h.Describe(ch)
@@ -118,6 +121,11 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(d.topicHeldAge, float64(age.Milliseconds()), h.Topic)
 		}
 		gauge(d.held, float64(t.held))
+		restoring := 0.0
+		if t.restoring {
+			restoring = 1
+		}
+		gauge(d.restoring, restoring)
 		gauge(d.heldAge, float64(oldest.Milliseconds()))
 		gauge(d.stampOffsets, float64(t.stampOffsets))
 		gauge(d.stampSeqs, float64(t.stampSeqs))

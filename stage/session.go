@@ -144,6 +144,9 @@ func (a *App) session(ctx context.Context) error {
 		if lost != nil {
 			return &fatal{lost}
 		}
+		if err := a.finishRestores(); err != nil {
+			return err
+		}
 		if err := a.reconcile(ctx, sess.Client()); err != nil {
 			return err
 		}
@@ -163,10 +166,11 @@ func (a *App) session(ctx context.Context) error {
 	}
 }
 
-// needsStep reports whether some task has no node: a step builds it.
+// needsStep reports whether some restored task has no node: a step builds
+// it.
 func (a *App) needsStep() bool {
-	for _, t := range a.tasks {
-		if t.node == nil {
+	for id, t := range a.tasks {
+		if t.node == nil && !a.restoring(id) {
 			return true
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/parsley-go/parsley/internal/wait"
@@ -68,7 +69,10 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	out := classifyStep(end, a.cfg.OnStepError)
 	if out.verdict == stepCommitted {
 		clear(a.rewound) // the commit included them
-		for _, t := range a.tasks {
+		for id, t := range a.tasks {
+			if a.restoring(id) {
+				continue // took no part in the step
+			}
 			if err := t.commit(sctx, began); err != nil {
 				return &fatal{err}
 			}
@@ -111,7 +115,7 @@ func (a *App) stepTimeout() time.Duration {
 
 // runStep does the work of a step inside the transaction.
 func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.Fetches) error {
-	ids := a.sortedIDs()
+	ids := slices.DeleteFunc(a.sortedIDs(), a.restoring) // restore.go
 	var starts, logStarts map[string]map[int32]int64
 	var back *rewindError
 	for _, id := range ids {

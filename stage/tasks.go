@@ -5,7 +5,6 @@ package stage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -30,14 +29,14 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 	}
 	dropped := maps.Clone(a.dropped)
 	a.amu.Unlock()
-	if gen == a.seenGen {
+	if gen == a.seenGen && !a.repause {
 		return nil
 	}
+	a.repause = false
 	want, pause := a.runnable(assigned)
-	a.setPaused(cl, pause)
 	for id, t := range a.tasks {
 		if !want[id] || slices.ContainsFunc(a.stageTopics(id.stage), func(tp string) bool { return dropped[topicPartition{tp, id.partition}] }) {
-			t.close()
+			a.closeTask(t)
 			delete(a.tasks, id)
 		}
 	}
@@ -60,39 +59,16 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 				a.hooks.opened(t.st.name, t.partition)
 			}
 		}
-		newClient := func(opts ...kgo.Opt) (*kgo.Client, error) {
-			return kgo.NewClient(append(a.baseOpts(), opts...)...)
-		}
-		res, err := state.Restore(ctx, a.admin, newClient, t.changelog, t.partition, t.kv, a.cfg.WallClock)
-		switch {
-		case res.Reincarnated:
-			t.startOver = true
-			// The changelog was recreated or this is another cluster:
-			// the store's offsets point into a log that no longer
-			// exists. Someone should know their state started over.
-			a.log.Warn("stage: task store wiped: it mirrors another changelog than this one (topic recreated, or another cluster); restoring from the changelog start",
-				"stage", t.st.name, "partition", t.partition, "store", t.kv.Path(), "reason", res.Reason,
-				"was", res.Previous.String(), "now", res.Changelog.String(), "checkpoint", res.From)
-		case res.Wiped:
-			// A store slept past the changelog's tombstone retention, or
-			// its checkpoint cannot be trusted: replaying from it could
-			// resurrect deleted keys.
-			a.log.Info("stage: task store wiped; restoring from the changelog start",
-				"stage", t.st.name, "partition", t.partition, "store", t.kv.Path(), "reason", res.Reason,
-				"age", res.Age, "delete_retention", res.Window, "checkpoint", res.From)
-		}
-		if err != nil {
-			// Opened again, and restored, at the next reconcile.
-			t.close()
-			delete(a.tasks, id)
-			// Neither a lost changelog nor a broker without topic IDs
-			// gets better by retrying.
-			if errors.Is(err, state.ErrChangelogBehind) || errors.Is(err, state.ErrNoTopicID) {
-				return &fatal{fmt.Errorf("stage %q partition %d: %w", t.st.name, t.partition, err)}
-			}
-			return fmt.Errorf("stage %q partition %d: restore: %w", t.st.name, t.partition, err)
+		a.startRestore(t) // restore.go
+	}
+	// Nothing is fetched for a task that restores, nor for the other
+	// stages reading its partitions (they share the group's offsets).
+	for tp := range a.restoringPartitions() {
+		if slices.Contains(assigned[tp.topic], tp.partition) && !slices.Contains(pause[tp.topic], tp.partition) {
+			pause[tp.topic] = append(pause[tp.topic], tp.partition)
 		}
 	}
+	a.setPaused(cl, pause)
 	a.seenGen = gen
 	a.amu.Lock()
 	for tp := range dropped {
@@ -136,7 +112,7 @@ func (a *App) openTask(ctx context.Context, id taskID) (*task, error) {
 
 func (a *App) closeTasks() {
 	for id, t := range a.tasks {
-		t.close()
+		a.closeTask(t)
 		delete(a.tasks, id)
 	}
 }
