@@ -36,15 +36,16 @@ const (
 	soakPartitions      = 6
 )
 
-// failoverChild runs a counting stage whose outputs name the instance that
-// produced them, until it is killed or interrupted.
+// failoverChild runs a counting stage whose outputs name the instance and
+// the process that produced them, until it is killed or interrupted.
 func failoverChild() int {
 	id := os.Getenv(envFailoverInstance)
+	proc := fmt.Sprintf("%s/%d", id, os.Getpid())
 	in, out := NewTopic("in", String(), String()), NewTopic("out", String(), String())
 	b := WithState(Named("count"), Int64(), 0)
 	OnFold(b, in, func(n int64, m Message[string, string]) (Step[int64], error) {
 		n++
-		return Next(n, out.Send(m.Key, fmt.Sprintf("%s#%d:%s@%s", m.Key, n, m.Value, id))), nil
+		return Next(n, out.Send(m.Key, fmt.Sprintf("%s#%d:%s@%s", m.Key, n, m.Value, proc))), nil
 	})
 	st := b.Into(out).MustBuild()
 	cfg := Config{
@@ -72,10 +73,10 @@ func failoverChild() int {
 // arrival is one output as the soak's reader saw it commit.
 type arrival struct {
 	at        time.Time
-	partition int32
+	partition int32  // the task's: the input partition of the key
 	key, val  string // val: the input value
 	n         int    // the count
-	instance  string
+	process   string // instance/pid
 }
 
 func TestFailoverSoak(t *testing.T) {
@@ -164,26 +165,29 @@ func TestFailoverSoak(t *testing.T) {
 				ns, rest, _ := strings.Cut(rest, ":")
 				val, inst, _ := strings.Cut(rest, "@")
 				n, _ := strconv.Atoi(ns)
+				// Key kp came from input partition p: the task's
+				// partition (outputs are partitioned by key hash).
+				p, _ := strconv.Atoi(strings.TrimPrefix(k, "k"))
 				mu.Lock()
-				arrivals = append(arrivals, arrival{at: now, partition: r.Partition, key: k, val: val, n: n, instance: inst})
+				arrivals = append(arrivals, arrival{at: now, partition: int32(p), key: k, val: val, n: n, process: inst})
 				mu.Unlock()
 			})
 		}
 	}()
 
-	// owners returns, per partition, the instance of its latest output.
+	// owners returns, per partition, the process of its latest output.
 	owners := func() map[int32]string {
 		mu.Lock()
 		defer mu.Unlock()
 		o := make(map[int32]string)
 		for _, a := range arrivals {
-			o[a.partition] = a.instance
+			o[a.partition] = a.process
 		}
 		return o
 	}
 	type killEvent struct {
 		at        time.Time
-		instance  string
+		process   string
 		permanent bool
 		owned     map[int32]bool
 	}
@@ -193,13 +197,14 @@ func TestFailoverSoak(t *testing.T) {
 	for round := 0; time.Now().Before(deadline); round++ {
 		id := ids[round%len(ids)]
 		permanent := round%2 == 1
+		process := fmt.Sprintf("%s/%d", id, procs[id].Process.Pid)
 		owned := make(map[int32]bool)
 		for p, o := range owners() {
-			if o == id {
+			if o == process {
 				owned[p] = true
 			}
 		}
-		k := killEvent{at: time.Now(), instance: id, permanent: permanent, owned: owned}
+		k := killEvent{at: time.Now(), process: process, permanent: permanent, owned: owned}
 		kill(id)
 		kills = append(kills, k)
 		if permanent {
@@ -244,32 +249,36 @@ func TestFailoverSoak(t *testing.T) {
 		}
 	}
 
-	// The figures: after each kill, per partition the killed instance
-	// owned, how long until output resumed; per partition it did not own,
-	// the longest gap between outputs in the 8s after the kill.
+	// The figures: after each kill, per partition the killed process
+	// owned, how long until another process's output arrived (the killed
+	// one's last commits may still arrive after the kill); per partition
+	// it did not own, the longest gap between outputs in the 8s after the
+	// kill.
 	var restartResume, permanentResume, stayStall []time.Duration
-	byPartition := make(map[int32][]time.Time)
+	byPartition := make(map[int32][]arrival)
 	for _, a := range arrivals {
-		byPartition[a.partition] = append(byPartition[a.partition], a.at)
+		byPartition[a.partition] = append(byPartition[a.partition], a)
 	}
 	for _, k := range kills {
-		for p, ts := range byPartition {
-			i, _ := slices.BinarySearchFunc(ts, k.at, func(x, y time.Time) int { return x.Compare(y) })
+		for p, as := range byPartition {
+			i, _ := slices.BinarySearchFunc(as, k.at, func(x arrival, y time.Time) int { return x.at.Compare(y) })
 			if k.owned[p] {
-				if i < len(ts) {
+				for ; i < len(as) && as[i].process == k.process; i++ {
+				}
+				if i < len(as) {
 					if k.permanent {
-						permanentResume = append(permanentResume, ts[i].Sub(k.at))
+						permanentResume = append(permanentResume, as[i].at.Sub(k.at))
 					} else {
-						restartResume = append(restartResume, ts[i].Sub(k.at))
+						restartResume = append(restartResume, as[i].at.Sub(k.at))
 					}
 				}
 				continue
 			}
 			var longest time.Duration
 			prev := k.at
-			for ; i < len(ts) && ts[i].Before(k.at.Add(8*time.Second)); i++ {
-				longest = max(longest, ts[i].Sub(prev))
-				prev = ts[i]
+			for ; i < len(as) && as[i].at.Before(k.at.Add(8*time.Second)); i++ {
+				longest = max(longest, as[i].at.Sub(prev))
+				prev = as[i].at
 			}
 			stayStall = append(stayStall, longest)
 		}
