@@ -82,6 +82,7 @@ type App struct {
 	beat             atomic.Int64 // real-clock unix nanos of the loop's last sign of life
 	steps            atomic.Int64 // committed steps
 	ready            atomic.Bool
+	restoringN       atomic.Int32 // restores in progress (restore.go), for Ready
 
 	hooks hooks
 }
@@ -211,6 +212,6 @@ func (a *App) leaveGroup() {
 // CommittedSteps returns how many steps this instance committed.
 func (a *App) CommittedSteps() int64 { return a.steps.Load() }
 
-// Ready reports whether the instance joined its group and restored its
-// tasks at least once.
-func (a *App) Ready() bool { return a.ready.Load() }
+// Ready reports whether the instance joined its group and no task of it is
+// restoring its store.
+func (a *App) Ready() bool { return a.ready.Load() && a.restoringN.Load() == 0 }

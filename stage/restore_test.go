@@ -50,6 +50,9 @@ func TestRestoreOffTheStepPath(t *testing.T) {
 	if ok, why := a.Readiness(); ok || !strings.Contains(why, "task count/1 restoring") || strings.Contains(why, "count/0") {
 		t.Errorf("Readiness() = %v %q, want not ready naming only count/1 restoring", ok, why)
 	}
+	if a.Ready() {
+		t.Error("Ready() while a task restores for the first time")
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(a.Collector())
 	m := scrape(t, reg)
@@ -60,7 +63,7 @@ func TestRestoreOffTheStepPath(t *testing.T) {
 	close(release)
 	outs := e.readExactly("out", 20, 30*time.Second)
 	checkCounts(t, outs, want)
-	waitFor(t, 10*time.Second, "ready", func() bool { ok, _ := a.Readiness(); return ok })
+	waitFor(t, 10*time.Second, "ready", func() bool { ok, _ := a.Readiness(); return ok && a.Ready() })
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
