@@ -289,6 +289,7 @@ func TestConfigValidates(t *testing.T) {
 	}{
 		{"valid", func(*Config) {}, []*Stage{st}, ""},
 		{"no app id", func(c *Config) { c.ApplicationID = "" }, []*Stage{st}, "ApplicationID"},
+		{"app id names a parent directory", func(c *Config) { c.ApplicationID = ".." }, []*Stage{st}, "application's directory"},
 		{"no instance", func(c *Config) { c.InstanceID = "" }, []*Stage{st}, "InstanceID"},
 		{"no brokers", func(c *Config) { c.Brokers = nil }, []*Stage{st}, "Brokers"},
 		{"no state dir", func(c *Config) { c.StateDir = "" }, []*Stage{st}, "StateDir"},
@@ -343,15 +344,32 @@ func TestStartupChecksListEveryProblem(t *testing.T) {
 	if err := e.c.CreateTopics(context.Background(), broker.Topic{Name: ChangelogTopic(e.app, "uncompacted"), Partitions: 2}); err != nil {
 		t.Fatal(err)
 	}
+	// Compaction with deletion still lets retention drop state (#21).
+	compactDelete := On(Named("compactdelete"), topic("c"), h).Into(topic("out")).MustBuild()
+	if err := e.c.CreateTopics(context.Background(), broker.Topic{Name: ChangelogTopic(e.app, "compactdelete"), Partitions: 2, Configs: map[string]*string{"cleanup.policy": ptr("compact,delete")}}); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	err := Run(ctx, e.config("i1"), mismatched, wrongChangelog, missing, uncompacted)
+	err := Run(ctx, e.config("i1"), mismatched, wrongChangelog, missing, uncompacted, compactDelete)
 	if !errors.Is(err, ErrTopology) {
 		t.Fatalf("Run = %v, want ErrTopology", err)
 	}
-	for _, want := range []string{`"nope"`, `"gone"`, `"app-missing-changelog"`, "a=2 b=3", `changelog "app-wrongcl-changelog" has 3 partitions`, `"app-uncompacted-changelog" has cleanup.policy=delete`} {
+	for _, want := range []string{`"nope"`, `"gone"`, `"app-missing-changelog"`, "a=2 b=3", `changelog "app-wrongcl-changelog" has 3 partitions`, `"app-uncompacted-changelog" has cleanup.policy=delete`,
+		`"app-compactdelete-changelog" has cleanup.policy=compact,delete`, "set the topic's cleanup.policy to compact"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s:\n%v", want, err)
+		}
+	}
+}
+
+func TestCompactOnly(t *testing.T) {
+	for policy, want := range map[string]bool{
+		"compact": true, "compact,delete": false, "delete,compact": false,
+		"delete": false, "": false, " compact ": true,
+	} {
+		if got := compactOnly(policy); got != want {
+			t.Errorf("compactOnly(%q) = %v, want %v", policy, got, want)
 		}
 	}
 }

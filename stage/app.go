@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/internal/wait"
@@ -54,8 +56,16 @@ type App struct {
 	// assignment, written by the group's callbacks
 	amu      sync.Mutex
 	assigned map[string][]int32
-	gen      uint64
-	seenGen  uint64
+	dropped  map[topicPartition]bool // revoked since the last reconcile
+	// revokeSeen: a revoke since the session last ended a transaction
+	// (rearmRevoke).
+	revokeSeen bool
+	gen        uint64
+	seenGen    uint64
+	paused     map[string][]int32       // owned by the session loop: assigned partitions not fetched
+	rewound    map[topicPartition]int64 // owned by the session loop: positions set back this session (positions.go)
+	restores   map[taskID]*restoreJob   // owned by the session loop: restores in progress (restore.go)
+	repause    bool                     // a restore ended: reconcile recomputes what is fetched
 
 	// Owned by the session loop.
 	tasks  map[taskID]*task
@@ -72,6 +82,7 @@ type App struct {
 	beat             atomic.Int64 // real-clock unix nanos of the loop's last sign of life
 	steps            atomic.Int64 // committed steps
 	ready            atomic.Bool
+	restoringN       atomic.Int32 // restores in progress (restore.go), for Ready
 
 	hooks hooks
 
@@ -90,6 +101,10 @@ type hooks struct {
 	afterAbort func()
 	// idle runs on the session loop at every poll that needs no step.
 	idle func()
+	// opened runs on the session loop when a task is opened.
+	opened func(stage string, partition int32)
+	// restore runs on a task's restore goroutine before it restores.
+	restore func(ctx context.Context, stage string, partition int32)
 }
 
 type topicMeta struct {
@@ -113,6 +128,7 @@ func New(cfg Config, stages ...*Stage) (*App, error) {
 		cfg: c, stages: stages, log: c.Logger,
 		bySource: make(map[string][]int),
 		assigned: make(map[string][]int32),
+		dropped:  make(map[topicPartition]bool),
 		tasks:    make(map[taskID]*task),
 	}
 	for i, s := range stages {
@@ -157,13 +173,14 @@ func (a *App) Run(ctx context.Context) error {
 		return err
 	}
 	a.env = a.newTaskEnv()
-	if err := os.MkdirAll(a.cfg.StateDir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(a.cfg.StateDir, a.cfg.ApplicationID), 0o755); err != nil {
 		return fmt.Errorf("stage: state dir: %w", err)
 	}
 	defer a.closeTasks()
 	for {
 		err := a.session(ctx)
 		if ctx.Err() != nil {
+			a.leaveGroup()
 			return nil
 		}
 		if f := (*fatal)(nil); errors.As(err, &f) {
@@ -176,9 +193,27 @@ func (a *App) Run(ctx context.Context) error {
 	}
 }
 
+// leaveGroup removes this static member from the group when
+// Config.LeaveOnShutdown asks for it (scale-in). The session has closed:
+// its open step ended first.
+func (a *App) leaveGroup() {
+	if !a.cfg.LeaveOnShutdown {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := a.admin.LeaveGroup(ctx, kadm.LeaveGroup(a.cfg.ApplicationID).InstanceIDs(a.cfg.InstanceID))
+	if err == nil {
+		err = res.Error()
+	}
+	if err != nil {
+		a.log.Warn("stage: could not leave the group; the instance's tasks move after the session timeout", "instance", a.cfg.InstanceID, "err", err)
+	}
+}
+
 // CommittedSteps returns how many steps this instance committed.
 func (a *App) CommittedSteps() int64 { return a.steps.Load() }
 
-// Ready reports whether the instance joined its group and restored its
-// tasks at least once.
-func (a *App) Ready() bool { return a.ready.Load() }
+// Ready reports whether the instance joined its group and no task of it is
+// restoring its store.
+func (a *App) Ready() bool { return a.ready.Load() && a.restoringN.Load() == 0 }

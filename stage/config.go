@@ -42,7 +42,18 @@ type Config struct {
 	// transactional ID is "<ApplicationID>-<InstanceID>", so a restarted
 	// instance fences its previous incarnation and aborts its open
 	// transaction at once, instead of waiting for the transaction timeout.
+	//
+	// It is also the static group instance ID (KIP-345): an instance that
+	// restarts within the session timeout gets its tasks back without a
+	// rebalance, and a stopping instance does not leave the group — its
+	// tasks wait for it until the session timeout, then move. To stop an
+	// instance for good (scale-in), set LeaveOnShutdown.
 	InstanceID string
+	// LeaveOnShutdown makes Run leave the consumer group when its context
+	// ends, so the instance's tasks move to the others at once instead of
+	// after the session timeout. Set it when scaling in; leave it unset for
+	// restarts and rolling deploys, which then move nothing.
+	LeaveOnShutdown bool
 	// Brokers are the seed brokers.
 	Brokers []string
 	// StateDir is the directory of this instance's task stores (one SQLite
@@ -130,6 +141,8 @@ func (c *Config) validate(stages []*Stage) error {
 	}
 	if err := checkName(c.ApplicationID); err != nil {
 		bad("ApplicationID: %v", err)
+	} else if c.ApplicationID == "." || c.ApplicationID == ".." {
+		bad("ApplicationID %q: it names the application's directory under StateDir", c.ApplicationID)
 	}
 	if err := checkName(c.InstanceID); err != nil {
 		bad("InstanceID: %v", err)

@@ -23,7 +23,11 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(envChild) != "" {
+	switch os.Getenv(envChild) {
+	case "":
+	case failoverChildMode:
+		os.Exit(failoverChild()) // failover_soak_test.go
+	default:
 		os.Exit(crashChild())
 	}
 	os.Exit(m.Run())

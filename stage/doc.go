@@ -73,17 +73,20 @@
 // The protocol's host contract (protocol/doc.go, H5) has a host fetch each
 // input from the higher of its committed position and the node's
 // ResumePositions. The stage fetches from the group's committed offset (or
-// the log start, H6), reports that start to the node with PositionAdvance,
-// and never calls ResumePositions: the call is an optimisation, and
-// skipping it only refetches records. The store and the consumed offsets
-// commit in one transaction (H3), so a node rebuilt from committed state
-// accounts for no record at or past the committed offset — except after a
-// redeploy that added an input, when carried ancestry seeds the new
-// channel's frontier past the group's start. Those records are fetched and
-// fed again, and the node drops every record at or below what it accounts
-// for as a replay (protocol.Node.OnRecord) without delivering it or
-// folding its clock. Reporting a start below the frontier changes nothing
-// (PositionAdvance only moves forward). See docs/architecture.md.
+// the log start, H6) and reports that start to the node with
+// PositionAdvance. The stages of an application share the group's offsets,
+// so a stage may have consumed less than the group's position: a stage
+// added over a topic another stage already reads, a source added to a
+// stage, a stage an instance of another version did not run. When a new
+// task's ResumePositions (or, for an input it has never consumed, the log
+// start) lie below the group's position, the step aborts and the client
+// fetches from there (positions.go); the other stages drop the records
+// they see again as replays (protocol.Node.OnRecord) without delivering
+// them or folding their clocks. After a redeploy that added an input,
+// carried ancestry seeds the new channel's frontier past the group's
+// start; those records are fetched and dropped the same way. Reporting a
+// start below the frontier changes nothing (PositionAdvance only moves
+// forward). See docs/architecture.md.
 //
 // # Topics the application needs
 //

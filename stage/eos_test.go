@@ -19,14 +19,7 @@ import (
 // counterStage folds a per-key count and emits "key#n:value" for the n-th
 // record of each key: any duplicate or lost delivery shows in the outputs
 // and in the state.
-func counterStage(in, out *Topic[string, string]) *Stage {
-	b := WithState(Named("count"), Int64(), 0)
-	OnFold(b, in, func(n int64, m Message[string, string]) (Step[int64], error) {
-		n++
-		return Next(n, out.Send(m.Key, fmt.Sprintf("%s#%d:%s", m.Key, n, m.Value))), nil
-	})
-	return b.Into(out).MustBuild()
-}
+func counterStage(in, out *Topic[string, string]) *Stage { return counter("count", in, out) }
 
 // inputs produces n records over keys k0..k(keys-1); key i goes to
 // partition i%partitions. It returns the values per key in order.
@@ -69,11 +62,14 @@ func checkCounts(t *testing.T, out []*kgo.Record, want map[string][]string) {
 }
 
 // foldStates reads the committed int64 fold state of every key from the
-// task stores under dir.
+// task stores in dir, or else in the application directories under dir.
 func foldStates(t *testing.T, dir string) map[string]int64 {
 	t.Helper()
 	out := make(map[string]int64)
 	files, _ := filepath.Glob(filepath.Join(dir, "*.db"))
+	if len(files) == 0 {
+		files, _ = filepath.Glob(filepath.Join(dir, "*", "*.db"))
+	}
 	if len(files) == 0 {
 		t.Fatalf("no task stores in %s", dir)
 	}

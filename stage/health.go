@@ -15,8 +15,9 @@ import (
 //     of life for longer than a step may take.
 //   - /readyz answers 200 once the instance has joined its group and every
 //     assigned task has restored its store and built its causal node (it is
-//     processing), 503 otherwise, with the reason in the body. An instance
-//     that rejoins after a client failure is not ready until it is again.
+//     processing), 503 otherwise, with the reason in the body: each task
+//     not ready yet is named ("task s/1 restoring"). An instance that
+//     rejoins after a client failure is not ready until it is again.
 //
 // Mount it where your orchestrator probes, e.g.
 // http.Handle("/", app.HealthHandler()).

@@ -82,7 +82,13 @@ func TestReadinessStates(t *testing.T) {
 			t.Fatalf("Readiness() = %v %q, want %v %q", ok, got, want, why)
 		}
 	}
+	a.restores = map[taskID]*restoreJob{tk.id: {}}
 	check(false, `task h/3 restoring`)
+	if ts := a.Tasks(); len(ts) != 1 || !ts[0].Restoring {
+		t.Fatalf("Tasks() = %+v, want h/3 restoring", ts)
+	}
+	delete(a.restores, tk.id)
+	check(false, `task h/3 restored, starting`)
 	tk.built = true
 	check(true, "")
 	a.amu.Lock()

@@ -55,6 +55,10 @@ type TaskInfo struct {
 	Stage     string
 	Partition int32
 	Held      int // records waiting at the gate (0 while the task rebuilds)
+	// Restoring: the task's store is being restored from its changelog,
+	// off the step path; it joins the steps when the restore ends. The
+	// instance's other tasks go on processing meanwhile.
+	Restoring bool
 }
 
 // Tasks returns the tasks this instance runs, sorted by stage name and
@@ -67,7 +71,7 @@ func (a *App) Tasks() []TaskInfo {
 	}
 	var out []TaskInfo
 	for _, t := range snap.tasks {
-		ti := TaskInfo{Stage: t.stage, Partition: t.partition}
+		ti := TaskInfo{Stage: t.stage, Partition: t.partition, Restoring: t.restoring}
 		if !t.rebuilding {
 			ti.Held = t.held
 		}

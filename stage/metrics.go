@@ -31,6 +31,7 @@ const (
 	metricStepAborts     = "parsley_step_aborts_total"
 	metricStepLatency    = "parsley_step_duration_seconds"
 	metricScopeCrossings = "parsley_cross_task_claims_total"
+	metricRestoring      = "parsley_task_restoring"
 	labelStage           = "stage"
 	labelPartition       = "partition"
 	labelTopic           = "topic"
@@ -55,6 +56,7 @@ type descs struct {
 	delivered, replays, sweepsSkipped, ticks         *prometheus.Desc
 	stampOffsets, stampSeqs, stepCommits, stepAborts *prometheus.Desc
 	scopeCrossings                                   *prometheus.Desc
+	restoring                                        *prometheus.Desc
 }
 
 func newDescs(app string) *descs {
@@ -80,6 +82,7 @@ func newDescs(app string) *descs {
 		scopeCrossings: d(metricScopeCrossings, "Records delivered in committed steps that claim an offset on another partition of a source topic of the stage, "+
 			"a cause another task consumes and this one does not wait for, while murmur2 of their key names another partition than the one they are on.",
 			[]string{labelStage, labelTopic, labelClaimedTopic}),
+		restoring: d(metricRestoring, "1 while the task's store is being restored from its changelog (it processes nothing), 0 once it is active.", task),
 	}
 }
 
@@ -91,7 +94,7 @@ type metricsCollector struct {
 func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := c.d
 	for _, x := range []*prometheus.Desc{d.held, d.heldAge, d.topicHeld, d.topicHeldAge, d.delivered, d.replays,
-		d.sweepsSkipped, d.ticks, d.stampOffsets, d.stampSeqs, d.stepCommits, d.stepAborts, d.scopeCrossings} {
+		d.sweepsSkipped, d.ticks, d.stampOffsets, d.stampSeqs, d.stepCommits, d.stepAborts, d.scopeCrossings, d.restoring} {
 		ch <- x
 	}
 	c.a.latency.h.Describe(ch)
@@ -127,6 +130,11 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(d.topicHeldAge, float64(age.Milliseconds()), h.Topic)
 		}
 		gauge(d.held, float64(t.held))
+		restoring := 0.0
+		if t.restoring {
+			restoring = 1
+		}
+		gauge(d.restoring, restoring)
 		gauge(d.heldAge, float64(oldest.Milliseconds()))
 		gauge(d.stampOffsets, float64(t.stampOffsets))
 		gauge(d.stampSeqs, float64(t.stampSeqs))

@@ -27,6 +27,9 @@ func (a *App) sessionOpts() []kgo.Opt {
 	opts := append(a.baseOpts(),
 		kgo.TransactionalID(a.cfg.ApplicationID+"-"+a.cfg.InstanceID),
 		kgo.ConsumerGroup(a.cfg.ApplicationID),
+		// Static membership (KIP-345): a restart within the session
+		// timeout gets its partitions back without a rebalance.
+		kgo.InstanceID(a.cfg.InstanceID),
 		kgo.ConsumeTopics(sources...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
@@ -52,6 +55,9 @@ func (a *App) sessionOpts() []kgo.Opt {
 }
 
 func (a *App) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	if len(m) == 0 {
+		return // a cooperative rebalance that gave this member nothing new
+	}
 	a.amu.Lock()
 	defer a.amu.Unlock()
 	for t, ps := range m {
@@ -61,9 +67,16 @@ func (a *App) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32)
 }
 
 func (a *App) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	if len(m) == 0 {
+		return // a cooperative rebalance that took nothing from this member
+	}
 	a.amu.Lock()
 	defer a.amu.Unlock()
+	a.revokeSeen = true
 	for t, ps := range m {
+		for _, p := range ps {
+			a.dropped[topicPartition{t, p}] = true
+		}
 		a.assigned[t] = slices.DeleteFunc(a.assigned[t], func(p int32) bool { return slices.Contains(ps, p) })
 		if len(a.assigned[t]) == 0 {
 			delete(a.assigned, t)
@@ -86,9 +99,18 @@ func (a *App) session(ctx context.Context) error {
 			t.reset()
 		}
 		a.amu.Lock()
+		// The next client starts over: every task is restored before it
+		// runs again, whatever the next assignment.
+		for t, ps := range a.assigned {
+			for _, p := range ps {
+				a.dropped[topicPartition{t, p}] = true
+			}
+		}
 		clear(a.assigned)
 		a.gen++
 		a.amu.Unlock()
+		clear(a.paused)
+		clear(a.rewound)
 		sess.Close() // leaves the group
 		a.sessionEnded()
 	}()
@@ -111,15 +133,27 @@ func (a *App) session(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err // the polled records are fetched again next time
 		}
+		var lost error
 		fs.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			if dl := a.fetchDataLoss(t, p, err); dl != nil {
+				lost = errors.Join(lost, dl) // the client has already moved its cursor
+			} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 				a.log.Warn("stage: fetch error", "topic", t, "partition", p, "err", err)
 			}
 		})
-		if err := a.reconcile(ctx); err != nil {
+		if lost != nil {
+			return &fatal{lost}
+		}
+		if err := a.finishRestores(); err != nil {
+			return err
+		}
+		if err := a.reconcile(ctx, sess.Client()); err != nil {
 			return err
 		}
 		if fs.NumRecords() == 0 && !a.needsStep() && !a.timerDue() {
+			if err := a.rearmRevoke(ctx, sess); err != nil {
+				return err
+			}
 			if a.hooks.idle != nil {
 				a.hooks.idle()
 			}
@@ -132,10 +166,11 @@ func (a *App) session(ctx context.Context) error {
 	}
 }
 
-// needsStep reports whether some task has no node: a step builds it.
+// needsStep reports whether some restored task has no node: a step builds
+// it.
 func (a *App) needsStep() bool {
-	for _, t := range a.tasks {
-		if t.node == nil {
+	for id, t := range a.tasks {
+		if t.node == nil && !a.restoring(id) {
 			return true
 		}
 	}
@@ -152,4 +187,27 @@ func (a *App) timerDue() bool {
 		}
 	}
 	return false
+}
+
+// rearmRevoke ends an empty transaction after a revoke while the loop is
+// idle. GroupTransactSession passes on only the first revoke between two
+// ends of a transaction; an idle instance that ends none would never hear
+// of the next one (a partition number leaving in the second round of a
+// cooperative rebalance) and keep running the task elsewhere assigned.
+func (a *App) rearmRevoke(ctx context.Context, sess *kgo.GroupTransactSession) error {
+	a.amu.Lock()
+	seen := a.revokeSeen
+	a.revokeSeen = false
+	a.amu.Unlock()
+	if !seen {
+		return nil
+	}
+	if err := sess.Begin(); err != nil {
+		return fmt.Errorf("stage: begin transaction: %w", err)
+	}
+	if _, err := sess.End(ctx, kgo.TryAbort); err != nil {
+		return fmt.Errorf("stage: end empty transaction: %w", err)
+	}
+	a.rewind(sess.Client(), nil) // the abort rewound to the committed offsets
+	return nil
 }

@@ -11,7 +11,8 @@ import (
 
 // TestShutdownMidStep cancels Run's context in the middle of a step. The
 // step finishes (it is never left half done), Run returns nil, the instance
-// leaves its group at once (a successor is assigned every partition without
+// — a static member told to leave on shutdown, as when scaling in — leaves
+// its group at once (a successor is assigned every partition without
 // waiting for a session timeout), the stores are closed, and the successor
 // carries on with every record processed exactly once.
 func TestShutdownMidStep(t *testing.T) {
@@ -22,6 +23,7 @@ func TestShutdownMidStep(t *testing.T) {
 	cfg := e.config("i1")
 	cfg.MaxPollRecords = 5
 	cfg.SessionTimeout = 30 * time.Second // a member that does not leave would block the successor
+	cfg.LeaveOnShutdown = true
 	a, err := New(cfg, st)
 	if err != nil {
 		t.Fatal(err)

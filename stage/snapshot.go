@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/parsley-go/parsley/protocol"
@@ -24,6 +25,7 @@ type taskSnapshot struct {
 	stage                                    string
 	partition                                int32
 	rebuilding                               bool         // no node: the task restores or rebuilds
+	restoring                                bool         // its store is being restored (restore.go)
 	holds                                    []HeldRecord // heads, HeldFor unset (computed on read)
 	held                                     int
 	delivered, replays, ticks, sweepsSkipped uint64
@@ -76,13 +78,22 @@ func (a *App) observe() {
 	if !snap.ready {
 		snap.why = "joining the group"
 	}
+	var notReady []string
 	for _, id := range a.sortedIDs() {
 		t := a.tasks[id]
-		if !t.built && snap.ready {
-			snap.ready = false
-			snap.why = fmt.Sprintf("task %s/%d restoring", t.st.name, t.partition)
+		ts := t.sample(now, prev)
+		ts.restoring = a.restoring(id)
+		switch {
+		case ts.restoring:
+			notReady = append(notReady, fmt.Sprintf("task %s/%d restoring", t.st.name, t.partition))
+		case !t.built:
+			notReady = append(notReady, fmt.Sprintf("task %s/%d restored, starting", t.st.name, t.partition))
 		}
-		snap.tasks = append(snap.tasks, t.sample(now, prev))
+		snap.tasks = append(snap.tasks, ts)
+	}
+	if snap.ready && len(notReady) > 0 {
+		snap.ready = false
+		snap.why = strings.Join(notReady, "; ")
 	}
 	a.snap.Store(snap)
 }

@@ -5,7 +5,9 @@ package stage
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/parsley-go/parsley/internal/wait"
@@ -34,7 +36,7 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	a.sent.reset()
 	a.beginExternal(sctx)
 
-	end := stepEnd{step: a.runStep(sctx, sess, fs)}
+	end := stepEnd{step: a.explainOutOfOrder(sctx, a.runStep(sctx, sess, fs))}
 	end.flush = sess.Client().Flush(sctx)
 	end.produce = a.sent.firstErr()
 	commit := end.step == nil && end.flush == nil && end.produce == nil
@@ -45,12 +47,32 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	if commit && a.hooks.beforeEnd != nil && a.hooks.beforeEnd(a.steps.Load()) {
 		commit = false
 	}
+	a.amu.Lock()
+	a.revokeSeen = false // End re-arms the session's revoke callback
+	a.amu.Unlock()
 	committed, end.end = sess.End(sctx, kgo.TransactionEndTry(commit))
 	end.committed = committed
+	if !committed && end.end == nil {
+		// End rewound the client to the committed offsets; a stage that
+		// has not consumed that far needs it further back (positions.go).
+		rw := (*rewindError)(nil)
+		errors.As(end.step, &rw)
+		a.rewind(sess.Client(), rw)
+		if rw != nil {
+			for _, t := range a.tasks {
+				t.reset()
+			}
+			return nil
+		}
+	}
 
 	out := classifyStep(end, a.cfg.OnStepError)
 	if out.verdict == stepCommitted {
-		for _, t := range a.tasks {
+		clear(a.rewound) // the commit included them
+		for id, t := range a.tasks {
+			if a.restoring(id) {
+				continue // took no part in the step
+			}
 			if err := t.commit(sctx, began); err != nil {
 				return &fatal{err}
 			}
@@ -95,8 +117,9 @@ func (a *App) stepTimeout() time.Duration {
 
 // runStep does the work of a step inside the transaction.
 func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.Fetches) error {
-	ids := a.sortedIDs()
-	var starts map[string]map[int32]int64
+	ids := slices.DeleteFunc(a.sortedIDs(), a.restoring) // restore.go
+	var starts, logStarts map[string]map[int32]int64
+	var back *rewindError
 	for _, id := range ids {
 		t := a.tasks[id]
 		if t.node != nil {
@@ -116,13 +139,20 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 				}
 			}
 			var err error
-			if starts, err = a.startPositions(ctx, need); err != nil {
+			if starts, logStarts, err = a.startPositions(ctx, need); err != nil {
 				return err
 			}
 		}
-		if err := t.build(ctx, sess, starts); err != nil {
+		if err := t.build(ctx, sess, starts, logStarts); err != nil {
+			if rw := (*rewindError)(nil); errors.As(err, &rw) {
+				back = back.merge(rw) // build the other tasks: one rewind for all
+				continue
+			}
 			return err
 		}
+	}
+	if back != nil {
+		return back
 	}
 	for _, f := range fs {
 		for _, ft := range f.Topics {

@@ -62,6 +62,10 @@ type task struct {
 	ticks  tickSchedule                   // ticks.go
 	sweeps sweepSchedule                  // truncate.go
 	heads  map[headers.Channel]*headTrack // holds.go
+
+	// startOver: the store was wiped because its changelog was recreated;
+	// inputs it has no position on resume at the group's (positions.go).
+	startOver bool
 }
 
 // reset drops the node and the step's writes; the next step rebuilds the
@@ -129,7 +133,7 @@ func (t *task) initErr(err error) error {
 
 // build makes a node from committed state (host duty H5) and processes
 // what its first Release delivers. Init writes go to the step's batch.
-func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts map[string]map[int32]int64) error {
+func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts, logStarts map[string]map[int32]int64) error {
 	t.kv.DropCache() // a rebuilt node reads the file, nothing remembered from before
 	t.batch = protocol.NewBatch(t.kv)
 	t.clNext = -1
@@ -144,6 +148,9 @@ func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts
 	})
 	if err != nil {
 		return t.initErr(err)
+	}
+	if rw := t.ownStarts(n, starts, logStarts); rw != nil {
+		return rw // positions.go
 	}
 	t.node = n
 	t.nodeBuilt()

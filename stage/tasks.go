@@ -5,10 +5,8 @@ package stage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
 
 	"github.com/parsley-go/parsley/headers"
@@ -16,33 +14,38 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// reconcile brings the task set in line with the assignment: it closes the
-// tasks no longer assigned, opens and restores the new ones, and marks every
-// task for a rebuild from committed state (a partition revoked and given
-// back may have been processed elsewhere meanwhile).
-func (a *App) reconcile(ctx context.Context) error {
+// reconcile brings the task set in line with the assignment: it closes
+// the tasks no longer runnable here and those that lost a partition since
+// the last reconcile (another instance may have processed it meanwhile),
+// opens and restores the new ones, and pauses the assigned partitions no
+// task may consume. Tasks that keep all their partitions keep their node
+// and go on processing (cooperative rebalancing).
+func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 	a.amu.Lock()
 	gen := a.gen
-	want := make(map[taskID]bool)
+	assigned := make(map[string][]int32, len(a.assigned))
 	for t, ps := range a.assigned {
-		for _, si := range a.bySource[t] {
-			for _, p := range ps {
-				want[taskID{si, p}] = true
-			}
-		}
+		assigned[t] = slices.Clone(ps)
 	}
+	dropped := maps.Clone(a.dropped)
 	a.amu.Unlock()
-	if gen == a.seenGen {
+	if gen == a.seenGen && !a.repause {
 		return nil
 	}
+	a.repause = false
+	want, pause := a.runnable(assigned)
 	for id, t := range a.tasks {
-		t.reset()
-		if !want[id] {
-			t.close()
+		if !want[id] || slices.ContainsFunc(a.stageTopics(id.stage), func(tp string) bool { return dropped[topicPartition{tp, id.partition}] }) {
+			a.closeTask(t)
 			delete(a.tasks, id)
 		}
 	}
-	ids := slices.Collect(maps.Keys(want))
+	var ids []taskID
+	for id := range want {
+		if a.tasks[id] == nil {
+			ids = append(ids, id)
+		}
+	}
 	sortTaskIDs(ids)
 	for _, id := range ids {
 		t := a.tasks[id]
@@ -52,37 +55,26 @@ func (a *App) reconcile(ctx context.Context) error {
 				return err
 			}
 			a.tasks[id] = t
-		}
-		newClient := func(opts ...kgo.Opt) (*kgo.Client, error) {
-			return kgo.NewClient(append(a.baseOpts(), opts...)...)
-		}
-		res, err := state.Restore(ctx, a.admin, newClient, t.changelog, t.partition, t.kv, a.cfg.WallClock)
-		switch {
-		case res.Reincarnated:
-			// The changelog was recreated or this is another cluster:
-			// the store's offsets point into a log that no longer
-			// exists. Someone should know their state started over.
-			a.log.Warn("stage: task store wiped: it mirrors another changelog than this one (topic recreated, or another cluster); restoring from the changelog start",
-				"stage", t.st.name, "partition", t.partition, "store", t.kv.Path(), "reason", res.Reason,
-				"was", res.Previous.String(), "now", res.Changelog.String(), "checkpoint", res.From)
-		case res.Wiped:
-			// A store slept past the changelog's tombstone retention, or
-			// its checkpoint cannot be trusted: replaying from it could
-			// resurrect deleted keys.
-			a.log.Info("stage: task store wiped; restoring from the changelog start",
-				"stage", t.st.name, "partition", t.partition, "store", t.kv.Path(), "reason", res.Reason,
-				"age", res.Age, "delete_retention", res.Window, "checkpoint", res.From)
-		}
-		if err != nil {
-			// Neither a lost changelog nor a broker without topic IDs
-			// gets better by retrying.
-			if errors.Is(err, state.ErrChangelogBehind) || errors.Is(err, state.ErrNoTopicID) {
-				return &fatal{fmt.Errorf("stage %q partition %d: %w", t.st.name, t.partition, err)}
+			if a.hooks.opened != nil {
+				a.hooks.opened(t.st.name, t.partition)
 			}
-			return fmt.Errorf("stage %q partition %d: restore: %w", t.st.name, t.partition, err)
+		}
+		a.startRestore(t) // restore.go
+	}
+	// Nothing is fetched for a task that restores, nor for the other
+	// stages reading its partitions (they share the group's offsets).
+	for tp := range a.restoringPartitions() {
+		if slices.Contains(assigned[tp.topic], tp.partition) && !slices.Contains(pause[tp.topic], tp.partition) {
+			pause[tp.topic] = append(pause[tp.topic], tp.partition)
 		}
 	}
+	a.setPaused(cl, pause)
 	a.seenGen = gen
+	a.amu.Lock()
+	for tp := range dropped {
+		delete(a.dropped, tp)
+	}
+	a.amu.Unlock()
 	a.ready.Store(true)
 	a.observe() // readers see the new task set before its first step ends
 	return nil
@@ -90,7 +82,10 @@ func (a *App) reconcile(ctx context.Context) error {
 
 func (a *App) openTask(ctx context.Context, id taskID) (*task, error) {
 	st := a.stages[id.stage]
-	path := filepath.Join(a.cfg.StateDir, fmt.Sprintf("%s-%d.db", st.name, id.partition))
+	path := StorePath(a.cfg.StateDir, a.cfg.ApplicationID, st.name, id.partition)
+	if err := a.moveLegacyStore(ctx, st, id.partition, path); err != nil {
+		return nil, err
+	}
 	kv, err := state.Open(ctx, path)
 	if err != nil {
 		return nil, &fatal{fmt.Errorf("stage %q partition %d: %w", st.name, id.partition, err)}
@@ -117,44 +112,81 @@ func (a *App) openTask(ctx context.Context, id taskID) (*task, error) {
 
 func (a *App) closeTasks() {
 	for id, t := range a.tasks {
-		t.close()
+		a.closeTask(t)
 		delete(a.tasks, id)
 	}
 }
 
 // startPositions returns, per source partition of the tasks in need,
-// where this incarnation starts consuming: the group's committed offset, or
-// the log start when there is none or it is lower (host duties H5, H6). A
-// committed offset still pending in another instance's transaction may read
-// lower than it will be; a lower start only claims less, so it is safe.
-func (a *App) startPositions(ctx context.Context, need map[string][]int32) (map[string]map[int32]int64, error) {
+// where this incarnation starts consuming — the group's committed offset,
+// or the log start when there is none or it is lower (host duties H5, H6),
+// or lower where a stage that had not consumed that far made the client
+// rewind (positions.go) — and the log starts. A committed offset still
+// pending in another instance's transaction may read lower than it will
+// be; a lower start only claims less, so it is safe.
+func (a *App) startPositions(ctx context.Context, need map[string][]int32) (starts, logStarts map[string]map[int32]int64, err error) {
 	sources := slices.Sorted(maps.Keys(need))
 	committed, err := a.admin.FetchOffsets(ctx, a.cfg.ApplicationID)
 	if err != nil {
-		return nil, fmt.Errorf("stage: fetch committed offsets: %w", err)
+		return nil, nil, fmt.Errorf("stage: fetch committed offsets: %w", err)
 	}
-	logStarts, err := a.admin.ListStartOffsets(ctx, sources...)
+	listedStarts, err := a.admin.ListStartOffsets(ctx, sources...)
 	if err != nil {
-		return nil, fmt.Errorf("stage: list log starts: %w", err)
+		return nil, nil, fmt.Errorf("stage: list log starts: %w", err)
 	}
-	out := make(map[string]map[int32]int64)
+	logEnds, err := a.admin.ListEndOffsets(ctx, sources...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("stage: list log ends: %w", err)
+	}
+	starts, logStarts = make(map[string]map[int32]int64), make(map[string]map[int32]int64)
 	for _, t := range sources {
-		out[t] = make(map[int32]int64)
+		starts[t], logStarts[t] = make(map[int32]int64), make(map[int32]int64)
 		for _, p := range need[t] {
-			ls, ok := logStarts.Lookup(t, p)
+			ls, ok := listedStarts.Lookup(t, p)
 			if !ok || ls.Err != nil {
-				return nil, fmt.Errorf("stage: log start of %s[%d]: %v", t, p, ls.Err)
+				return nil, nil, fmt.Errorf("stage: log start of %s[%d]: %v", t, p, ls.Err)
 			}
 			pos := ls.Offset
 			c, ok := committed.Lookup(t, p)
 			if ok && c.Err != nil {
-				return nil, fmt.Errorf("stage: committed offset of %s[%d]: %w", t, p, c.Err)
+				return nil, nil, fmt.Errorf("stage: committed offset of %s[%d]: %w", t, p, c.Err)
 			}
 			if ok && c.At > pos {
 				pos = c.At
 			}
-			out[t][p] = pos
+			// Started past the end, the client would rewind to its reset
+			// offset and feed records below the position given here.
+			if le, ok := logEnds.Lookup(t, p); ok && le.Err == nil {
+				if dl := a.pastEnd(t, p, pos, le.Offset); dl != nil {
+					return nil, nil, &fatal{dl}
+				}
+			}
+			if r, ok := a.rewound[topicPartition{t, p}]; ok && r < pos {
+				pos = max(r, ls.Offset)
+			}
+			starts[t][p], logStarts[t][p] = pos, ls.Offset
 		}
 	}
-	return out, nil
+	return starts, logStarts, nil
+}
+
+// setPaused pauses fetching the assigned partitions no task may consume and
+// resumes the ones that may be consumed again.
+func (a *App) setPaused(cl *kgo.Client, pause map[string][]int32) {
+	resume := make(map[string][]int32)
+	for t, ps := range a.paused {
+		for _, p := range ps {
+			if !slices.Contains(pause[t], p) {
+				resume[t] = append(resume[t], p)
+			}
+		}
+	}
+	if len(resume) > 0 {
+		cl.ResumeFetchPartitions(resume)
+	}
+	if len(pause) > 0 {
+		cl.PauseFetchPartitions(pause)
+		a.log.Info("stage: partitions held back: a task reading them lacks some of its source partitions here", "partitions", pause)
+	}
+	a.paused = pause
 }

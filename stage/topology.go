@@ -84,8 +84,10 @@ func (a *App) checkTopology(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// checkCompacted refuses changelogs that are not compacted: under the
-// delete policy retention would silently drop state a restore needs.
+// checkCompacted refuses changelogs whose cleanup policy is not exactly
+// compaction. Under the delete policy, or compaction with deletion
+// ("compact,delete"), time- or size-based retention silently drops state a
+// full restore needs.
 func (a *App) checkCompacted(ctx context.Context) []error {
 	var names []string
 	for _, s := range a.stages {
@@ -112,9 +114,22 @@ func (a *App) checkCompacted(ctx context.Context) []error {
 				policy = *c.Value
 			}
 		}
-		if !strings.Contains(policy, "compact") {
-			errs = append(errs, fmt.Errorf("%w: changelog %q has cleanup.policy=%s; it must be compact", ErrTopology, rc.Name, policy))
+		if !compactOnly(policy) {
+			errs = append(errs, fmt.Errorf("%w: changelog %q has cleanup.policy=%s; retention would delete state a restore needs: set the topic's cleanup.policy to compact (no delete)", ErrTopology, rc.Name, policy))
 		}
 	}
 	return errs
+}
+
+// compactOnly reports whether a cleanup.policy value (a comma-separated
+// list) is compaction and nothing else.
+func compactOnly(policy string) bool {
+	seen := false
+	for p := range strings.SplitSeq(policy, ",") {
+		if strings.TrimSpace(p) != "compact" {
+			return false
+		}
+		seen = true
+	}
+	return seen
 }

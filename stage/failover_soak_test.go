@@ -1,0 +1,304 @@
+package stage
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The failover soak (#15): three stage processes under steady load on the
+// embedded broker; one is killed with SIGKILL and restarted at once
+// (within the session timeout), or killed for good and restarted only
+// after its tasks moved. It measures, per partition, how long output stops
+// after a kill, and checks exactly-once and per-key order with an oracle
+// that reads only the output topic and what the producer wrote. It runs
+// only when PARSLEY_FAILOVER_SOAK names a duration:
+//
+//	PARSLEY_FAILOVER_SOAK=2m go test ./stage -run TestFailoverSoak -v
+const (
+	envFailoverSoak     = "PARSLEY_FAILOVER_SOAK"
+	envFailoverInstance = "PARSLEY_FAILOVER_INSTANCE"
+	failoverChildMode   = "failover"
+	soakSessionTimeout  = 3 * time.Second
+	soakPartitions      = 6
+)
+
+// failoverChild runs a counting stage whose outputs name the instance and
+// the process that produced them, until it is killed or interrupted.
+func failoverChild() int {
+	id := os.Getenv(envFailoverInstance)
+	proc := fmt.Sprintf("%s/%d", id, os.Getpid())
+	in, out := NewTopic("in", String(), String()), NewTopic("out", String(), String())
+	b := WithState(Named("count"), Int64(), 0)
+	OnFold(b, in, func(n int64, m Message[string, string]) (Step[int64], error) {
+		n++
+		return Next(n, out.Send(m.Key, fmt.Sprintf("%s#%d:%s@%s", m.Key, n, m.Value, proc))), nil
+	})
+	st := b.Into(out).MustBuild()
+	cfg := Config{
+		ApplicationID:      "app",
+		InstanceID:         id,
+		Brokers:            strings.Split(os.Getenv(envBrokers), ","),
+		StateDir:           filepath.Join(os.Getenv(envDir), id),
+		PollInterval:       20 * time.Millisecond,
+		SessionTimeout:     soakSessionTimeout,
+		RebalanceTimeout:   3 * time.Second,
+		TransactionTimeout: 5 * time.Second,
+		RetryBackoff:       50 * time.Millisecond,
+		MaxPollRecords:     50,
+		Logger:             testLogger(),
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := Run(ctx, cfg, st); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// arrival is one output as the soak's reader saw it commit.
+type arrival struct {
+	at        time.Time
+	partition int32  // the task's: the input partition of the key
+	key, val  string // val: the input value
+	n         int    // the count
+	process   string // instance/pid
+}
+
+func TestFailoverSoak(t *testing.T) {
+	d, err := time.ParseDuration(os.Getenv(envFailoverSoak))
+	if err != nil || d <= 0 {
+		t.Skipf("set %s to a duration to run the failover soak", envFailoverSoak)
+	}
+	e := newEnv(t, broker.Topic{Name: "in", Partitions: soakPartitions}, broker.Topic{Name: "out", Partitions: soakPartitions})
+	e.changelogs(soakPartitions, counterStage(NewTopic("in", String(), String()), NewTopic("out", String(), String())))
+	dir := t.TempDir()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := make(map[string]*exec.Cmd)
+	spawn := func(id string) {
+		cmd := exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), envChild+"="+failoverChildMode, envFailoverInstance+"="+id,
+			envBrokers+"="+strings.Join(e.c.Addrs(), ","), envDir+"="+dir)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs[id] = cmd
+	}
+	kill := func(id string) {
+		procs[id].Process.Signal(syscall.SIGKILL)
+		procs[id].Wait()
+		delete(procs, id)
+	}
+	ids := []string{"i1", "i2", "i3"}
+	for _, id := range ids {
+		spawn(id)
+	}
+
+	// The producer: one record per partition every 20ms; the ground truth.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	want := make(map[string][]string)
+	var arrivals []arrival
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		cl, err := e.c.NewClient(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer cl.Close()
+		for i := 0; ctx.Err() == nil; i++ {
+			var recs []*kgo.Record
+			for p := range int32(soakPartitions) {
+				k, v := fmt.Sprintf("k%d", p), fmt.Sprintf("v%d", i)
+				recs = append(recs, &kgo.Record{Topic: "in", Partition: p, Key: []byte(k), Value: []byte(v)})
+			}
+			if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			for _, r := range recs {
+				want[string(r.Key)] = append(want[string(r.Key)], string(r.Value))
+			}
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	readCtx, stopReading := context.WithCancel(context.Background())
+	go func() {
+		defer wg.Done()
+		cl, err := e.c.NewClient(kgo.ConsumeTopics("out"), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer cl.Close()
+		for readCtx.Err() == nil {
+			fs := cl.PollFetches(readCtx)
+			now := time.Now()
+			fs.EachRecord(func(r *kgo.Record) {
+				k := string(r.Key)
+				rest := strings.TrimPrefix(string(r.Value), k+"#")
+				ns, rest, _ := strings.Cut(rest, ":")
+				val, inst, _ := strings.Cut(rest, "@")
+				n, _ := strconv.Atoi(ns)
+				// Key kp came from input partition p: the task's
+				// partition (outputs are partitioned by key hash).
+				p, _ := strconv.Atoi(strings.TrimPrefix(k, "k"))
+				mu.Lock()
+				arrivals = append(arrivals, arrival{at: now, partition: int32(p), key: k, val: val, n: n, process: inst})
+				mu.Unlock()
+			})
+		}
+	}()
+
+	// owners returns, per partition, the process of its latest output.
+	owners := func() map[int32]string {
+		mu.Lock()
+		defer mu.Unlock()
+		o := make(map[int32]string)
+		for _, a := range arrivals {
+			o[a.partition] = a.process
+		}
+		return o
+	}
+	type killEvent struct {
+		at        time.Time
+		process   string
+		permanent bool
+		owned     map[int32]bool
+	}
+	var kills []killEvent
+	time.Sleep(8 * time.Second) // the group settles
+	deadline := time.Now().Add(d)
+	for round := 0; time.Now().Before(deadline); round++ {
+		id := ids[round%len(ids)]
+		permanent := round%2 == 1
+		process := fmt.Sprintf("%s/%d", id, procs[id].Process.Pid)
+		owned := make(map[int32]bool)
+		for p, o := range owners() {
+			if o == process {
+				owned[p] = true
+			}
+		}
+		k := killEvent{at: time.Now(), process: process, permanent: permanent, owned: owned}
+		kill(id)
+		kills = append(kills, k)
+		if permanent {
+			time.Sleep(soakSessionTimeout + 5*time.Second) // its tasks move
+		}
+		spawn(id)
+		time.Sleep(8 * time.Second)
+	}
+	cancel() // stop producing
+	time.Sleep(5 * time.Second)
+	for _, id := range slices.Sorted(func(yield func(string) bool) {
+		for id := range procs {
+			if !yield(id) {
+				return
+			}
+		}
+	}) {
+		procs[id].Process.Signal(os.Interrupt)
+		procs[id].Wait()
+	}
+	stopReading()
+	wg.Wait()
+
+	// The oracle: per key, the outputs count 1..n and carry the inputs in
+	// the order produced, each exactly once.
+	mu.Lock()
+	defer mu.Unlock()
+	got := make(map[string][]arrival)
+	for _, a := range arrivals {
+		got[a.key] = append(got[a.key], a)
+	}
+	for k, vs := range want {
+		g := got[k]
+		if len(g) != len(vs) {
+			t.Errorf("key %s: %d outputs for %d inputs", k, len(g), len(vs))
+		}
+		for i := range min(len(g), len(vs)) {
+			if g[i].n != i+1 || g[i].val != vs[i] {
+				t.Errorf("key %s output %d = #%d:%s, want #%d:%s (lost, duplicated or reordered)", k, i, g[i].n, g[i].val, i+1, vs[i])
+				break
+			}
+		}
+	}
+
+	// The figures: after each kill, per partition the killed process
+	// owned, how long until another process's output arrived (the killed
+	// one's last commits may still arrive after the kill); per partition
+	// it did not own, the longest gap between outputs in the 8s after the
+	// kill.
+	var restartResume, permanentResume, stayStall []time.Duration
+	byPartition := make(map[int32][]arrival)
+	for _, a := range arrivals {
+		byPartition[a.partition] = append(byPartition[a.partition], a)
+	}
+	for _, k := range kills {
+		for p, as := range byPartition {
+			i, _ := slices.BinarySearchFunc(as, k.at, func(x arrival, y time.Time) int { return x.at.Compare(y) })
+			if k.owned[p] {
+				for ; i < len(as) && as[i].process == k.process; i++ {
+				}
+				if i < len(as) {
+					if k.permanent {
+						permanentResume = append(permanentResume, as[i].at.Sub(k.at))
+					} else {
+						restartResume = append(restartResume, as[i].at.Sub(k.at))
+					}
+				}
+				continue
+			}
+			var longest time.Duration
+			prev := k.at
+			for ; i < len(as) && as[i].at.Before(k.at.Add(8*time.Second)); i++ {
+				longest = max(longest, as[i].at.Sub(prev))
+				prev = as[i].at
+			}
+			stayStall = append(stayStall, longest)
+		}
+	}
+	pct := func(ds []time.Duration, q float64) time.Duration {
+		if len(ds) == 0 {
+			return 0
+		}
+		s := slices.Sorted(slices.Values(ds))
+		return s[min(len(s)-1, int(q*float64(len(s))))]
+	}
+	t.Logf("%d kills over %v; %d outputs", len(kills), d, len(arrivals))
+	for _, f := range []struct {
+		what string
+		ds   []time.Duration
+	}{
+		{"restart within the session timeout: output resumes after", restartResume},
+		{"killed for good: moved partitions resume after", permanentResume},
+		{"partitions that did not move: longest stall", stayStall},
+	} {
+		t.Logf("%s p50 %v p99 %v (n=%d)", f.what, pct(f.ds, 0.5).Round(time.Millisecond), pct(f.ds, 0.99).Round(time.Millisecond), len(f.ds))
+	}
+}
