@@ -66,6 +66,9 @@ type App struct {
 	rewound    map[topicPartition]int64 // owned by the session loop: positions set back this session (positions.go)
 	restores   map[taskID]*restoreJob   // owned by the session loop: restores in progress (restore.go)
 	repause    bool                     // a restore ended: reconcile recomputes what is fetched
+	// rejoined: this session already asked the group to rebalance because
+	// its assignment held partitions back (reconcile).
+	rejoined bool
 
 	// Owned by the session loop.
 	tasks  map[taskID]*task

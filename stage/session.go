@@ -111,6 +111,7 @@ func (a *App) session(ctx context.Context) error {
 		a.amu.Unlock()
 		clear(a.paused)
 		clear(a.rewound)
+		a.rejoined = false
 		sess.Close() // leaves the group
 		a.sessionEnded()
 	}()

@@ -69,6 +69,18 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 		}
 	}
 	a.setPaused(cl, pause)
+	if len(pause) > 0 && !a.rejoined {
+		// A static member that restarts with other sources rejoins under
+		// its old member: a Kafka coordinator hands it the assignment
+		// planned for its old subscription without a rebalance, and the
+		// partitions its new tasks need never come. Rejoining once, now
+		// with a known member ID, makes the coordinator see the changed
+		// subscription and rebalance; a mixed-version window that holds
+		// partitions back by design costs one extra rebalance per session.
+		a.rejoined = true
+		a.log.Info("stage: assignment holds partitions back; asking the group to rebalance once", "partitions", pause)
+		cl.ForceRebalance()
+	}
 	a.seenGen = gen
 	a.amu.Lock()
 	for tp := range dropped {
