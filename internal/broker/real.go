@@ -152,6 +152,12 @@ func (c *Cluster) wipe(ctx context.Context) error {
 		if busy == "" {
 			return nil
 		}
+		// Static members (KIP-345) do not leave when their clients close:
+		// stages keep their tasks across a restart that way. Between tests
+		// they are stale, so the wipe removes them by instance ID.
+		if err := c.removeStaticMembers(ctx, busy); err != nil {
+			return err
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("broker: wipe group %q: still has members: %w", busy, ctx.Err())
@@ -206,4 +212,32 @@ func topicReady(id [16]byte, want int32) func(kadm.TopicDetail) bool {
 // topicGone reports whether the broker's metadata no longer has the topic.
 func topicGone(td kadm.TopicDetail) bool {
 	return errors.Is(td.Err, kerr.UnknownTopicOrPartition)
+}
+
+// removeStaticMembers removes every member of group that has an instance
+// ID, as an operator scaling in would.
+func (c *Cluster) removeStaticMembers(ctx context.Context, group string) error {
+	described, err := c.admin.DescribeGroups(ctx, group)
+	if err != nil {
+		return fmt.Errorf("broker: describe group %q to wipe: %w", group, err)
+	}
+	var ids []string
+	for _, m := range described[group].Members {
+		if m.InstanceID != nil {
+			ids = append(ids, *m.InstanceID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	resps, err := c.admin.LeaveGroup(ctx, kadm.LeaveGroup(group).InstanceIDs(ids...).Reason("parsley test wipe"))
+	if err != nil {
+		return fmt.Errorf("broker: remove static members %q of group %q: %w", ids, group, err)
+	}
+	for _, r := range resps.Sorted() {
+		if r.Err != nil && !errors.Is(r.Err, kerr.UnknownMemberID) {
+			return fmt.Errorf("broker: remove static member %q of group %q: %w", r.InstanceID, group, r.Err)
+		}
+	}
+	return nil
 }
