@@ -31,7 +31,6 @@ type schedule struct {
 type zombie struct {
 	in                *instance
 	aborts, evidences float64
-	healed            time.Time
 	fenced            bool
 }
 
@@ -173,7 +172,6 @@ func (s *schedule) fire(in *instance, a *arm) {
 		time.Sleep(d)
 		down()
 		up()
-		z.healed = time.Now()
 		s.mu.Lock()
 		s.zombies = append(s.zombies, z)
 		s.rep.Zombies++
