@@ -47,11 +47,10 @@ type task struct {
 
 	tickTopic string // the stage's tick topic, "" when it does not tick
 
-	// acks are the offsets the broker acknowledged for the step's stamped
-	// sends, appended by produce promises under the env's send lock; sends
-	// counts those sends. flush hands the acknowledgements to the node
-	// (own.go).
-	acks  []headers.Coordinate
+	// acks are the acknowledgements of the step's stamped sends, written
+	// by produce promises under the env's send lock; sends counts those
+	// sends. flush hands the acknowledgements to the node (own.go).
+	acks  stepAcks
 	sends int
 	sent  func(*kgo.Record, error) // sendPromise, bound once
 
@@ -328,13 +327,14 @@ type outRecord struct {
 	headers [stampHeaders + 1]kgo.RecordHeader
 }
 
-// flush writes the node's changed state into the batch and produces the
-// step's mutations to the changelog, last write per key.
+// flush reports the step's acknowledged sends to the node (awaitSends has
+// waited for them), writes the node's changed state into the batch and
+// produces the step's mutations to the changelog, last write per key.
 func (t *task) flush(ctx context.Context, sess *kgo.GroupTransactSession) error {
 	if t.node == nil {
 		return nil
 	}
-	if err := t.reportSends(ctx, sess); err != nil {
+	if err := t.reportSends(); err != nil {
 		return err
 	}
 	if err := t.node.Flush(); err != nil {
