@@ -40,8 +40,22 @@ type task struct {
 	batch  *protocol.Batch
 	clNext int64 // one past the last changelog offset produced in the step; -1 none
 	stamp  headers.Stamp
-	msg    rawMessage // the delivery being processed, reused
-	fold   foldState  // its state view, reused
+	bufs   emitBuffers // the step's emitted records and stamps (emitbuf.go)
+
+	lastSink struct { // the last emission's sink (sinkMeta)
+		name string
+		meta topicMeta
+	}
+	lastSource struct { // the last delivery's source binding (deliver)
+		id headers.TopicID
+		b  *binding
+	}
+	scopeSource struct { // the last source checkScope looked up
+		b          *binding
+		partitions int32 // 0: unknown topic
+	}
+	msg  rawMessage // the delivery being processed, reused
+	fold foldState  // its state view, reused
 
 	foldKeys foldKeyCache
 
@@ -77,6 +91,7 @@ func (t *task) reset() {
 	}
 	t.clNext = -1
 	t.clearSends()
+	t.bufs.release()
 }
 
 // nodeBuilt records that the node was (re)built: the first build schedules
@@ -101,6 +116,7 @@ func (t *task) stepCommitted() {
 		t.counts.ticks++
 	}
 	t.sweeps.committed(t.env.truncateEvery)
+	t.bufs.release()
 }
 
 // stepAborted forgets the open step's tick and sweep, which the rebuilt
@@ -236,7 +252,11 @@ func asHeaders(hs []kgo.RecordHeader) []headers.Header {
 func (t *task) deliver(ctx context.Context, sess *kgo.GroupTransactSession, ds []protocol.Delivery) error {
 	for i := range ds {
 		d := &ds[i]
-		b := t.byID[d.Topic]
+		b := t.lastSource.b
+		if b == nil || d.Topic != t.lastSource.id { // deliveries come in runs from one source
+			b = t.byID[d.Topic]
+			t.lastSource.id, t.lastSource.b = d.Topic, b
+		}
 		if b == nil {
 			return t.stepErr("", d.Offset, fmt.Errorf("delivery on undeclared channel %s", d.Channel))
 		}
@@ -275,7 +295,8 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 		return fmt.Errorf("%w: the zero Emission has no topic", ErrUndeclaredSink)
 	}
 	name := e.data.topicName()
-	if !t.st.sinkSet[name] {
+	meta, ok := t.sinkMeta(name)
+	if !ok {
 		return fmt.Errorf("%w: topic %q (stage sinks: %q)", ErrUndeclaredSink, name, t.st.Sinks())
 	}
 	defer catch(&err)
@@ -284,12 +305,11 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 		return err
 	}
 	hasKey := k != nil
-	meta := t.env.topics[name]
 	p := partitionFor(k, !hasKey, meta.partitions, t.partition)
 	if err := t.node.PrepareSendInto(&t.stamp, headers.Channel{Topic: meta.id, Partition: p}); err != nil {
 		return err
 	}
-	out := new(outRecord)
+	out := t.bufs.record()
 	hs := out.headers[:0]
 	if n := len(e.headers) + stampHeaders; n > len(out.headers) {
 		hs = make([]kgo.RecordHeader, 0, n)
@@ -297,10 +317,10 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 	for _, h := range e.headers {
 		hs = append(hs, kgo.RecordHeader(h))
 	}
-	// AppendStamp refuses reserved application header names. The send
+	// AppendStampTo refuses reserved application header names. The send
 	// sequence PrepareSend took is then never used, which is harmless: the
 	// failed step aborts and the node is rebuilt from committed state.
-	if hs, err = headers.AppendStamp(hs, &t.stamp, headers.DialectVC); err != nil {
+	if hs, t.bufs.stamps, err = headers.AppendStampTo(hs, t.bufs.stampBuf(), &t.stamp, headers.DialectVC); err != nil {
 		return fmt.Errorf("emission to %q: %w", name, err)
 	}
 	ts := m.ts
@@ -316,15 +336,19 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 	return nil
 }
 
-// stampHeaders is how many headers a vc stamp adds: vc, vc-sender, vc-seq.
-const stampHeaders = 3
-
-// outRecord is an emission's record with room for its headers, so the
-// usual emission (the stamp and at most one application header) is one
-// allocation rather than two.
-type outRecord struct {
-	kgo.Record
-	headers [stampHeaders + 1]kgo.RecordHeader
+// sinkMeta resolves an emission's topic: whether it is one of the stage's
+// sinks, and its metadata. A handler usually sends to the same topic again
+// and again, so the last answer is kept.
+func (t *task) sinkMeta(name string) (topicMeta, bool) {
+	if name == t.lastSink.name && name != "" {
+		return t.lastSink.meta, true
+	}
+	if !t.st.sinkSet[name] {
+		return topicMeta{}, false
+	}
+	meta := t.env.topics[name]
+	t.lastSink.name, t.lastSink.meta = name, meta
+	return meta, true
 }
 
 // flush reports the step's acknowledged sends to the node (awaitSends has
