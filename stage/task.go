@@ -32,6 +32,13 @@ type task struct {
 	changelog string
 	kv        *state.Store
 
+	// Committed steps' writes not yet in kv, the highest changelog
+	// checkpoint among them (-1 none), and how many steps they span
+	// (storewrites.go).
+	pending      *protocol.Batch
+	pendingCP    int64
+	pendingSteps int
+
 	inputs []headers.Channel // per source, in the stage's declaration order
 	sinks  []headers.TopicID
 	byID   map[headers.TopicID]*binding
@@ -129,9 +136,7 @@ func (t *task) stepAborted() {
 
 func (t *task) close() {
 	t.reset()
-	if err := t.kv.Close(); err != nil {
-		t.env.log.Warn("stage: close store", "stage", t.st.name, "partition", t.partition, "err", err)
-	}
+	t.closeStore() // storewrites.go
 }
 
 // initErr classifies a node init failure: state this build cannot use
@@ -150,7 +155,9 @@ func (t *task) initErr(err error) error {
 // what its first Release delivers. Init writes go to the step's batch.
 func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts, logStarts map[string]map[int32]int64) error {
 	t.kv.DropCache() // a rebuilt node reads the file, nothing remembered from before
-	t.batch = protocol.NewBatch(t.kv)
+	// The committed state: the file under the committed steps' writes not
+	// yet in it (storewrites.go).
+	t.batch = protocol.NewBatch(t.unwritten())
 	t.clNext = -1
 	n, err := protocol.New(ctx, protocol.Config{
 		ApplicationID: t.env.appID,
@@ -385,27 +392,6 @@ func (t *task) changelogPromise(r *kgo.Record, err error) {
 // a fresh time spares it a needless wipe and full restore at its next start
 // (state.Restore).
 const checkpointRefresh = time.Minute
-
-// commit writes the committed step's mutations and checkpoint to SQLite.
-// began is the wall-clock time the step began: every changelog record past
-// the new checkpoint is written after it.
-func (t *task) commit(ctx context.Context, began time.Time) error {
-	if t.node == nil || t.batch == nil {
-		return nil
-	}
-	muts := t.batch.Mutations()
-	cp := t.env.sent.load(&t.clNext)
-	if len(muts) == 0 && cp < 0 && began.Sub(t.kv.CheckpointTime()) < checkpointRefresh {
-		return nil
-	}
-	if err := t.kv.Apply(ctx, muts, cp, began); err != nil {
-		return fmt.Errorf("stage %q partition %d: %w", t.st.name, t.partition, err)
-	}
-	t.batch.Discard()
-	t.clNext = -1
-	t.clearSends()
-	return nil
-}
 
 // Fold state keys live beside the protocol's keys, which are ASCII and
 // never start with a control byte: 0x01 for the nil key, 0x02 and the
