@@ -79,7 +79,7 @@ func (n *Node) PrepareSendInto(s *headers.Stamp, dest headers.Channel) error {
 	}
 	seq := last + 1
 	n.sq[dest] = seq
-	if i, found := slices.BinarySearchFunc(n.sent, dest, headers.Channel.Compare); !found {
+	if i, found := searchChannel(n.sent, dest); !found {
 		n.sent = slices.Insert(n.sent, i, dest)
 	}
 	if !slices.Contains(n.sqDirty, dest) {

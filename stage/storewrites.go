@@ -27,7 +27,7 @@ import (
 // writing step began, so every changelog record past the checkpoint is
 // written after that time, as Store.Apply requires.
 const (
-	storeEvery    = 8    // committed steps per SQLite transaction, at most
+	storeEvery    = 32   // committed steps per SQLite transaction, at most
 	storeMaxKeys  = 4096 // unwritten keys that write at once
 	storeCloseTTL = 10 * time.Second
 )
