@@ -27,9 +27,9 @@ import (
 // writing step began, so every changelog record past the checkpoint is
 // written after that time, as Store.Apply requires.
 const (
-	storeEvery    = 32   // committed steps per SQLite transaction, at most
-	storeMaxKeys  = 4096 // unwritten keys that write at once
-	storeCloseTTL = 10 * time.Second
+	storeEvery        = 32   // committed steps per SQLite transaction, at most
+	storeMaxKeys      = 4096 // unwritten keys that write at once
+	storeCloseTimeout = 10 * time.Second
 )
 
 // unwritten returns the task's committed writes not yet in the file.
@@ -94,7 +94,7 @@ func (t *task) writeUnwritten(ctx context.Context, at time.Time) error {
 // only makes the next restore replay more of the changelog.
 func (t *task) closeStore() {
 	if t.pending != nil && (t.pending.Len() > 0 || t.pendingCP >= 0) {
-		ctx, cancel := context.WithTimeout(context.Background(), storeCloseTTL)
+		ctx, cancel := context.WithTimeout(context.Background(), storeCloseTimeout)
 		// The zero time keeps the file's checkpoint time: no step is
 		// beginning whose time could stand for the unwritten records.
 		if err := t.writeUnwritten(ctx, time.Time{}); err != nil {
