@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/parsley-go/parsley/internal/wait"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -17,93 +19,222 @@ import (
 
 // An instance killed in the middle of a step leaves its transaction open.
 // Until it ends, the last stable offset of every partition it wrote stays
-// put: the changelog partitions of its tasks, which the new owner must read
-// to the end before it runs them, and the output partitions, whose
-// read_committed readers see nothing past it, whichever task wrote the
-// later records. Kafka aborts the transaction only once the transaction
-// timeout has passed and its coordinator's periodic check
+// put: its output partitions, whose read_committed readers see nothing past
+// it, whichever task wrote the later records (tasks that never moved
+// stall); the changelog partitions of its tasks, which the new owner must
+// read to the end before it runs them; and its offset commits, which keep
+// the client's offset fetch for the new owner answering
+// UNSTABLE_OFFSET_COMMIT (it retries after a fixed second). Kafka aborts
+// the transaction only once the transaction timeout has passed and its
+// coordinator's periodic check
 // (transaction.abort.timed.out.transaction.cleanup.interval.ms, 10 s by
 // default) notices, or when the same transactional ID initializes again:
-// a failover took 7–9 s where the session timeout was 3 s.
+// on Kafka a failover took 7–9 s where the session timeout was 3 s.
 //
-// The new owner of a task therefore ends it: a transaction still open on
-// the task's changelog partition belongs to an earlier owner (only a
-// task's owner writes its changelog partition), and an owner that is no
-// longer a member of the group has lost the task and may not commit.
-// Initializing that owner's transactional ID with its current producer ID
-// and epoch (KIP-360) aborts the open transaction at once and fences the
-// process if it still runs. An owner still in the group handed the task
-// over by a cooperative revoke and ends its own transaction; it is left
-// alone. Fencing is an optimization: when it fails, the restore waits for
-// the broker as before.
+// The new owner of a task therefore ends it as soon as the task's
+// partitions are assigned, before the client fetches their offsets. The
+// previous owner is named by the committed offsets of the partitions (every
+// stage transaction commits its offsets with its instance ID as metadata,
+// nameCommits) and by any transaction still open on the task's changelog
+// partitions (only a task's owner writes those). An owner that is no
+// longer a member of the group has lost its tasks and may not commit;
+// initializing its transactional ID with the open transaction's producer
+// ID and epoch (KIP-360) makes the coordinator abort it at once and fences
+// the process if it still runs. An owner still in the group handed the
+// task over by a cooperative revoke and ends its own transaction; it is
+// left alone. Fencing is an optimization: when it fails, the takeover
+// waits for the broker as before.
 
-// openTxn is a transaction open on a changelog partition, as the
-// coordinator describes it.
-type openTxn struct {
-	txnID   string
-	pid     int64
-	epoch   int16
-	timeout int32 // milliseconds
+// fenceTimeout bounds fenceAbandoned, which delays the client's offset
+// fetch for the partitions just assigned.
+const fenceTimeout = 5 * time.Second
+
+// nameCommits sets the metadata of every offset a stage transaction
+// commits to the instance ID, so that the next owner of a partition knows
+// whose transaction may still be open on it.
+func (a *App) nameCommits(req *kmsg.TxnOffsetCommitRequest) error {
+	for i := range req.Topics {
+		for j := range req.Topics[i].Partitions {
+			req.Topics[i].Partitions[j].Metadata = kmsg.StringPtr(a.cfg.InstanceID)
+		}
+	}
+	return nil
 }
 
-// abandoned returns, of the transactions open on a changelog partition,
-// those whose instance of application app is not among members (the
-// group's instance IDs) and is not self. A transactional ID outside the
-// application's "<app>-<instance>" form is not this application's to end.
-func abandoned(app, self string, members []string, open []openTxn) []openTxn {
-	var out []openTxn
-	for _, o := range open {
-		inst, ok := strings.CutPrefix(o.txnID, app+"-")
-		if !ok || inst == "" || inst == self || slices.Contains(members, inst) {
-			continue
+// departed returns, sorted, the instances of candidates that are neither
+// self nor among members (the group's instance IDs).
+func departed(candidates map[string]bool, self string, members []string) []string {
+	var out []string
+	for inst := range candidates {
+		if inst != "" && inst != self && !slices.Contains(members, inst) {
+			out = append(out, inst)
 		}
-		out = append(out, o)
 	}
+	slices.Sort(out)
 	return out
 }
 
-// fenceAbandoned aborts the transactions that instances no longer in the
-// group left open on partition p of changelog. It runs on the task's
-// restore goroutine, before the restore; a failure is logged, and the
-// restore then waits for the broker to end the transaction.
-func (a *App) fenceAbandoned(ctx context.Context, changelog string, p int32) {
-	fenced, err := a.fenceAbandonedTxns(ctx, changelog, p)
-	for _, f := range fenced {
-		a.log.Info("stage: aborted the transaction a departed instance left open on a task's changelog",
-			"changelog", changelog, "partition", p, "transactional_id", f.txnID, "producer_id", f.pid, "epoch", f.epoch)
+// fenceAbandoned aborts the transactions that the previous owners of the
+// source partitions just added to this member left open, when those owners
+// are no longer in the group. It runs in the assignment callback, before
+// the client fetches the partitions' offsets; a failure is logged, and the
+// takeover then waits for the broker to end the transaction.
+func (a *App) fenceAbandoned(ctx context.Context, added map[string][]int32) {
+	ctx, cancel := context.WithTimeout(ctx, fenceTimeout)
+	defer cancel()
+	aborted, err := a.fenceAbandonedTxns(ctx, added)
+	for _, id := range aborted {
+		a.log.Info("stage: aborted the transaction a departed instance left open", "transactional_id", id)
 	}
-	if err != nil && ctx.Err() == nil {
-		a.log.Warn("stage: could not end a departed instance's open transaction; the restore waits for the broker to time it out",
-			"changelog", changelog, "partition", p, "err", err)
+	if err != nil {
+		a.log.Warn("stage: could not end a departed instance's open transaction; the takeover waits for the broker to time it out",
+			"partitions", added, "err", err)
 	}
 }
 
-func (a *App) fenceAbandonedTxns(ctx context.Context, changelog string, p int32) ([]openTxn, error) {
-	described, err := a.admin.DescribeProducers(ctx, kadm.TopicsSet{changelog: {p: {}}})
+// fenceAbandonedTxns returns the transactional IDs whose open transaction
+// it aborted.
+func (a *App) fenceAbandonedTxns(ctx context.Context, added map[string][]int32) ([]string, error) {
+	app := a.cfg.ApplicationID
+	owners := make(map[string]bool)
+	var errs []error
+	// Not RequireStable: the fetch should answer with the last committed
+	// offsets' metadata, not wait for the transaction in question.
+	committed, err := a.admin.FetchOffsets(ctx, app)
 	if err != nil {
-		return nil, fmt.Errorf("describe producers of %s[%d]: %w", changelog, p, err)
+		errs = append(errs, fmt.Errorf("fetch committed offsets: %w", err))
+	}
+	changelogs := make(kadm.TopicsSet)
+	for t, ps := range added {
+		for _, p := range ps {
+			if o, ok := committed.Lookup(t, p); ok && o.Err == nil {
+				owners[o.Metadata] = true
+			}
+		}
+		for _, si := range a.bySource[t] {
+			changelogs.Add(ChangelogTopic(app, a.stages[si].name), ps...)
+		}
+	}
+	open, err := a.openOnChangelogs(ctx, changelogs)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, id := range open {
+		if inst, ok := strings.CutPrefix(id, app+"-"); ok {
+			owners[inst] = true
+		}
+	}
+	if len(departed(owners, a.cfg.InstanceID, nil)) == 0 {
+		return nil, errors.Join(errs...) // the usual case: nobody else to ask about
+	}
+	// Membership is read after the candidates: an instance that restarted
+	// and joined before this read initialized its transactional ID first,
+	// which ended the transaction in question. One that restarts, joins
+	// and begins a step in the milliseconds between this read and the
+	// fence loses that step to the fence (Kafka aborts an open transaction
+	// of the same producer ID whatever the epoch named) and starts its
+	// session over; exactly-once holds either way.
+	groups, err := a.admin.DescribeGroups(ctx, app)
+	if err == nil {
+		err = groups.Error()
+	}
+	if err != nil {
+		return nil, errors.Join(append(errs, fmt.Errorf("describe group %q: %w", app, err))...)
+	}
+	var members []string
+	for _, m := range groups[app].Members {
+		if m.InstanceID != nil {
+			members = append(members, *m.InstanceID)
+		}
+	}
+	gone := departed(owners, a.cfg.InstanceID, members)
+	if len(gone) == 0 {
+		return nil, errors.Join(errs...)
+	}
+	ids := make([]string, len(gone))
+	for i, inst := range gone {
+		ids[i] = app + "-" + inst // session.go: the instance's transactional ID
+	}
+	txns, err := a.admin.DescribeTransactions(ctx, ids...)
+	if err != nil {
+		return nil, errors.Join(append(errs, fmt.Errorf("describe transactions %v: %w", ids, err))...)
+	}
+	var aborted []string
+	for _, d := range txns.Sorted() {
+		// A transactional ID never used (an offset's metadata written
+		// by an older version) is not found: nothing to end.
+		if d.Err != nil || d.State != "Ongoing" {
+			continue
+		}
+		ok, err := a.fence(ctx, d)
+		if err == nil && ok {
+			err = a.awaitEnd(ctx, d.TxnID)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		} else if ok {
+			aborted = append(aborted, d.TxnID)
+		}
+	}
+	return aborted, errors.Join(errs...)
+}
+
+// awaitEnd waits until the coordinator has written the abort's markers,
+// polling: until then the client's offset fetch still finds the offsets
+// pending, and it would retry only a second later.
+func (a *App) awaitEnd(ctx context.Context, txnID string) error {
+	for {
+		txns, err := a.admin.DescribeTransactions(ctx, txnID)
+		if err != nil {
+			return fmt.Errorf("describe transaction %s: %w", txnID, err)
+		}
+		d, ok := txns[txnID]
+		if !ok {
+			return fmt.Errorf("describe transaction %s: not in the answer", txnID)
+		}
+		if d.Err != nil {
+			return fmt.Errorf("describe transaction %s: %w", txnID, d.Err)
+		}
+		switch d.State {
+		case "Ongoing", "PrepareAbort", "PrepareCommit", "PrepareEpochFence":
+		default:
+			return nil
+		}
+		if err := wait.Sleep(ctx, 10*time.Millisecond); err != nil {
+			return fmt.Errorf("transaction %s still %s: %w", txnID, d.State, err)
+		}
+	}
+}
+
+// openOnChangelogs returns the transactional IDs with a transaction open
+// on one of changelogs.
+func (a *App) openOnChangelogs(ctx context.Context, changelogs kadm.TopicsSet) ([]string, error) {
+	if len(changelogs) == 0 {
+		return nil, nil
+	}
+	described, err := a.admin.DescribeProducers(ctx, changelogs)
+	if err != nil {
+		return nil, fmt.Errorf("describe producers: %w", err)
 	}
 	var pids []int64
-	var perr error
-	described.EachPartition(func(d kadm.DescribedProducersPartition) {
+	var errs []error // a partition that cannot be described does not stop the others
+	for _, d := range described.SortedPartitions() {
 		if d.Err != nil {
-			perr = fmt.Errorf("describe producers of %s[%d]: %w", d.Topic, d.Partition, d.Err)
+			errs = append(errs, fmt.Errorf("describe producers of %s[%d]: %w", d.Topic, d.Partition, d.Err))
+			continue
 		}
 		d.ActiveProducers.Each(func(ap kadm.DescribedProducer) {
-			if ap.CurrentTxnStartOffset >= 0 {
+			if ap.CurrentTxnStartOffset >= 0 && !slices.Contains(pids, ap.ProducerID) {
 				pids = append(pids, ap.ProducerID)
 			}
 		})
-	})
-	if perr != nil {
-		return nil, perr
 	}
 	if len(pids) == 0 {
-		return nil, nil // the usual case: nothing open
+		return nil, errors.Join(errs...)
 	}
 	listed, err := a.admin.ListTransactions(ctx, pids, []string{"Ongoing"})
 	if err != nil {
-		return nil, fmt.Errorf("list transactions of producers %v: %w", pids, err)
+		return nil, errors.Join(append(errs, fmt.Errorf("list transactions of producers %v: %w", pids, err))...)
 	}
 	var ids []string
 	for _, l := range listed.Sorted() {
@@ -111,78 +242,31 @@ func (a *App) fenceAbandonedTxns(ctx context.Context, changelog string, p int32)
 			ids = append(ids, l.TxnID)
 		}
 	}
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	txns, err := a.admin.DescribeTransactions(ctx, ids...)
-	if err != nil {
-		return nil, fmt.Errorf("describe transactions %v: %w", ids, err)
-	}
-	var open []openTxn
-	for _, d := range txns.Sorted() {
-		if d.Err != nil || d.State != "Ongoing" {
-			continue
-		}
-		if _, ok := d.Topics[changelog][p]; !ok {
-			continue
-		}
-		open = append(open, openTxn{txnID: d.TxnID, pid: d.ProducerID, epoch: d.ProducerEpoch, timeout: d.TimeoutMillis})
-	}
-	if len(open) == 0 {
-		return nil, nil
-	}
-	// Membership is read after the transactions: an instance that
-	// restarted and joined since initialized its transactional ID first,
-	// which ended its old transaction; one that restarts after this read
-	// has the same effect, and the fence then finds the epoch moved on.
-	groups, err := a.admin.DescribeGroups(ctx, a.cfg.ApplicationID)
-	if err != nil {
-		return nil, fmt.Errorf("describe group %q: %w", a.cfg.ApplicationID, err)
-	}
-	g, ok := groups[a.cfg.ApplicationID]
-	if !ok || g.Err != nil {
-		return nil, fmt.Errorf("describe group %q: %w", a.cfg.ApplicationID, g.Err)
-	}
-	var members []string
-	for _, m := range g.Members {
-		if m.InstanceID != nil {
-			members = append(members, *m.InstanceID)
-		}
-	}
-	var fenced []openTxn
-	var errs []error
-	for _, o := range abandoned(a.cfg.ApplicationID, a.cfg.InstanceID, members, open) {
-		if err := a.fence(ctx, o); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		fenced = append(fenced, o)
-	}
-	return fenced, errors.Join(errs...)
+	return ids, errors.Join(errs...)
 }
 
-// fence initializes o's transactional ID with the producer ID and epoch of
-// its open transaction, which makes the coordinator abort it and bump the
-// epoch. An answer that the epoch already moved on (the instance restarted,
-// or the transaction ended) means there is nothing left to end.
-func (a *App) fence(ctx context.Context, o openTxn) error {
+// fence initializes d's transactional ID with the producer ID and epoch of
+// its open transaction, which makes the coordinator abort the transaction
+// and bump the epoch. It reports whether this call began the abort; an
+// answer that the producer has moved on (the instance restarted, or another
+// member fenced it first) leaves nothing to do.
+func (a *App) fence(ctx context.Context, d kadm.DescribedTransaction) (bool, error) {
 	req := kmsg.NewPtrInitProducerIDRequest()
-	req.TransactionalID = kmsg.StringPtr(o.txnID)
-	req.TransactionTimeoutMillis = o.timeout
-	req.ProducerID = o.pid
-	req.ProducerEpoch = o.epoch
+	req.TransactionalID = kmsg.StringPtr(d.TxnID)
+	req.TransactionTimeoutMillis = d.TimeoutMillis
+	req.ProducerID = d.ProducerID
+	req.ProducerEpoch = d.ProducerEpoch
 	resp, err := req.RequestWith(ctx, a.boot)
 	if err != nil {
-		return fmt.Errorf("fence %s: %w", o.txnID, err)
+		return false, fmt.Errorf("fence %s: %w", d.TxnID, err)
 	}
 	switch err := kerr.ErrorForCode(resp.ErrorCode); {
-	case err == nil,
-		// The abort began; the coordinator answers this until it ends.
-		errors.Is(err, kerr.ConcurrentTransactions),
-		errors.Is(err, kerr.ProducerFenced),
-		errors.Is(err, kerr.InvalidProducerEpoch):
-		return nil
+	case err == nil, // the broker ended it at once (kfake)
+		errors.Is(err, kerr.ConcurrentTransactions): // the abort began
+		return true, nil
+	case errors.Is(err, kerr.ProducerFenced), errors.Is(err, kerr.InvalidProducerEpoch):
+		return false, nil
 	default:
-		return fmt.Errorf("fence %s (producer %d epoch %d): %w", o.txnID, o.pid, o.epoch, err)
+		return false, fmt.Errorf("fence %s (producer %d epoch %d): %w", d.TxnID, d.ProducerID, d.ProducerEpoch, err)
 	}
 }

@@ -41,7 +41,6 @@ func (a *App) startRestore(t *task) {
 		if a.hooks.restore != nil {
 			a.hooks.restore(ctx, t.st.name, t.partition)
 		}
-		a.fenceAbandoned(ctx, t.changelog, t.partition) // fence.go
 		j.res, j.err = state.Restore(ctx, a.admin, newClient, t.changelog, t.partition, t.kv, a.cfg.WallClock)
 	}()
 }

@@ -54,10 +54,13 @@ func (a *App) sessionOpts() []kgo.Opt {
 	return opts
 }
 
-func (a *App) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+func (a *App) onAssigned(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
 	if len(m) == 0 {
 		return // a cooperative rebalance that gave this member nothing new
 	}
+	// Before the client fetches the new partitions' offsets, which a
+	// departed owner's open transaction would hold back (fence.go).
+	a.fenceAbandoned(ctx, m)
 	a.amu.Lock()
 	defer a.amu.Unlock()
 	for t, ps := range m {
@@ -115,6 +118,8 @@ func (a *App) session(ctx context.Context) error {
 		sess.Close() // leaves the group
 		a.sessionEnded()
 	}()
+	// Every transaction's offsets name this instance (fence.go).
+	ctx = kgo.PreTxnCommitFnContext(ctx, a.nameCommits)
 	// Loading the producer ID fences every earlier incarnation of this
 	// instance and aborts its open transaction now, so restores do not wait
 	// for the transaction timeout.
