@@ -131,6 +131,19 @@ func TestTakeoverFencesAbandonedTransaction(t *testing.T) {
 	}
 }
 
+func TestHeartbeatInterval(t *testing.T) {
+	for _, tc := range []struct{ session, want time.Duration }{
+		{0, maxHeartbeat}, // the client's 45 s default
+		{45 * time.Second, maxHeartbeat},
+		{3 * time.Second, maxHeartbeat},
+		{600 * time.Millisecond, 200 * time.Millisecond}, // a third of it, as Kafka asks
+	} {
+		if got := heartbeatInterval(tc.session); got != tc.want {
+			t.Errorf("heartbeatInterval(%v) = %v, want %v", tc.session, got, tc.want)
+		}
+	}
+}
+
 // TestRestoreAsksNoRebalance: a task that restores holds its partitions
 // back until the restore ends, but they are assigned: only partitions the
 // assignment itself holds back make the instance rejoin (a rejoin stalls
