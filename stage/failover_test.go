@@ -42,6 +42,15 @@ func (l *messageLog) count(substr string) int {
 	return n
 }
 
+// startLogged starts instance i1 of st with a logger that keeps every
+// message.
+func (e *env) startLogged(st *Stage) (*running, *messageLog) {
+	logs := &messageLog{}
+	cfg := e.config("i1")
+	cfg.Logger = slog.New(logs)
+	return e.start(cfg, st), logs
+}
+
 func TestDepartedExcludesSelfAndMembers(t *testing.T) {
 	candidates := map[string]bool{"i1": true, "i2": true, "i3": true, "x-i5": true, "": true}
 	got := departed(candidates, "i1", []string{"i2", "i4"})
@@ -96,10 +105,7 @@ func TestTakeoverFencesAbandonedTransaction(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			logs := &messageLog{}
-			cfg := e.config("i1")
-			cfg.Logger = slog.New(logs)
-			r := e.start(cfg, st)
+			r, logs := e.startLogged(st)
 			defer r.stop()
 			want := e.inputs("in", 20, 4, 2, 0)
 			// Without the fence, out[0] is readable (and partition 0
@@ -153,10 +159,7 @@ func TestRestoreAsksNoRebalance(t *testing.T) {
 	in, out := NewTopic("in", String(), String()), NewTopic("out", String(), String())
 	st := counterStage(in, out)
 	e.changelogs(2, st)
-	logs := &messageLog{}
-	cfg := e.config("i1")
-	cfg.Logger = slog.New(logs)
-	r := e.start(cfg, st)
+	r, logs := e.startLogged(st)
 	defer r.stop()
 	want := e.inputs("in", 10, 2, 2, 0)
 	// The tasks restored before the first step, and any rejoin was asked
