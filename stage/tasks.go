@@ -61,6 +61,9 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 		}
 		a.startRestore(t) // restore.go
 	}
+	// Only partitions held back by the assignment call for a rejoin (below);
+	// those of restoring tasks resume when the restore ends.
+	heldBack := len(pause) > 0
 	// Nothing is fetched for a task that restores, nor for the other
 	// stages reading its partitions (they share the group's offsets).
 	for tp := range a.restoringPartitions() {
@@ -69,7 +72,7 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 		}
 	}
 	a.setPaused(cl, pause)
-	if len(pause) > 0 && !a.rejoined {
+	if heldBack && !a.rejoined {
 		// A static member that restarts with other sources rejoins under
 		// its old member: a Kafka coordinator hands it the assignment
 		// planned for its old subscription without a rebalance, and the
