@@ -3,6 +3,7 @@ package bridge
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/stage"
@@ -49,9 +51,9 @@ func TestPerMessageFallbackWhenConfigured(t *testing.T) {
 
 // cutProxy forwards TCP between the bridge and NATS. Armed, it cuts the
 // connection at the third message of the first atomic batch that has
-// one: the batch's first two messages reach NATS, the third (the commit,
-// or a message before it) and everything after do not. It then refuses
-// connections until reopened.
+// one (after skip such batches): the batch's first two messages reach
+// NATS, the third (the commit, or a message before it) and everything
+// after do not. It then refuses connections until reopened.
 type cutProxy struct {
 	t      *testing.T
 	ln     net.Listener
@@ -59,6 +61,7 @@ type cutProxy struct {
 
 	mu     sync.Mutex
 	armed  bool
+	skip   int  // third messages to let through before the cut
 	closed bool // refusing connections
 	cut    chan struct{}
 	conns  []net.Conn
@@ -137,10 +140,25 @@ func (p *cutProxy) upstream(c, s net.Conn) {
 				all := append(seen[:len(seen):len(seen)], chunk...)
 				// Only a marker that ends in this chunk is new.
 				from := max(0, len(seen)-len(thirdMarker)+1)
-				if i := bytes.Index(all[from:], thirdMarker); i >= 0 {
+				at := -1
+				for at < 0 {
+					i := bytes.Index(all[from:], thirdMarker)
+					if i < 0 {
+						break
+					}
+					p.mu.Lock()
+					if p.skip == 0 {
+						at = from + i
+					} else {
+						p.skip--
+						from += i + len(thirdMarker)
+					}
+					p.mu.Unlock()
+				}
+				if at >= 0 {
 					// Forward what precedes the third message's HPUB line
 					// (some of it may have gone through already).
-					keep := bytes.LastIndex(all[:from+i], []byte("HPUB ")) - len(seen)
+					keep := bytes.LastIndex(all[:at], []byte("HPUB ")) - len(seen)
 					if keep > 0 {
 						s.Write(chunk[:keep])
 					}
@@ -303,5 +321,128 @@ func TestRedoOrderAgainstJetStream(t *testing.T) {
 				t.Fatalf("stream holds %d messages, want 4", got)
 			}
 		})
+	}
+}
+
+// TestConnectionBreaksInALaterBatch: a step of more records than one
+// batch holds streams its batches one after the other; the connection
+// breaks in the middle of its second batch, after the first was
+// acknowledged. The stream holds the first batch and nothing of the
+// second, the step is redone (finding the first batch stored) and the
+// stream ends with every record once, in delivered order across subjects.
+func TestConnectionBreaksInALaterBatch(t *testing.T) {
+	e := newEnv(t, 1, "events")
+	want := produceN(e, "events", 1, 0, maxBatch+500)
+	proxy := newCutProxy(t, "127.0.0.1:"+strconv.Itoa(e.natsPort))
+	proxy.skip = 1
+	cfg := e.config("events")
+	cfg.NATSURL = proxy.url()
+	cfg.MaxPollRecords = 2 * maxBatch
+	cfg.Subject, _ = Template("kafka.{topic}.{key}") // a subject per record
+	b, h := newHooked(t, cfg)
+	r := e.start(b)
+	select {
+	case <-proxy.cut:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no second batch of three messages went through the proxy")
+	}
+	atCut := b.CommittedSteps()
+	time.Sleep(300 * time.Millisecond) // time for a wrongly committed batch to show
+	stored := e.streamMsgs(testStream)
+	if len(stored) == 0 || len(stored) > len(want) {
+		t.Fatalf("the stream holds %d messages at the cut, want the first batch", len(stored))
+	}
+	checkExactlyOnceInOrder(t, stored, want[:len(stored)])
+	for i, m := range stored {
+		if m.coord != want[i] {
+			t.Fatalf("message %d at the cut is %s, want %s: not a prefix of the delivered order", i, m.coord, want[i])
+		}
+	}
+	if n := b.CommittedSteps() - atCut; n != 0 {
+		t.Fatalf("%d steps committed without their batches", n)
+	}
+	proxy.reopen()
+	waitFor(t, 30*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := e.streamMsgs(testStream)
+	checkExactlyOnceInOrder(t, got, want)
+	for i, m := range got {
+		if m.coord != want[i] {
+			t.Fatalf("message %d is %s, want %s: delivered order lost across subjects", i, m.coord, want[i])
+		}
+	}
+	if h.largestStep <= maxBatch {
+		t.Fatalf("largest step %d records, not above %d: the test proves nothing", h.largestStep, maxBatch)
+	}
+	if d := testutil.ToFloat64(b.pub.m.duplicates); d != float64(len(stored)) {
+		t.Fatalf("%v duplicates, want the %d records the redo found stored", d, len(stored))
+	}
+	t.Logf("%d records stored before the cut", len(stored))
+}
+
+// TestAbandonedBatchIsDroppedAtOnce: a step that streamed part of a batch
+// and ended without Settle (its Kafka side failed) leaves a batch the
+// stream stages; the next Begin makes the stream drop it at once, not at
+// its timeout (10 seconds), and nothing of it is stored.
+func TestAbandonedBatchIsDroppedAtOnce(t *testing.T) {
+	e := newEnv(t, 1, "a")
+	cfg := e.config("a").sink().withDefaults()
+	p := newPublisher(cfg, newMetrics(testStream))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if ok, err := p.open(ctx); !ok || err != nil {
+		t.Fatalf("open = %v, %v", ok, err)
+	}
+	defer p.close()
+	abandoned := make(chan string, 4)
+	sub, err := p.nc.Subscribe("$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED."+testStream, func(m *nats.Msg) {
+		var adv struct {
+			Batch  string `json:"batch"`
+			Reason string `json:"reason"`
+		}
+		if err := json.Unmarshal(m.Data, &adv); err != nil {
+			t.Error(err)
+		}
+		abandoned <- adv.Batch + " " + adv.Reason
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := p.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ch := headers.Channel{Topic: headers.TopicID{1}, Partition: 0}
+	p.Begin(ctx)
+	for off := range int64(5) {
+		r := stampedRecord(t, ch, off, nil, headers.SenderID{}, 0)
+		m := &stage.Message[[]byte, []byte]{Topic: "a", Partition: 0, Offset: off, Coordinate: r.coord, Headers: r.headers, Key: []byte("k"), Value: []byte("v")}
+		if err := p.publish(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p.staging == nil || p.staging.sent != 4 {
+		t.Fatalf("open batch %+v, want 4 messages sent and the fifth held", p.staging)
+	}
+	id := p.staging.id
+	if err := p.nc.Flush(); err != nil { // the staged messages reach the stream first
+		t.Fatal(err)
+	}
+	p.Begin(ctx) // the step ended without Settle
+	select {
+	case got := <-abandoned:
+		if got != id+" incomplete" {
+			t.Fatalf("abandoned %q, want %q", got, id+" incomplete")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream did not drop the abandoned batch within 5s")
+	}
+	if n := len(e.streamMsgs(testStream)); n != 0 {
+		t.Fatalf("the stream stored %d messages of an abandoned batch", n)
+	}
+	if v := testutil.ToFloat64(p.m.inFlight); v != 0 {
+		t.Fatalf("%v publishes in flight after the batch was dropped", v)
 	}
 }
