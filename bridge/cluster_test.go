@@ -1,6 +1,8 @@
 package bridge
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -8,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // withCluster starts n JetStream servers on loopback, routed to each other
@@ -64,4 +67,26 @@ func (e *env) withCluster(t testing.TB, n int) *env {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return &c
+}
+
+// createStreamWaiting creates a stream as createStream does, retrying for
+// 30 seconds while a cluster finds no peers to place it on (a peer that
+// fell behind on a loaded machine counts as offline for a while).
+func (e *env) createStreamWaiting(cfg jetstream.StreamConfig) {
+	e.t.Helper()
+	js, done := e.js()
+	defer done()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := js.CreateStream(ctx, cfg)
+		cancel()
+		var apiErr *jetstream.APIError
+		if err == nil {
+			return
+		}
+		// 10005: no suitable peers for placement.
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != 10005 || time.Now().After(deadline) {
+			e.t.Fatal(err)
+		}
+	}
 }
