@@ -90,6 +90,17 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 
 func (p *cutProxy) url() string { return "nats://" + p.ln.Addr().String() }
 
+// waitCut waits for the cut, failing the test when what, the batch it
+// waits for, has no third message within 30 seconds.
+func (p *cutProxy) waitCut(what string) {
+	p.t.Helper()
+	select {
+	case <-p.cut:
+	case <-time.After(30 * time.Second):
+		p.t.Fatalf("no third message of %s went through the proxy", what)
+	}
+}
+
 func (p *cutProxy) reopen() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -197,11 +208,7 @@ func TestConnectionBreaksMidBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := e.start(b)
-	select {
-	case <-proxy.cut:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no batch of three messages went through the proxy")
-	}
+	proxy.waitCut("a batch")
 	// Steps that committed before the cut published nothing (the stream
 	// is still empty below): the step that builds a restored task's node
 	// commits on its own, before any record is fed.
@@ -282,13 +289,7 @@ func TestRedoOrderAgainstJetStream(t *testing.T) {
 			e := newEnv(t, 1, "a", "b")
 			cfg := e.config("a", "b").sink().withDefaults()
 			cfg.Publish = mode
-			p := newPublisher(cfg, newMetrics(testStream))
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if ok, err := p.open(ctx); !ok || err != nil {
-				t.Fatalf("open = %v, %v", ok, err)
-			}
-			defer p.close()
+			p, ctx := openPublisher(t, cfg)
 			step := func(ms ...*stage.Message[[]byte, []byte]) {
 				t.Helper()
 				p.Begin(ctx)
@@ -341,23 +342,14 @@ func TestConnectionBreaksInALaterBatch(t *testing.T) {
 	cfg.Subject, _ = Template("kafka.{topic}.{key}") // a subject per record
 	b, h := newHooked(t, cfg)
 	r := e.start(b)
-	select {
-	case <-proxy.cut:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no second batch of three messages went through the proxy")
-	}
+	proxy.waitCut("a second batch")
 	atCut := b.CommittedSteps()
 	time.Sleep(300 * time.Millisecond) // time for a wrongly committed batch to show
 	stored := e.streamMsgs(testStream)
-	if len(stored) == 0 || len(stored) > len(want) {
-		t.Fatalf("the stream holds %d messages at the cut, want the first batch", len(stored))
+	if len(stored) == 0 {
+		t.Fatal("the stream holds nothing at the cut, want the first batch")
 	}
-	checkExactlyOnceInOrder(t, stored, want[:len(stored)])
-	for i, m := range stored {
-		if m.coord != want[i] {
-			t.Fatalf("message %d at the cut is %s, want %s: not a prefix of the delivered order", i, m.coord, want[i])
-		}
-	}
+	checkDeliveredPrefix(t, stored, want)
 	if n := b.CommittedSteps() - atCut; n != 0 {
 		t.Fatalf("%d steps committed without their batches", n)
 	}
@@ -368,11 +360,7 @@ func TestConnectionBreaksInALaterBatch(t *testing.T) {
 	}
 	got := e.streamMsgs(testStream)
 	checkExactlyOnceInOrder(t, got, want)
-	for i, m := range got {
-		if m.coord != want[i] {
-			t.Fatalf("message %d is %s, want %s: delivered order lost across subjects", i, m.coord, want[i])
-		}
-	}
+	checkDeliveredPrefix(t, got, want)
 	if h.largestStep <= maxBatch {
 		t.Fatalf("largest step %d records, not above %d: the test proves nothing", h.largestStep, maxBatch)
 	}
@@ -388,14 +376,7 @@ func TestConnectionBreaksInALaterBatch(t *testing.T) {
 // its timeout (10 seconds), and nothing of it is stored.
 func TestAbandonedBatchIsDroppedAtOnce(t *testing.T) {
 	e := newEnv(t, 1, "a")
-	cfg := e.config("a").sink().withDefaults()
-	p := newPublisher(cfg, newMetrics(testStream))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if ok, err := p.open(ctx); !ok || err != nil {
-		t.Fatalf("open = %v, %v", ok, err)
-	}
-	defer p.close()
+	p, ctx := openPublisher(t, e.config("a").sink().withDefaults())
 	abandoned := make(chan string, 4)
 	sub, err := p.nc.Subscribe("$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED."+testStream, func(m *nats.Msg) {
 		var adv struct {
@@ -445,4 +426,32 @@ func TestAbandonedBatchIsDroppedAtOnce(t *testing.T) {
 	if v := testutil.ToFloat64(p.m.inFlight); v != 0 {
 		t.Fatalf("%v publishes in flight after the batch was dropped", v)
 	}
+}
+
+// checkDeliveredPrefix checks that the stream holds the first len(got)
+// records of want, in want's order across subjects.
+func checkDeliveredPrefix(t *testing.T, got []stored, want []string) {
+	t.Helper()
+	if len(got) > len(want) {
+		t.Fatalf("the stream holds %d messages, more than the %d records", len(got), len(want))
+	}
+	for i, m := range got {
+		if m.coord != want[i] {
+			t.Fatalf("message %d is %s, want %s: not the delivered order across subjects", i, m.coord, want[i])
+		}
+	}
+}
+
+// openPublisher opens a publisher over cfg (defaults applied) outside a
+// stage, with a context of 30 seconds; both end with the test.
+func openPublisher(t *testing.T, cfg SinkConfig) (*publisher, context.Context) {
+	t.Helper()
+	p := newPublisher(cfg, newMetrics(testStream))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	if ok, err := p.open(ctx); !ok || err != nil {
+		t.Fatalf("open = %v, %v", ok, err)
+	}
+	t.Cleanup(p.close)
+	return p, ctx
 }
