@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/parsley-go/parsley/internal/broker"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -100,7 +101,7 @@ func BenchmarkForward(b *testing.B) {
 			t := target(v.replicas)
 			pollJS, closeJS := t.js()
 			defer closeJS()
-			var total, steady, control, controlSteady time.Duration
+			var total, steady, control, controlSteady, open time.Duration
 			for range b.N {
 				ct, cs := plain(b, t, v.storage, v.replicas)
 				control, controlSteady = control+ct, controlSteady+cs
@@ -123,6 +124,17 @@ func BenchmarkForward(b *testing.B) {
 				if err := <-done; err != nil {
 					b.Fatal(err)
 				}
+				var m dto.Metric
+				if err := br.pub.m.latency.Write(&m); err != nil {
+					b.Fatal(err)
+				}
+				open += time.Duration(m.GetHistogram().GetSampleSum() * float64(time.Second))
+			}
+			if v.mode == AtomicBatch {
+				// Batches follow one another, so their times add up: the
+				// share of the steady time a batch was open, first message
+				// sent to commit acknowledged. The rest is the stage's.
+				b.ReportMetric(open.Seconds()/steady.Seconds(), "batch-open-share")
 			}
 			b.ReportMetric(float64(benchRecords*b.N)/total.Seconds(), "records/s")
 			b.ReportMetric(float64(benchRecords*b.N)/steady.Seconds(), "steady-records/s")
