@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/internal/broker"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestRestoreDoesNotRejoin: a fresh instance restores its tasks, whose
@@ -17,14 +16,11 @@ import (
 func TestRestoreDoesNotRejoin(t *testing.T) {
 	e := newEnv(t, broker.Topic{Name: "in", Partitions: 2}, broker.Topic{Name: "out", Partitions: 2})
 	out := NewTopic("out", String(), String())
-	b := Named("copy")
-	On(b, NewTopic("in", String(), String()), func(m Message[string, string]) ([]Emission, error) {
+	st := On(Named("copy"), NewTopic("in", String(), String()), func(m Message[string, string]) ([]Emission, error) {
 		return []Emission{out.Send(m.Key, m.Value)}, nil
-	})
-	st := b.Into(out).MustBuild()
+	}).Into(out).MustBuild()
 	e.changelogs(2, st)
-	e.produce(&kgo.Record{Topic: "in", Partition: 0, Key: []byte("a"), Value: []byte("1")},
-		&kgo.Record{Topic: "in", Partition: 1, Key: []byte("b"), Value: []byte("2")})
+	e.produce(rec("in", 0, "a", "1"), rec("in", 1, "b", "2"))
 	logs := new(syncBuffer)
 	cfg := e.config("i1")
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
