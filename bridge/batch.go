@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -50,35 +51,94 @@ const maxBatch = 1000
 // stream does not allow atomic publish.
 var ErrAtomicPublish = errors.New("bridge: stream does not allow atomic publish")
 
-// settleBatches publishes the step's records as consecutive atomic
-// batches of at most maxBatch, stopping at the first that fails. Each
-// batch is stored whole, in order, or not at all; a step split in several
-// batches can leave its first batches stored when a later one fails, and
-// its redo then finds them stored (see publishOneByOne).
-func (p *publisher) settleBatches(ctx context.Context) {
-	for start := 0; start < len(p.batch) && p.failed == nil; start += maxBatch {
-		p.publishBatch(ctx, start, min(start+maxBatch, len(p.batch)))
+// openBatch is the atomic batch a step is streaming to JetStream: its
+// messages go out as the gate delivers their records, so the server stages
+// them while the step goes on, all but the newest, which is held back to
+// carry the commit (see stageRecord).
+type openBatch struct {
+	pub     jetstreamext.BatchPublisher
+	start   int    // index in p.step and p.batch of its first record
+	sent    int    // messages sent: p.batch[start:start+sent]
+	id      string // the batch ID, known once a message was sent
+	subject string // of its first message
+	opened  time.Time
+}
+
+// stageRecord streams the step's newest record (the last of p.batch) into
+// the open batch, opening one if none is: it sends the record held back
+// before it, holds this one, and commits the batch when it reaches
+// maxBatch. A failure of NATS is kept in p.failed for Settle; once set,
+// nothing more is sent.
+//
+// Nothing of an open batch is stored before its commit (the stream stages
+// it aside), and the stream abandons a batch whose sequence has a gap, so a
+// connection that breaks in the middle leaves nothing: every batch is
+// stored whole, in order, or not at all. A step longer than maxBatch
+// commits its batches one after the other, the next opened only once the
+// previous one's commit was acknowledged, so no batch is stored after one
+// that was not.
+func (p *publisher) stageRecord(ctx context.Context) {
+	if p.failed != nil {
+		return
+	}
+	i := len(p.batch) - 1
+	p.m.inFlight.Inc()
+	b := p.staging
+	if b == nil {
+		pub, err := jetstreamext.NewBatchPublisher(p.js, jetstreamext.BatchFlowControl{AckFirst: false, AckTimeout: p.cfg.AckTimeout})
+		if err != nil {
+			p.m.inFlight.Dec()
+			p.failed = fmt.Errorf("bridge: open batch at %s: %w", p.step[i].coord, err)
+			return
+		}
+		p.staging = &openBatch{pub: pub, start: i, subject: p.batch[i].Subject, opened: time.Now()}
+		return // held back
+	}
+	if err := p.sendHeld(b); err != nil {
+		p.failed = err
+		p.dropOpen()
+		return
+	}
+	if i-b.start+1 == maxBatch {
+		p.commitOpen(ctx)
 	}
 }
 
-// publishBatch publishes p.batch[start:end] as one atomic batch.
-func (p *publisher) publishBatch(ctx context.Context, start, end int) {
+// sendHeld sends the open batch's held-back message.
+func (p *publisher) sendHeld(b *openBatch) error {
+	held := b.start + b.sent
+	coord := p.step[held].coord.String()
+	if p.conn.Load() != p.epoch || !p.nc.IsConnected() {
+		return fmt.Errorf("bridge: publish batch from %s: %w", coord, errConnChanged)
+	}
+	if err := b.pub.AddMsg(p.batch[held]); err != nil {
+		p.m.failures.Inc()
+		return fmt.Errorf("bridge: publish batch from %s: %s: %w", p.step[b.start].coord, coord, err)
+	}
+	if b.sent == 0 {
+		b.id = p.batch[held].Header.Get(jetstreamext.BatchIDHeader)
+	}
+	b.sent++
+	return nil
+}
+
+// commitOpen commits the open batch with its held-back message, the step's
+// newest record, and waits for the acknowledgement.
+func (p *publisher) commitOpen(ctx context.Context) {
+	b := p.staging
+	p.staging = nil
+	start, end := b.start, len(p.batch)
 	n := end - start
+	defer p.m.inFlight.Sub(float64(n))
 	first, last := p.step[start].coord.String(), p.step[end-1].coord.String()
 	if p.conn.Load() != p.epoch || !p.nc.IsConnected() {
 		p.failed = fmt.Errorf("bridge: publish batch %s..%s: %w", first, last, errConnChanged)
+		p.abandon(b)
 		return
 	}
 	actx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
 	defer cancel()
-	p.m.inFlight.Add(float64(n))
-	defer p.m.inFlight.Sub(float64(n))
-	t0 := time.Now()
-	// No flow control: the batch's records go out back to back and only
-	// the commit waits for an answer. A record the stream refuses, or a
-	// gap left by a broken connection, makes the stream abandon the batch
-	// and the commit fail.
-	ack, err := p.publishMsgBatch(actx, p.batch[start:end])
+	ack, err := b.pub.CommitMsg(actx, p.batch[end-1])
 	var apiErr *jetstream.APIError
 	switch {
 	case err == nil && ack.Stream != p.stream:
@@ -101,14 +161,38 @@ func (p *publisher) publishBatch(ctx context.Context, start, end int) {
 	for i := start; i < end; i++ {
 		p.step[i].seq = ack.Sequence - uint64(end-1-i)
 	}
-	p.m.latency.Observe(time.Since(t0).Seconds())
+	p.m.latency.Observe(time.Since(b.opened).Seconds())
 	p.m.published.Add(float64(n))
 }
 
-// publishMsgBatch sends msgs as one atomic batch and waits for the
-// commit's acknowledgement.
-func (p *publisher) publishMsgBatch(ctx context.Context, msgs []*nats.Msg) (*jetstreamext.BatchAck, error) {
-	return jetstreamext.PublishMsgBatch(ctx, p.js, msgs, jetstreamext.BatchFlowControl{AckFirst: false, AckTimeout: p.cfg.AckTimeout})
+// dropOpen gives up the open batch, if any, without committing it: the
+// step failed before its Settle or is being retried.
+func (p *publisher) dropOpen() {
+	if b := p.staging; b != nil {
+		p.staging = nil
+		p.m.inFlight.Sub(float64(len(p.batch) - b.start))
+		p.abandon(b)
+	}
+}
+
+// abandon makes the stream drop a batch that will never be committed now
+// rather than at its timeout (10 seconds by default), which keeps it
+// counted against the stream's limit of batches in flight (50) and, on an
+// R1 file stream, on disk. It sends a message whose batch sequence skips
+// one past what was sent: the stream abandons a batch at a gap, and refuses
+// a message of a batch it does not know unless it is the first one, so the
+// marker is never stored. Best effort: a batch the marker does not reach
+// times out.
+func (p *publisher) abandon(b *openBatch) {
+	if b.sent == 0 || !p.nc.IsConnected() {
+		return // nothing staged, or nothing to send it on
+	}
+	h := nats.Header{}
+	h.Set(jetstreamext.BatchIDHeader, b.id)
+	h.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(b.sent+2))
+	if err := p.nc.PublishMsg(&nats.Msg{Subject: b.subject, Header: h}); err != nil {
+		p.log.Debug("bridge: could not abandon a batch; the stream drops it at its timeout", "batch", b.id, "err", err)
+	}
 }
 
 // publishOneByOne publishes p.batch[start:end] record by record, each

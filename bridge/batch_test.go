@@ -3,6 +3,7 @@ package bridge
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/stage"
@@ -49,9 +51,9 @@ func TestPerMessageFallbackWhenConfigured(t *testing.T) {
 
 // cutProxy forwards TCP between the bridge and NATS. Armed, it cuts the
 // connection at the third message of the first atomic batch that has
-// one: the batch's first two messages reach NATS, the third (the commit,
-// or a message before it) and everything after do not. It then refuses
-// connections until reopened.
+// one (after skip such batches): the batch's first two messages reach
+// NATS, the third (the commit, or a message before it) and everything
+// after do not. It then refuses connections until reopened.
 type cutProxy struct {
 	t      *testing.T
 	ln     net.Listener
@@ -59,6 +61,7 @@ type cutProxy struct {
 
 	mu     sync.Mutex
 	armed  bool
+	skip   int  // third messages to let through before the cut
 	closed bool // refusing connections
 	cut    chan struct{}
 	conns  []net.Conn
@@ -86,6 +89,17 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 }
 
 func (p *cutProxy) url() string { return "nats://" + p.ln.Addr().String() }
+
+// waitCut waits for the cut, failing the test when what, the batch it
+// waits for, has no third message within 30 seconds.
+func (p *cutProxy) waitCut(what string) {
+	p.t.Helper()
+	select {
+	case <-p.cut:
+	case <-time.After(30 * time.Second):
+		p.t.Fatalf("no third message of %s went through the proxy", what)
+	}
+}
 
 func (p *cutProxy) reopen() {
 	p.mu.Lock()
@@ -137,10 +151,25 @@ func (p *cutProxy) upstream(c, s net.Conn) {
 				all := append(seen[:len(seen):len(seen)], chunk...)
 				// Only a marker that ends in this chunk is new.
 				from := max(0, len(seen)-len(thirdMarker)+1)
-				if i := bytes.Index(all[from:], thirdMarker); i >= 0 {
+				at := -1
+				for at < 0 {
+					i := bytes.Index(all[from:], thirdMarker)
+					if i < 0 {
+						break
+					}
+					p.mu.Lock()
+					if p.skip == 0 {
+						at = from + i
+					} else {
+						p.skip--
+						from += i + len(thirdMarker)
+					}
+					p.mu.Unlock()
+				}
+				if at >= 0 {
 					// Forward what precedes the third message's HPUB line
 					// (some of it may have gone through already).
-					keep := bytes.LastIndex(all[:from+i], []byte("HPUB ")) - len(seen)
+					keep := bytes.LastIndex(all[:at], []byte("HPUB ")) - len(seen)
 					if keep > 0 {
 						s.Write(chunk[:keep])
 					}
@@ -179,11 +208,7 @@ func TestConnectionBreaksMidBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := e.start(b)
-	select {
-	case <-proxy.cut:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no batch of three messages went through the proxy")
-	}
+	proxy.waitCut("a batch")
 	// Steps that committed before the cut published nothing (the stream
 	// is still empty below): the step that builds a restored task's node
 	// commits on its own, before any record is fed.
@@ -264,13 +289,7 @@ func TestRedoOrderAgainstJetStream(t *testing.T) {
 			e := newEnv(t, 1, "a", "b")
 			cfg := e.config("a", "b").sink().withDefaults()
 			cfg.Publish = mode
-			p := newPublisher(cfg, newMetrics(testStream))
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if ok, err := p.open(ctx); !ok || err != nil {
-				t.Fatalf("open = %v, %v", ok, err)
-			}
-			defer p.close()
+			p, ctx := openPublisher(t, cfg)
 			step := func(ms ...*stage.Message[[]byte, []byte]) {
 				t.Helper()
 				p.Begin(ctx)
@@ -304,4 +323,135 @@ func TestRedoOrderAgainstJetStream(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConnectionBreaksInALaterBatch: a step of more records than one
+// batch holds streams its batches one after the other; the connection
+// breaks in the middle of its second batch, after the first was
+// acknowledged. The stream holds the first batch and nothing of the
+// second, the step is redone (finding the first batch stored) and the
+// stream ends with every record once, in delivered order across subjects.
+func TestConnectionBreaksInALaterBatch(t *testing.T) {
+	e := newEnv(t, 1, "events")
+	want := produceN(e, "events", 1, 0, maxBatch+500)
+	proxy := newCutProxy(t, "127.0.0.1:"+strconv.Itoa(e.natsPort))
+	proxy.skip = 1
+	cfg := e.config("events")
+	cfg.NATSURL = proxy.url()
+	cfg.MaxPollRecords = 2 * maxBatch
+	cfg.Subject, _ = Template("kafka.{topic}.{key}") // a subject per record
+	b, h := newHooked(t, cfg)
+	r := e.start(b)
+	proxy.waitCut("a second batch")
+	atCut := b.CommittedSteps()
+	time.Sleep(300 * time.Millisecond) // time for a wrongly committed batch to show
+	stored := e.streamMsgs(testStream)
+	if len(stored) == 0 {
+		t.Fatal("the stream holds nothing at the cut, want the first batch")
+	}
+	checkDeliveredPrefix(t, stored, want)
+	if n := b.CommittedSteps() - atCut; n != 0 {
+		t.Fatalf("%d steps committed without their batches", n)
+	}
+	proxy.reopen()
+	waitFor(t, 30*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := e.streamMsgs(testStream)
+	checkExactlyOnceInOrder(t, got, want)
+	checkDeliveredPrefix(t, got, want)
+	if h.largestStep <= maxBatch {
+		t.Fatalf("largest step %d records, not above %d: the test proves nothing", h.largestStep, maxBatch)
+	}
+	if d := testutil.ToFloat64(b.pub.m.duplicates); d != float64(len(stored)) {
+		t.Fatalf("%v duplicates, want the %d records the redo found stored", d, len(stored))
+	}
+	t.Logf("%d records stored before the cut", len(stored))
+}
+
+// TestAbandonedBatchIsDroppedAtOnce: a step that streamed part of a batch
+// and ended without Settle (its Kafka side failed) leaves a batch the
+// stream stages; the next Begin makes the stream drop it at once, not at
+// its timeout (10 seconds), and nothing of it is stored.
+func TestAbandonedBatchIsDroppedAtOnce(t *testing.T) {
+	e := newEnv(t, 1, "a")
+	p, ctx := openPublisher(t, e.config("a").sink().withDefaults())
+	abandoned := make(chan string, 4)
+	sub, err := p.nc.Subscribe("$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED."+testStream, func(m *nats.Msg) {
+		var adv struct {
+			Batch  string `json:"batch"`
+			Reason string `json:"reason"`
+		}
+		if err := json.Unmarshal(m.Data, &adv); err != nil {
+			t.Error(err)
+		}
+		abandoned <- adv.Batch + " " + adv.Reason
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := p.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ch := headers.Channel{Topic: headers.TopicID{1}, Partition: 0}
+	p.Begin(ctx)
+	for off := range int64(5) {
+		r := stampedRecord(t, ch, off, nil, headers.SenderID{}, 0)
+		m := &stage.Message[[]byte, []byte]{Topic: "a", Partition: 0, Offset: off, Coordinate: r.coord, Headers: r.headers, Key: []byte("k"), Value: []byte("v")}
+		if err := p.publish(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p.staging == nil || p.staging.sent != 4 {
+		t.Fatalf("open batch %+v, want 4 messages sent and the fifth held", p.staging)
+	}
+	id := p.staging.id
+	if err := p.nc.Flush(); err != nil { // the staged messages reach the stream first
+		t.Fatal(err)
+	}
+	p.Begin(ctx) // the step ended without Settle
+	select {
+	case got := <-abandoned:
+		if got != id+" incomplete" {
+			t.Fatalf("abandoned %q, want %q", got, id+" incomplete")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream did not drop the abandoned batch within 5s")
+	}
+	if n := len(e.streamMsgs(testStream)); n != 0 {
+		t.Fatalf("the stream stored %d messages of an abandoned batch", n)
+	}
+	if v := testutil.ToFloat64(p.m.inFlight); v != 0 {
+		t.Fatalf("%v publishes in flight after the batch was dropped", v)
+	}
+}
+
+// checkDeliveredPrefix checks that the stream holds the first len(got)
+// records of want, in want's order across subjects.
+func checkDeliveredPrefix(t *testing.T, got []stored, want []string) {
+	t.Helper()
+	if len(got) > len(want) {
+		t.Fatalf("the stream holds %d messages, more than the %d records", len(got), len(want))
+	}
+	for i, m := range got {
+		if m.coord != want[i] {
+			t.Fatalf("message %d is %s, want %s: not the delivered order across subjects", i, m.coord, want[i])
+		}
+	}
+}
+
+// openPublisher opens a publisher over cfg (defaults applied) outside a
+// stage, with a context of 30 seconds; both end with the test.
+func openPublisher(t *testing.T, cfg SinkConfig) (*publisher, context.Context) {
+	t.Helper()
+	p := newPublisher(cfg, newMetrics(testStream))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	if ok, err := p.open(ctx); !ok || err != nil {
+		t.Fatalf("open = %v, %v", ok, err)
+	}
+	t.Cleanup(p.close)
+	return p, ctx
 }

@@ -20,13 +20,12 @@ type hooked struct {
 	after          func() error
 	peak, peakSubj int
 	largestStep    int       // most records a step handed the publisher
-	firstBegin     time.Time // when the first step began
+	firstRecords   time.Time // when the first step that handed the publisher records began
+	begun          time.Time // when the current step began
 }
 
 func (h *hooked) Begin(ctx context.Context) {
-	if h.firstBegin.IsZero() {
-		h.firstBegin = time.Now()
-	}
+	h.begun = time.Now()
 	if _, ok := h.js.(peakJS); !ok && h.js != nil {
 		h.js = peakJS{h.js, h}
 	}
@@ -35,6 +34,11 @@ func (h *hooked) Begin(ctx context.Context) {
 
 func (h *hooked) Settle(ctx context.Context) error {
 	h.largestStep = max(h.largestStep, len(h.step))
+	if len(h.step) > 0 && h.firstRecords.IsZero() {
+		// Steps without records (the one that builds a restored task's
+		// gate, an aborted first poll) are startup, not forwarding.
+		h.firstRecords = h.begun
+	}
 	if err := h.publisher.Settle(ctx); err != nil {
 		return err
 	}

@@ -58,6 +58,7 @@ type publisher struct {
 	bySubj  map[string]int // publishes in flight per subject
 	step    []storedRecord // the step's records in delivered order; seq 0 until acknowledged
 	batch   []*nats.Msg    // in batch mode, the step's messages in delivered order
+	staging *openBatch     // in batch mode, the batch being streamed (batch.go)
 	atomic  bool           // publish each step as atomic batches (batch.go)
 	failed  error
 }
@@ -88,6 +89,7 @@ func (p *publisher) Begin(ctx context.Context) {
 		}
 	}
 	p.pending = p.pending[:0]
+	p.dropOpen()
 	p.failed = nil
 	p.step = p.step[:0]
 	clear(p.batch)
@@ -107,9 +109,10 @@ func (p *publisher) Settle(ctx context.Context) error {
 	if len(p.pending) > 0 && p.failed == nil {
 		p.failed = fmt.Errorf("bridge: publish of %s to %q: %w", p.pending[0].coord, p.pending[0].subj, ctx.Err())
 	}
-	if p.atomic && p.failed == nil {
-		p.settleBatches(ctx)
+	if p.atomic && p.failed == nil && p.staging != nil {
+		p.commitOpen(ctx)
 	}
+	p.dropOpen() // what a failure left open
 	p.checkCausalOrder()
 	if p.failed != nil {
 		p.m.retries.Inc()
@@ -193,6 +196,7 @@ func (p *publisher) publish(m *stage.Message[[]byte, []byte]) error {
 		msg.Header.Set(jetstream.ExpectedStreamHeader, p.stream)
 		p.step = append(p.step, storedRecord{coord: m.Coordinate, headers: m.Headers})
 		p.batch = append(p.batch, msg)
+		p.stageRecord(p.ctx)
 		return nil
 	}
 	coord := m.Coordinate.String()
