@@ -72,10 +72,11 @@ type App struct {
 	rejoined bool
 
 	// Owned by the session loop.
-	tasks  map[taskID]*task
-	env    *taskEnv    // what tasks use of the App (env.go)
-	sent   sendResults // the open step's produce results
-	xfails uint        // consecutive steps whose external sinks did not settle
+	tasks        map[taskID]*task
+	env          *taskEnv    // what tasks use of the App (env.go)
+	sent         sendResults // the open step's produce results
+	xfails       uint        // consecutive steps whose external sinks did not settle
+	aheadRetries int         // consecutive steps retried at once after a fetchedAheadError
 
 	snap            atomic.Pointer[snapshot] // published by the session loop
 	commits, aborts atomic.Uint64

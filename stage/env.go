@@ -50,13 +50,20 @@ func (a *App) newTaskEnv() *taskEnv {
 type sendResults struct {
 	mu  sync.Mutex
 	err error
+
+	// produced counts the records the open step handed the producer. Only
+	// the step goroutine touches it: it is counted where a record is
+	// produced, not in the promises.
+	produced int
 }
 
-// reset forgets the previous step's failure; a step calls it at Begin.
+// reset forgets the previous step's failure and count; a step calls it at
+// Begin.
 func (s *sendResults) reset() {
 	s.mu.Lock()
 	s.err = nil
 	s.mu.Unlock()
+	s.produced = 0
 }
 
 // promise is the produce promise of every record a step sends.

@@ -50,7 +50,25 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	a.amu.Lock()
 	a.revokeSeen = false // End re-arms the session's revoke callback
 	a.amu.Unlock()
-	committed, end.end = sess.End(sctx, kgo.TransactionEndTry(commit))
+	empty := commit && fs.NumRecords() == 0 && a.sent.produced == 0
+	if empty {
+		// A step that consumed and wrote nothing (building restored
+		// tasks that deliver nothing) leaves Kafka as it found it, and
+		// its abort is its commit. Ending it as an abort spares the next
+		// step franz-go's wait after a commit without offsets: it cannot
+		// tell the broker supports KIP-447 without them, and holds its
+		// rebalance lock for 500 ms, which the next End waits out.
+		_, end.end = sess.End(sctx, kgo.TryAbort)
+		committed = end.end == nil
+		if committed {
+			// The abort rewound the client to the group's offsets: set
+			// back again what this session rewound further and has not
+			// consumed yet (positions.go).
+			a.rewind(sess.Client(), nil)
+		}
+	} else {
+		committed, end.end = sess.End(sctx, kgo.TransactionEndTry(commit))
+	}
 	end.committed = committed
 	if !committed && end.end == nil {
 		// End rewound the client to the committed offsets; a stage that
@@ -68,7 +86,9 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 
 	out := classifyStep(end, a.cfg.OnStepError)
 	if out.verdict == stepCommitted {
-		clear(a.rewound) // the commit included them
+		if !empty {
+			clear(a.rewound) // the commit included them
+		}
 		for id, t := range a.tasks {
 			if a.restoring(id) {
 				continue // took no part in the step
@@ -80,6 +100,7 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 		}
 		a.steps.Add(1)
 		a.xfails = 0
+		a.aheadRetries = 0
 		a.scope.commitStep()
 		if a.hooks.afterCommit != nil {
 			a.hooks.afterCommit()
@@ -95,6 +116,14 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	}
 	switch out.verdict {
 	case stepRetryHost:
+		if ahead := (*fetchedAheadError)(nil); errors.As(out.err, &ahead) && a.aheadRetries < maxAheadRetries {
+			// The abort rewound the client, and reconcile has paused the
+			// partition or built its task: the retry will not meet these
+			// records again, so it need not wait.
+			a.aheadRetries++
+			a.log.Debug("stage: step aborted for records fetched ahead of their task; retrying at once", "err", out.err)
+			return nil
+		}
 		a.log.Warn("stage: step aborted; retrying", "err", out.err)
 		return wait.Sleep(ctx, a.cfg.RetryBackoff)
 	case stepRetryFailed:
@@ -163,9 +192,10 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 				for _, si := range a.bySource[ft.Topic] {
 					t := a.tasks[taskID{si, fp.Partition}]
 					if t == nil || t.node == nil {
-						// Fetched before the assignment reached us: abort
-						// rather than commit its offset unprocessed.
-						return fmt.Errorf("stage: records of %s[%d] without a task", ft.Topic, fp.Partition)
+						// Fetched before the assignment reached us, or
+						// before the task's restore paused its partition:
+						// abort rather than commit its offset unprocessed.
+						return &fetchedAheadError{ft.Topic, fp.Partition}
 					}
 					if err := t.feed(ctx, sess, ft.Topic, fp.Records); err != nil {
 						return err
@@ -194,3 +224,20 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 	}
 	return nil
 }
+
+// fetchedAheadError aborts a step that polled records of a partition whose
+// task is not running yet: committing the step would commit their offset
+// unprocessed.
+type fetchedAheadError struct {
+	topic     string
+	partition int32
+}
+
+func (e *fetchedAheadError) Error() string {
+	return fmt.Sprintf("stage: records of %s[%d] without a task", e.topic, e.partition)
+}
+
+// maxAheadRetries bounds the steps in a row that retry at once after a
+// fetchedAheadError; past it, a retry waits RetryBackoff like any other
+// host failure, so a cause not foreseen here cannot spin the loop.
+const maxAheadRetries = 3

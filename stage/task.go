@@ -338,6 +338,7 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 		t.sent = t.sendPromise // bound once: a method value per produce allocates
 	}
 	t.sends++
+	t.env.sent.produced++
 	out.Record = kgo.Record{Topic: name, Partition: p, Key: k, Value: v, Headers: hs, Timestamp: ts}
 	sess.Produce(ctx, &out.Record, t.sent)
 	return nil
@@ -373,6 +374,7 @@ func (t *task) flush(ctx context.Context, sess *kgo.GroupTransactSession) error 
 	}
 	rs := state.Records(t.changelog, t.partition, t.batch.Mutations())
 	promise := t.changelogPromise // bound once: a method value per record allocates
+	t.env.sent.produced += len(rs)
 	for i := range rs {
 		sess.Produce(ctx, &rs[i], promise)
 	}

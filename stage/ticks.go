@@ -225,6 +225,7 @@ func (t *task) emitTick(ctx context.Context, sess *kgo.GroupTransactSession, now
 		Headers: hs, Timestamp: time.UnixMilli(ms),
 	}, t.sendPromise)
 	t.sends++
+	t.env.sent.produced++
 	t.ticks.pending, t.ticks.at = true, now
 	return nil
 }
