@@ -59,6 +59,10 @@ type Restored struct {
 	Age, Window time.Duration
 	// From is the store's checkpoint before the restore, To after it.
 	From, To int64
+	// Records counts the changelog data records the replay read (control
+	// records aside): what the restore cost. A store kept warm by a
+	// standby (Tailer) reads only the tail it had not applied.
+	Records int64
 }
 
 // Why a store is wiped before a replay.
@@ -213,6 +217,7 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 				if r.Attrs.IsControl() {
 					return
 				}
+				res.Records++
 				muts = append(muts, protocol.Mutation{Key: string(r.Key), Value: r.Value, Delete: r.Value == nil})
 			})
 			if next > pos {
