@@ -11,7 +11,8 @@ package stage
 // puts each member's standby partition numbers in the user data of its
 // assignment, so every member learns its part from the same plan. A copy
 // is never placed on the number's owner, nor on a member still holding any
-// of its partitions (it is moving away from it).
+// of its partitions (it is moving away from it); while the number moves,
+// its owner-to-be may keep one (standbyAllowed).
 //
 // A task store file has one owner at any moment: the session loop stops a
 // standby, and closes its store, before it opens the task on that file.
@@ -156,8 +157,11 @@ func (h *standbyHost) parseAssignment(b []byte) (map[string][]int32, error) {
 
 // planStandbys places the standby copies of each partition number given
 // its planned owner and current claimants (planOwners): as many copies as
-// the most any member asks for, on members that ask for some, never on the
-// owner or a claimant. A member that already keeps a warm copy of the
+// the most any member asks for, on members that ask for some, never on a
+// claimant, and never on the owner once it is given the number. In the
+// round where a number moves, its owner-to-be may keep (or start) a copy,
+// which warms it up: it stays warm for the next round, which gives it the
+// number, and the task restores only the tail. A member that already keeps a warm copy of the
 // number keeps it while its load stays under an even share; otherwise the
 // least loaded member gets it, ties going to the member that follows the
 // owner most closely in the balancer's ranking (so the copies of one
@@ -185,7 +189,7 @@ func planStandbys(members []memberView, owner []int, claimants [][]int) [][]int3
 	for p, o := range owner {
 		var cands []int
 		for _, i := range willing {
-			if i != o && !slices.Contains(claimants[p], i) {
+			if standbyAllowed(p, i, o, claimants[p]) {
 				cands = append(cands, i)
 			}
 		}
@@ -206,6 +210,17 @@ func planStandbys(members []memberView, owner []int, claimants [][]int) [][]int3
 		}
 	}
 	return out
+}
+
+// standbyAllowed reports whether member i may keep a copy of number p with
+// planned owner o and claimants: not while it holds any of p, and not once
+// it owns p, which is when no other member holds any of p.
+func standbyAllowed(p, i, o int, claimants []int) bool {
+	if slices.Contains(claimants, i) {
+		return false
+	}
+	moving := slices.ContainsFunc(claimants, func(c int) bool { return c != o })
+	return i != o || moving
 }
 
 // ownWarm gives each partition number without an owner yet to a member

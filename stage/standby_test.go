@@ -22,7 +22,7 @@ import (
 )
 
 // checkStandbys fails unless the placement keeps every rule: no copy on
-// the number's owner or a member still holding it, none on a member that
+// a member given the number or still holding it, none on a member that
 // asks for none, at most one per member and number, and as many per
 // number as the most any member asks for, or as there are eligible
 // members.
@@ -41,7 +41,8 @@ func checkStandbys(t *testing.T, ms []memberView, owner []int, claimants [][]int
 			t.Errorf("member %s asks for no standbys and got %v", ms[i].id, ps)
 		}
 		for _, p := range ps {
-			if owner[p] == i {
+			moving := slices.ContainsFunc(claimants[p], func(c int) bool { return c != owner[p] })
+			if owner[p] == i && !moving {
 				t.Errorf("member %s got a standby of %d, which it owns", ms[i].id, p)
 			}
 			if slices.Contains(claimants[p], i) {
@@ -53,7 +54,8 @@ func checkStandbys(t *testing.T, ms []memberView, owner []int, claimants [][]int
 	for p, n := range per {
 		eligible := 0
 		for i, m := range ms {
-			if m.standbys > 0 && i != owner[p] && !slices.Contains(claimants[p], i) {
+			moving := slices.ContainsFunc(claimants[p], func(c int) bool { return c != owner[p] })
+			if m.standbys > 0 && (i != owner[p] || moving) && !slices.Contains(claimants[p], i) {
 				eligible++
 			}
 		}
@@ -137,6 +139,25 @@ func TestStandbyPlacementSticky(t *testing.T) {
 		t.Errorf("owners = %v, want z for 0 (its warm copy) and w for 1", owner)
 	}
 	checkStandbys(t, ms, owner, claimants, planStandbys(ms, owner, claimants))
+
+	// Scale-out: x owns all four, and v joins with a warm copy of 3. In
+	// the first round 2 and 3 are taken from x and given to nobody; v,
+	// their owner-to-be, keeps its copy of 3 (and starts one of 2), so it
+	// is still warm in the second round, which gives them to it.
+	x := mk("x", []int32{0, 1, 2, 3})
+	v := mk("v", nil, 3)
+	ms = []memberView{x, v}
+	plan, owner, claimants := planOwners(ms, topics)
+	sb := planStandbys(ms, owner, claimants)
+	if !slices.Equal(owner, []int{0, 0, 1, 1}) || len(plan[1]) != 0 || !slices.Equal(sb[1], []int32{0, 1, 2, 3}) {
+		t.Fatalf("first round: owners %v, v assigned %v with standbys %v; want x, x, v, v, nothing yet, copies of all four", owner, plan[1], sb[1])
+	}
+	v.owned, v.warm = map[string][]int32{}, map[int32]bool{0: true, 1: true, 2: true, 3: true}
+	x.owned = plan[0]
+	plan, _, _ = planOwners([]memberView{x, v}, topics)
+	if !slices.Equal(plan[1]["a"], []int32{2, 3}) {
+		t.Errorf("second round: v assigned %v, want [2 3]", plan[1]["a"])
+	}
 }
 
 // TestStandbyPlacementPrefersWarmOwner: of two members that could each
@@ -201,13 +222,14 @@ func TestStandbyAssignmentRoundTrip(t *testing.T) {
 	}
 	// i1 keeps 0 (its share) and gives up 1 and 2, which go to their new
 	// owners in the next round: 2 to i0, the member with its warm copy.
-	// i0 keeps copies of 0 and of 1 (its owner-to-be is i2, and i1 still
-	// holds it); 2 has no member left for a copy; i2 asks for none.
+	// i0 keeps copies of 0, of 1 (its owner-to-be is i2, and i1 still
+	// holds it) and of 2, which it keeps warm until it owns it; i2 asks
+	// for none.
 	if want := [][]int32{nil, {0}, nil}; !slices.EqualFunc(partitions, want, slices.Equal) {
 		t.Fatalf("assigned %v, want %v", partitions, want)
 	}
-	if got := hosts[0].given; !slices.Equal(got, []int32{0, 1}) {
-		t.Errorf("i0 given standbys %v, want [0 1]", got)
+	if got := hosts[0].given; !slices.Equal(got, []int32{0, 1, 2}) {
+		t.Errorf("i0 given standbys %v, want [0 1 2]", got)
 	}
 	if len(hosts[1].given) != 0 || len(hosts[2].given) != 0 {
 		t.Errorf("i1 given %v, i2 given %v: want none", hosts[1].given, hosts[2].given)
