@@ -1,6 +1,7 @@
 package stage
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/state"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -28,13 +30,28 @@ import (
 // only when PARSLEY_FAILOVER_SOAK names a duration:
 //
 //	PARSLEY_FAILOVER_SOAK=2m go test ./stage -run TestFailoverSoak -v
+//
+// The instances run with one standby per task; PARSLEY_FAILOVER_STANDBYS
+// sets another count (0: none). Every task restore is logged with what it
+// read, so the figures show what the standbys spared.
 const (
 	envFailoverSoak     = "PARSLEY_FAILOVER_SOAK"
 	envFailoverInstance = "PARSLEY_FAILOVER_INSTANCE"
+	envFailoverStandbys = "PARSLEY_FAILOVER_STANDBYS"
 	failoverChildMode   = "failover"
 	soakSessionTimeout  = 3 * time.Second
 	soakPartitions      = 6
+	soakRestoreLog      = "restores.log"
 )
+
+// soakStandbys is the soak's standby count: PARSLEY_FAILOVER_STANDBYS, or 1.
+func soakStandbys() (int, error) {
+	s := os.Getenv(envFailoverStandbys)
+	if s == "" {
+		return 1, nil
+	}
+	return strconv.Atoi(s)
+}
 
 // failoverChild runs a counting stage whose outputs name the instance and
 // the process that produced them, until it is killed or interrupted.
@@ -61,13 +78,63 @@ func failoverChild() int {
 		MaxPollRecords:     50,
 		Logger:             testLogger(),
 	}
+	var err error
+	if cfg.Standbys, err = soakStandbys(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	a, err := New(cfg, st)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	restores, err := os.OpenFile(filepath.Join(os.Getenv(envDir), soakRestoreLog), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer restores.Close()
+	a.hooks.restored = func(_ string, p int32, res state.Restored, err error, _ *state.Store) {
+		if err == nil {
+			// One short write per line: appends from the processes do not
+			// interleave.
+			fmt.Fprintf(restores, "%s %d %d %d %d %d\n", proc, time.Now().UnixMilli(), p, res.From, res.To, res.Records)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := Run(ctx, cfg, st); err != nil {
+	if err := a.Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return 0
+}
+
+// soakRestore is one task restore a soak process logged.
+type soakRestore struct {
+	process         string
+	at              time.Time // when it ended
+	partition       int32
+	from, to, reads int64
+}
+
+func readSoakRestores(t *testing.T, path string) []soakRestore {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []soakRestore
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var r soakRestore
+		var ms int64
+		if _, err := fmt.Sscanf(line, "%s %d %d %d %d %d", &r.process, &ms, &r.partition, &r.from, &r.to, &r.reads); err != nil {
+			t.Fatalf("restore log line %q: %v", line, err)
+		}
+		r.at = time.UnixMilli(ms)
+		out = append(out, r)
+	}
+	return out
 }
 
 // arrival is one output as the soak's reader saw it commit.
@@ -83,6 +150,10 @@ func TestFailoverSoak(t *testing.T) {
 	d, err := time.ParseDuration(os.Getenv(envFailoverSoak))
 	if err != nil || d <= 0 {
 		t.Skipf("set %s to a duration to run the failover soak", envFailoverSoak)
+	}
+	standbys, err := soakStandbys()
+	if err != nil || standbys < 0 {
+		t.Fatalf("%s=%q: want a count", envFailoverStandbys, os.Getenv(envFailoverStandbys))
 	}
 	e := newEnv(t, broker.Topic{Name: "in", Partitions: soakPartitions}, broker.Topic{Name: "out", Partitions: soakPartitions})
 	e.changelogs(soakPartitions, counterStage(NewTopic("in", String(), String()), NewTopic("out", String(), String())))
@@ -283,14 +354,26 @@ func TestFailoverSoak(t *testing.T) {
 			stayStall = append(stayStall, longest)
 		}
 	}
-	pct := func(ds []time.Duration, q float64) time.Duration {
-		if len(ds) == 0 {
-			return 0
-		}
-		s := slices.Sorted(slices.Values(ds))
-		return s[min(len(s)-1, int(q*float64(len(s))))]
+	pct := quantile[time.Duration]
+	// What the restores of the moved tasks read after a permanent kill,
+	// against what a full restore would have read then: the changelog's
+	// committed data records below where the restore ended.
+	changelog := ChangelogTopic("app", "count")
+	records := make(map[int32][]int64)
+	for p := range int32(soakPartitions) {
+		records[p] = e.changelogDataOffsets(changelog, p)
 	}
-	t.Logf("%d kills over %v; %d outputs", len(kills), d, len(arrivals))
+	var tailReads, fullReads []int
+	for _, r := range readSoakRestores(t, filepath.Join(dir, soakRestoreLog)) {
+		for _, k := range kills {
+			if k.permanent && k.owned[r.partition] && r.process != k.process && !r.at.Before(k.at) && r.at.Before(k.at.Add(soakSessionTimeout+5*time.Second)) {
+				n, _ := slices.BinarySearch(records[r.partition], r.to)
+				tailReads = append(tailReads, int(r.reads))
+				fullReads = append(fullReads, n)
+			}
+		}
+	}
+	t.Logf("%d kills over %v with %d standbys; %d outputs", len(kills), d, standbys, len(arrivals))
 	for _, f := range []struct {
 		what string
 		ds   []time.Duration
@@ -301,4 +384,17 @@ func TestFailoverSoak(t *testing.T) {
 	} {
 		t.Logf("%s p50 %v p99 %v (n=%d)", f.what, pct(f.ds, 0.5).Round(time.Millisecond), pct(f.ds, 0.99).Round(time.Millisecond), len(f.ds))
 	}
+	t.Logf("killed for good: the moved tasks' restores read p50 %d p99 %d changelog records; a full restore then: p50 %d p99 %d (n=%d)",
+		quantile(tailReads, 0.5), quantile(tailReads, 0.99), quantile(fullReads, 0.5), quantile(fullReads, 0.99), len(tailReads))
+}
+
+// quantile returns the q-quantile of xs (nearest rank), the zero value of
+// an empty slice.
+func quantile[T cmp.Ordered](xs []T, q float64) T {
+	if len(xs) == 0 {
+		var zero T
+		return zero
+	}
+	s := slices.Sorted(slices.Values(xs))
+	return s[min(len(s)-1, int(q*float64(len(s))))]
 }

@@ -262,12 +262,27 @@ func TestStandbysNegativeRefused(t *testing.T) {
 	}
 }
 
-// changelogRecords counts the committed data records of partition p of
+// changelogRecords counts the committed data records of partition 0 of
 // the changelog from offset from up to end.
 func (e *env) changelogRecords(topic string, from, end int64) int64 {
 	e.t.Helper()
+	offs := e.changelogDataOffsets(topic, 0)
+	lo, _ := slices.BinarySearch(offs, from)
+	hi, _ := slices.BinarySearch(offs, end)
+	return int64(hi - lo)
+}
+
+// changelogDataOffsets returns the offsets of the committed data records
+// of partition p of topic, up to its end offset now.
+func (e *env) changelogDataOffsets(topic string, p int32) []int64 {
+	e.t.Helper()
+	ends, err := e.c.Admin().ListEndOffsets(context.Background(), topic)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	end, _ := ends.Lookup(topic, p)
 	cl, err := e.c.NewClient(
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(from)}}),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().AtStart()}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
 	)
@@ -275,22 +290,22 @@ func (e *env) changelogRecords(topic string, from, end int64) int64 {
 		e.t.Fatal(err)
 	}
 	defer cl.Close()
-	var n int64
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	var out []int64
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for next := from; next < end; {
+	for next := int64(0); next < end.Offset; {
 		fs := cl.PollFetches(ctx)
 		if err := fs.Err0(); err != nil {
-			e.t.Fatalf("read %s from %d: %v", topic, next, err)
+			e.t.Fatalf("read %s[%d] from %d: %v", topic, p, next, err)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			if r.Offset < end && !r.Attrs.IsControl() {
-				n++
+			if r.Offset < end.Offset && !r.Attrs.IsControl() {
+				out = append(out, r.Offset)
 			}
 			next = r.Offset + 1
 		})
 	}
-	return n
+	return out
 }
 
 func (e *env) endOffset(topic string) int64 {
