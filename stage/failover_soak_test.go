@@ -94,11 +94,21 @@ func failoverChild() int {
 		return 1
 	}
 	defer restores.Close()
+	var mu sync.Mutex
+	began := make(map[int32]time.Time)
+	a.hooks.restore = func(_ context.Context, _ string, p int32) {
+		mu.Lock()
+		began[p] = time.Now()
+		mu.Unlock()
+	}
 	a.hooks.restored = func(_ string, p int32, res state.Restored, err error, _ *state.Store) {
+		mu.Lock()
+		took := time.Since(began[p])
+		mu.Unlock()
 		if err == nil {
 			// One short write per line: appends from the processes do not
 			// interleave.
-			fmt.Fprintf(restores, "%s %d %d %d %d %d\n", proc, time.Now().UnixMilli(), p, res.From, res.To, res.Records)
+			fmt.Fprintf(restores, "%s %d %d %d %d %d %d\n", proc, time.Now().UnixMilli(), took.Milliseconds(), p, res.From, res.To, res.Records)
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -114,6 +124,7 @@ func failoverChild() int {
 type soakRestore struct {
 	process         string
 	at              time.Time // when it ended
+	took            time.Duration
 	partition       int32
 	from, to, reads int64
 }
@@ -127,11 +138,11 @@ func readSoakRestores(t *testing.T, path string) []soakRestore {
 	var out []soakRestore
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		var r soakRestore
-		var ms int64
-		if _, err := fmt.Sscanf(line, "%s %d %d %d %d %d", &r.process, &ms, &r.partition, &r.from, &r.to, &r.reads); err != nil {
+		var ms, took int64
+		if _, err := fmt.Sscanf(line, "%s %d %d %d %d %d %d", &r.process, &ms, &took, &r.partition, &r.from, &r.to, &r.reads); err != nil {
 			t.Fatalf("restore log line %q: %v", line, err)
 		}
-		r.at = time.UnixMilli(ms)
+		r.at, r.took = time.UnixMilli(ms), time.Duration(took)*time.Millisecond
 		out = append(out, r)
 	}
 	return out
@@ -364,12 +375,14 @@ func TestFailoverSoak(t *testing.T) {
 		records[p] = e.changelogDataOffsets(changelog, p)
 	}
 	var tailReads, fullReads []int
+	var restoreTook []time.Duration
 	for _, r := range readSoakRestores(t, filepath.Join(dir, soakRestoreLog)) {
 		for _, k := range kills {
 			if k.permanent && k.owned[r.partition] && r.process != k.process && !r.at.Before(k.at) && r.at.Before(k.at.Add(soakSessionTimeout+5*time.Second)) {
 				n, _ := slices.BinarySearch(records[r.partition], r.to)
 				tailReads = append(tailReads, int(r.reads))
 				fullReads = append(fullReads, n)
+				restoreTook = append(restoreTook, r.took)
 			}
 		}
 	}
@@ -384,8 +397,9 @@ func TestFailoverSoak(t *testing.T) {
 	} {
 		t.Logf("%s p50 %v p99 %v (n=%d)", f.what, pct(f.ds, 0.5).Round(time.Millisecond), pct(f.ds, 0.99).Round(time.Millisecond), len(f.ds))
 	}
-	t.Logf("killed for good: the moved tasks' restores read p50 %d p99 %d changelog records; a full restore then: p50 %d p99 %d (n=%d)",
-		quantile(tailReads, 0.5), quantile(tailReads, 0.99), quantile(fullReads, 0.5), quantile(fullReads, 0.99), len(tailReads))
+	t.Logf("killed for good: the moved tasks' restores read p50 %d p99 %d changelog records, taking p50 %v p99 %v; a full restore then: p50 %d p99 %d records (n=%d)",
+		quantile(tailReads, 0.5), quantile(tailReads, 0.99), quantile(restoreTook, 0.5), quantile(restoreTook, 0.99),
+		quantile(fullReads, 0.5), quantile(fullReads, 0.99), len(tailReads))
 }
 
 // quantile returns the q-quantile of xs (nearest rank), the zero value of
