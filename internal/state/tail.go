@@ -107,35 +107,11 @@ func (t *Tailer) Run(ctx context.Context) (Restored, error) {
 	// needs a moment with no transaction open on the partition).
 	nextCheck := now().Add(check)
 	for {
-		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		fs := cl.PollFetches(pctx)
-		cancel()
-		if err := ctx.Err(); err != nil {
+		muts, next, end, err := poll(ctx, cl, "tail", pos)
+		if err != nil {
 			return res, err
 		}
-		var ferr error
-		fs.EachError(func(tp string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && ferr == nil {
-				ferr = fmt.Errorf("state: tail %s[%d]: fetch: %w", tp, p, err)
-			}
-		})
-		if ferr != nil {
-			return res, ferr
-		}
-		var muts []protocol.Mutation
-		next := pos
-		fs.EachPartition(func(p kgo.FetchTopicPartition) {
-			hwm = max(hwm, p.HighWatermark)
-			for _, r := range p.Records {
-				if r.Offset < next {
-					continue
-				}
-				next = r.Offset + 1
-				if !r.Attrs.IsControl() {
-					muts = append(muts, protocol.Mutation{Key: string(r.Key), Value: r.Value, Delete: r.Value == nil})
-				}
-			}
-		})
+		hwm = max(hwm, end)
 		if next > pos {
 			// The zero time keeps the recorded one, which holds for every
 			// record past a later checkpoint too.
@@ -156,6 +132,43 @@ func (t *Tailer) Run(ctx context.Context) (Restored, error) {
 		}
 		progress(hwm)
 	}
+}
+
+// poll fetches once from a client consuming one changelog partition at
+// pos, and returns the mutations of the data records at or past pos, in
+// offset order; the offset past the last record fetched, control records
+// included (pos when nothing was); and the partition's high watermark as
+// the fetch reported it (0 when nothing was fetched). A fetch error fails
+// it, naming what polls (a restore or a tail); ctx's end is its error.
+func poll(ctx context.Context, cl *kgo.Client, what string, pos int64) (muts []protocol.Mutation, next, hwm int64, err error) {
+	pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	fs := cl.PollFetches(pctx)
+	cancel()
+	if err := ctx.Err(); err != nil {
+		return nil, pos, 0, err
+	}
+	fs.EachError(func(t string, p int32, ferr error) {
+		if !errors.Is(ferr, context.DeadlineExceeded) && !errors.Is(ferr, context.Canceled) && err == nil {
+			err = fmt.Errorf("state: %s %s[%d]: fetch: %w", what, t, p, ferr)
+		}
+	})
+	if err != nil {
+		return nil, pos, 0, err
+	}
+	next = pos
+	fs.EachPartition(func(p kgo.FetchTopicPartition) {
+		hwm = max(hwm, p.HighWatermark)
+		for _, r := range p.Records {
+			if r.Offset < next {
+				continue
+			}
+			next = r.Offset + 1
+			if !r.Attrs.IsControl() {
+				muts = append(muts, protocol.Mutation{Key: string(r.Key), Value: r.Value, Delete: r.Value == nil})
+			}
+		}
+	})
+	return muts, next, hwm, nil
 }
 
 // check lists the partition's offsets and the changelog's identity as of
