@@ -33,11 +33,15 @@ import (
 //
 // The instances run with one standby per task; PARSLEY_FAILOVER_STANDBYS
 // sets another count (0: none). Every task restore is logged with what it
-// read, so the figures show what the standbys spared.
+// read, so the figures show what the standbys spared. To give the tasks
+// state that costs something to restore, PARSLEY_FAILOVER_PRELOAD=n first
+// sends n records with distinct keys to every partition (each a fold key
+// in the task's store) and waits for their outputs before the kills.
 const (
 	envFailoverSoak     = "PARSLEY_FAILOVER_SOAK"
 	envFailoverInstance = "PARSLEY_FAILOVER_INSTANCE"
 	envFailoverStandbys = "PARSLEY_FAILOVER_STANDBYS"
+	envFailoverPreload  = "PARSLEY_FAILOVER_PRELOAD"
 	failoverChildMode   = "failover"
 	soakSessionTimeout  = 3 * time.Second
 	soakPartitions      = 6
@@ -166,6 +170,12 @@ func TestFailoverSoak(t *testing.T) {
 	if err != nil || standbys < 0 {
 		t.Fatalf("%s=%q: want a count", envFailoverStandbys, os.Getenv(envFailoverStandbys))
 	}
+	preload := 0
+	if s := os.Getenv(envFailoverPreload); s != "" {
+		if preload, err = strconv.Atoi(s); err != nil || preload < 0 {
+			t.Fatalf("%s=%q: want a count", envFailoverPreload, s)
+		}
+	}
 	e := newEnv(t, broker.Topic{Name: "in", Partitions: soakPartitions}, broker.Topic{Name: "out", Partitions: soakPartitions})
 	e.changelogs(soakPartitions, counterStage(NewTopic("in", String(), String()), NewTopic("out", String(), String())))
 	dir := t.TempDir()
@@ -210,6 +220,24 @@ func TestFailoverSoak(t *testing.T) {
 			return
 		}
 		defer cl.Close()
+		// The preload: keys k<p>-<i>, each once, in batches.
+		for i := 0; i < preload && ctx.Err() == nil; i += 500 {
+			var recs []*kgo.Record
+			for p := range int32(soakPartitions) {
+				for j := i; j < min(i+500, preload); j++ {
+					recs = append(recs, &kgo.Record{Topic: "in", Partition: p, Key: fmt.Appendf(nil, "k%d-%d", p, j), Value: []byte("pre")})
+				}
+			}
+			if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			for _, r := range recs {
+				want[string(r.Key)] = append(want[string(r.Key)], string(r.Value))
+			}
+			mu.Unlock()
+		}
 		for i := 0; ctx.Err() == nil; i++ {
 			var recs []*kgo.Record
 			for p := range int32(soakPartitions) {
@@ -249,7 +277,8 @@ func TestFailoverSoak(t *testing.T) {
 				n, _ := strconv.Atoi(ns)
 				// Key kp came from input partition p: the task's
 				// partition (outputs are partitioned by key hash).
-				p, _ := strconv.Atoi(strings.TrimPrefix(k, "k"))
+				kp, _, _ := strings.Cut(strings.TrimPrefix(k, "k"), "-")
+				p, _ := strconv.Atoi(kp)
 				mu.Lock()
 				arrivals = append(arrivals, arrival{at: now, partition: int32(p), key: k, val: val, n: n, process: inst})
 				mu.Unlock()
@@ -275,6 +304,15 @@ func TestFailoverSoak(t *testing.T) {
 	}
 	var kills []killEvent
 	time.Sleep(8 * time.Second) // the group settles
+	for preload > 0 {
+		mu.Lock()
+		n := len(arrivals)
+		mu.Unlock()
+		if n >= preload*soakPartitions {
+			break
+		}
+		time.Sleep(time.Second)
+	}
 	deadline := time.Now().Add(d)
 	for round := 0; time.Now().Before(deadline); round++ {
 		id := ids[round%len(ids)]
@@ -386,7 +424,7 @@ func TestFailoverSoak(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d kills over %v with %d standbys; %d outputs", len(kills), d, standbys, len(arrivals))
+	t.Logf("%d kills over %v with %d standbys, %d preloaded keys per partition; %d outputs", len(kills), d, standbys, preload, len(arrivals))
 	for _, f := range []struct {
 		what string
 		ds   []time.Duration
