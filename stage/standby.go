@@ -189,7 +189,7 @@ func planStandbys(members []memberView, owner []int, claimants [][]int) [][]int3
 	for p, o := range owner {
 		var cands []int
 		for _, i := range willing {
-			if standbyAllowed(p, i, o, claimants[p]) {
+			if standbyAllowed(i, o, claimants[p]) {
 				cands = append(cands, i)
 			}
 		}
@@ -212,10 +212,10 @@ func planStandbys(members []memberView, owner []int, claimants [][]int) [][]int3
 	return out
 }
 
-// standbyAllowed reports whether member i may keep a copy of number p with
+// standbyAllowed reports whether member i may keep a copy of a number with
 // planned owner o and claimants: not while it holds any of p, and not once
 // it owns p, which is when no other member holds any of p.
-func standbyAllowed(p, i, o int, claimants []int) bool {
+func standbyAllowed(i, o int, claimants []int) bool {
 	if slices.Contains(claimants, i) {
 		return false
 	}
