@@ -213,8 +213,8 @@ func planStandbys(members []memberView, owner []int, claimants [][]int) [][]int3
 }
 
 // standbyAllowed reports whether member i may keep a copy of a number with
-// planned owner o and claimants: not while it holds any of p, and not once
-// it owns p, which is when no other member holds any of p.
+// planned owner o and claimants: not while it holds any of the number, and
+// not once it owns it, which is when no other member holds any of it.
 func standbyAllowed(i, o int, claimants []int) bool {
 	if slices.Contains(claimants, i) {
 		return false
