@@ -418,6 +418,8 @@ func TestFailoverSoak(t *testing.T) {
 		for _, k := range kills {
 			if k.permanent && k.owned[r.partition] && r.process != k.process && !r.at.Before(k.at) && r.at.Before(k.at.Add(soakSessionTimeout+5*time.Second)) {
 				n, _ := slices.BinarySearch(records[r.partition], r.to)
+				t.Logf("kill of %s at %s: partition %d restored by %s from %d to %d, %d records read (full: %d), took %v",
+					k.process, k.at.Format("15:04:05.000"), r.partition, r.process, r.from, r.to, r.reads, n, r.took)
 				tailReads = append(tailReads, int(r.reads))
 				fullReads = append(fullReads, n)
 				restoreTook = append(restoreTook, r.took)

@@ -149,6 +149,9 @@ func (h *standbyHost) parseAssignment(b []byte) (map[string][]int32, error) {
 	same := slices.Equal(given, h.given)
 	h.given = given
 	h.mu.Unlock()
+	if !same {
+		h.log.Debug("stage: standby partition numbers assigned", "partitions", given)
+	}
 	if !same && h.changed != nil {
 		h.changed()
 	}
@@ -330,10 +333,15 @@ func (a *App) syncStandbys(ctx context.Context, want map[taskID]bool) {
 			desired[id] = true
 		}
 	}
-	for id := range sb.jobs {
-		if !desired[id] {
-			a.stopStandby(id)
+	for id, j := range sb.jobs {
+		if desired[id] {
+			continue
 		}
+		if want[id] {
+			a.log.Info("stage: standby copy becomes the task's store", "stage", a.stages[id.stage].name, "partition", id.partition,
+				"applied", j.applied.Load(), "lag", j.lag.Load())
+		}
+		a.stopStandby(id)
 	}
 	for id := range sb.retry {
 		if !desired[id] {
