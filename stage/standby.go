@@ -164,12 +164,16 @@ func (h *standbyHost) parseAssignment(b []byte) (map[string][]int32, error) {
 // claimant, and never on the owner once it is given the number. In the
 // round where a number moves, its owner-to-be may keep (or start) a copy,
 // which warms it up: it stays warm for the next round, which gives it the
-// number, and the task restores only the tail. A member that already keeps a warm copy of the
-// number keeps it while its load stays under an even share; otherwise the
-// least loaded member gets it, ties going to the member that follows the
-// owner most closely in the balancer's ranking (so the copies of one
-// owner's numbers spread over the others). It returns, per member, its
-// standby partition numbers in ascending order.
+// number, and the task restores only the tail.
+//
+// The copies of one owner's numbers go to different members first: when
+// the owner is lost, each of its numbers then has a warm member of its
+// own, and ownWarm can give every one to its copy within the shares. Then
+// a member that already keeps a warm copy of the number keeps it while its
+// load stays under an even share; otherwise the least loaded member gets
+// it, ties going to the member that follows the owner most closely in the
+// balancer's ranking. It returns, per member, its standby partition numbers
+// in ascending order.
 func planStandbys(members []memberView, owner []int, claimants [][]int) [][]int32 {
 	out := make([][]int32, len(members))
 	want := 0
@@ -185,6 +189,11 @@ func planStandbys(members []memberView, owner []int, claimants [][]int) [][]int3
 	}
 	share := (len(owner)*want + len(willing) - 1) / len(willing)
 	load := make([]int, len(members))
+	// kin[i][o]: copies member i keeps of numbers member o owns.
+	kin := make([][]int, len(members))
+	for i := range kin {
+		kin[i] = make([]int, len(members))
+	}
 	pos := make([]int, len(members)) // place in the ranking, of every member
 	for i, x := range rankMembers(members) {
 		pos[x] = i
@@ -207,9 +216,11 @@ func planStandbys(members []memberView, owner []int, claimants [][]int) [][]int3
 			}
 			return cmp.Or(cmp.Compare(load[x], load[y]), cmp.Compare(after(x), after(y)))
 		})
+		slices.SortStableFunc(cands, func(x, y int) int { return cmp.Compare(kin[x][o], kin[y][o]) })
 		for _, i := range cands[:min(want, len(cands))] {
 			out[i] = append(out[i], int32(p))
 			load[i]++
+			kin[i][o]++
 		}
 	}
 	return out

@@ -65,6 +65,35 @@ func checkStandbys(t *testing.T, ms []memberView, owner []int, claimants [][]int
 	}
 }
 
+// checkKinSpread fails when the copies of one owner's numbers are spread
+// unevenly over the other members that ask for copies: the owner's loss
+// would then leave a number without a warm member to take it.
+func checkKinSpread(t *testing.T, ms []memberView, owner []int, sb [][]int32) {
+	t.Helper()
+	for o := range ms {
+		kin := make([]int, len(ms))
+		for i, ps := range sb {
+			for _, p := range ps {
+				if owner[p] == o {
+					kin[i]++
+				}
+			}
+		}
+		lo, hi := -1, 0
+		for i := range ms {
+			if i != o && ms[i].standbys > 0 {
+				if lo < 0 || kin[i] < lo {
+					lo = kin[i]
+				}
+				hi = max(hi, kin[i])
+			}
+		}
+		if hi-lo > 1 {
+			t.Errorf("copies of %s's numbers per member %v: not spread (standbys %v, owners %v)", ms[o].id, kin, sb, owner)
+		}
+	}
+}
+
 // TestStandbyPlacementRules: over group sizes, partition counts, standby
 // counts and a round where numbers move, every placement keeps the rules
 // of checkStandbys, and with one copy each the copies spread evenly.
@@ -92,6 +121,7 @@ func TestStandbyPlacementRules(t *testing.T) {
 							t.Errorf("standbys %v: not spread evenly", sb)
 						}
 					}
+					checkKinSpread(t, ms, owner, sb)
 					// A member joins: numbers move in two rounds, and the
 					// round in between keeps the rules too.
 					next := ownedAfter(ms, plan, 1)
