@@ -64,6 +64,7 @@ func newBridge(cfg Config, external func(*publisher) stage.External) (*Bridge, e
 	b.app, err = stage.New(stage.Config{
 		ApplicationID:      c.Group,
 		InstanceID:         c.InstanceID,
+		LeaveOnShutdown:    c.LeaveOnShutdown,
 		Brokers:            c.Brokers,
 		StateDir:           c.StateDir,
 		OnStepError:        stage.StopOnError,

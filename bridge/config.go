@@ -38,8 +38,18 @@ type Config struct {
 	// exist, compacted, with as many partitions as the source topics.
 	Name string
 	// InstanceID names this instance among the bridge's instances: unique
-	// and stable across restarts (see stage.Config.InstanceID).
+	// and stable across restarts (see stage.Config.InstanceID). It is the
+	// instance's static group membership: a stopping bridge does not leave
+	// the group, so a restart within the session timeout gets its
+	// partitions back with no rebalance, and one that does not come back
+	// holds them until the session timeout.
 	InstanceID string
+	// LeaveOnShutdown makes Run leave the consumer group when its context
+	// ends, so the instance's partitions move to the other instances at
+	// once instead of after the session timeout (stage.Config.
+	// LeaveOnShutdown). Set it when scaling in; leave it unset for
+	// restarts and rolling deploys, which then move nothing.
+	LeaveOnShutdown bool
 	// StateDir holds the instance's SQLite task stores.
 	StateDir string
 	// Topics are the source topics. They must have equal partition

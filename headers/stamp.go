@@ -1,6 +1,9 @@
 package headers
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Header is one record header. Its shape matches kgo.RecordHeader, so the
 // generic functions below accept a franz-go record's headers directly.
@@ -168,41 +171,53 @@ func readStamp[H HeaderLike](s *Stamp, hs []H) error {
 // entries. The header values share one new allocation, so hs may be handed
 // to a producer that keeps them.
 func AppendStamp[H HeaderLike](hs []H, s *Stamp, d Dialect) ([]H, error) {
+	hs, _, err := AppendStampTo(hs, nil, s, d)
+	return hs, err
+}
+
+// AppendStampTo is AppendStamp writing the header values at the end of buf,
+// so that many records' stamps can share one allocation. It returns the
+// extended headers and buf extended by the values. Like append, it
+// reallocates buf when its capacity is short; the bytes before len(buf) are
+// neither read nor changed, and every value is capped, so appending to one
+// never writes into the next. On an error buf is returned as it was.
+func AppendStampTo[H HeaderLike](hs []H, buf []byte, s *Stamp, d Dialect) ([]H, []byte, error) {
 	if err := CheckReserved(hs); err != nil {
-		return hs, err
+		return hs, buf, err
 	}
+	n := len(buf)
 	switch d {
 	case DialectVC:
 		if s.Tagged && s.Seq < 0 {
-			return hs, &EncodeError{Dialect: HeaderVC, Reason: "negative send sequence " + itoa(s.Seq)}
+			return hs, buf, &EncodeError{Dialect: HeaderVC, Reason: "negative send sequence " + itoa(s.Seq)}
 		}
 		size := VCSize(&s.Clock)
 		if s.Tagged {
 			size += 16 + 8
 		}
-		buf, err := AppendVC(make([]byte, 0, size), &s.Clock)
+		out, err := AppendVC(slices.Grow(buf, size), &s.Clock)
 		if err != nil {
-			return hs, err
+			return hs, buf, err
 		}
-		n := len(buf)
-		hs = append(hs, H(Header{Key: HeaderVC, Value: buf[:n:n]}))
+		vc := len(out)
+		hs = append(hs, H(Header{Key: HeaderVC, Value: out[n:vc:vc]}))
 		if s.Tagged {
-			buf = AppendSender(buf, s.Sender)
-			buf = AppendSeq(buf, s.Seq)
+			out = AppendSender(out, s.Sender)
+			out = AppendSeq(out, s.Seq)
 			hs = append(hs,
-				H(Header{Key: HeaderVCSender, Value: buf[n : n+16 : n+16]}),
-				H(Header{Key: HeaderVCSeq, Value: buf[n+16 : n+24 : n+24]}))
+				H(Header{Key: HeaderVCSender, Value: out[vc : vc+16 : vc+16]}),
+				H(Header{Key: HeaderVCSeq, Value: out[vc+16 : vc+24 : vc+24]}))
 		}
-		return hs, nil
+		return hs, out, nil
 	case DialectCauses:
 		if s.Tagged {
-			return hs, &EncodeError{Dialect: HeaderCauses, Reason: "a sender tag cannot be expressed; use the vc dialect"}
+			return hs, buf, &EncodeError{Dialect: HeaderCauses, Reason: "a sender tag cannot be expressed; use the vc dialect"}
 		}
-		buf, err := EncodeCauses(&s.Clock)
-		if err != nil {
-			return hs, err
+		if err := checkCauses(&s.Clock); err != nil {
+			return hs, buf, err
 		}
-		return append(hs, H(Header{Key: HeaderCauses, Value: buf})), nil
+		out := appendCauses(slices.Grow(buf, CausesSize(&s.Clock)), &s.Clock)
+		return append(hs, H(Header{Key: HeaderCauses, Value: out[n:len(out):len(out)]})), out, nil
 	}
-	return hs, &EncodeError{Dialect: d.String(), Reason: "unknown dialect"}
+	return hs, buf, &EncodeError{Dialect: d.String(), Reason: "unknown dialect"}
 }

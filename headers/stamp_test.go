@@ -196,3 +196,55 @@ func TestAppendStampRefusesReservedNames(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendStampToSharesOneBuffer writes many stamps into one buffer and
+// reads each back: every record's headers decode to its own stamp, no value
+// can grow into its neighbour, and the bytes already in the buffer stay as
+// they were, whether or not the buffer had to grow.
+func TestAppendStampToSharesOneBuffer(t *testing.T) {
+	for _, d := range []Dialect{DialectVC, DialectCauses} {
+		buf := append(make([]byte, 0, 64), "prefix"...)
+		var stamps []Stamp
+		var recs [][]Header
+		for i := range 40 {
+			var s Stamp
+			for j := range i % 5 {
+				s.Clock.SetOffset(Channel{Topic: TopicID{byte(j + 1)}, Partition: int32(j)}, int64(i*10+j))
+			}
+			if d == DialectVC && i%2 == 0 {
+				s.Clock.SetSeq(Channel{Topic: TopicID{9}}, SenderID{byte(i)}, int64(i))
+				s.Tagged, s.Sender, s.Seq = true, SenderID{1, byte(i)}, int64(i)
+			}
+			hs, out, err := AppendStampTo([]Header{{Key: "app", Value: []byte("v")}}, buf, &s, d)
+			if err != nil {
+				t.Fatalf("%s stamp %d: %v", d, i, err)
+			}
+			for _, h := range hs[1:] {
+				if cap(h.Value) != len(h.Value) {
+					t.Fatalf("%s stamp %d: header %s has %d spare bytes: an append would overwrite the next value", d, i, h.Key, cap(h.Value)-len(h.Value))
+				}
+			}
+			buf = out
+			stamps, recs = append(stamps, s), append(recs, hs)
+		}
+		if string(buf[:6]) != "prefix" {
+			t.Fatalf("%s: buffer prefix became %q", d, buf[:6])
+		}
+		for i, hs := range recs {
+			var got Stamp
+			if err := ReadStamp(&got, hs); err != nil {
+				t.Fatalf("%s stamp %d: read back: %v", d, i, err)
+			}
+			want := &stamps[i]
+			if !got.Clock.Equal(&want.Clock) || got.Tagged != want.Tagged || got.Sender != want.Sender || got.Seq != want.Seq {
+				t.Fatalf("%s stamp %d: read back %+v, want %+v", d, i, got, *want)
+			}
+		}
+	}
+	// A refused stamp leaves the buffer as it was.
+	buf := []byte("kept")
+	s := Stamp{Tagged: true, Seq: -1}
+	if _, out, err := AppendStampTo([]Header(nil), buf, &s, DialectVC); err == nil || string(out) != "kept" {
+		t.Fatalf("negative sequence: err %v, buffer %q; want an error and the buffer unchanged", err, out)
+	}
+}

@@ -89,6 +89,7 @@ type Node struct {
 	sq      map[headers.Channel]int64 // last send sequence issued per sink channel
 	sqInit  map[headers.Channel]int64 // sq as restored at init
 	sent    []headers.Channel         // sink channels sent to this incarnation, sorted
+	sentSeq []int64                   // sq of each channel in sent, beside it: the send path reads no map
 	sqDirty []headers.Channel
 	sqSeed  map[headers.Channel]int64 // first sequence on a sink channel with none stored: its end offset at init
 

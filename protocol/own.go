@@ -37,7 +37,7 @@ func (n *Node) Sent(at headers.Coordinate) error {
 	if at.Offset < 0 {
 		return coordErr(op, at.Channel, at.Offset, ErrInvalidRecord)
 	}
-	if _, found := slices.BinarySearchFunc(n.sent, at.Channel, headers.Channel.Compare); !found {
+	if _, found := searchChannel(n.sent, at.Channel); !found {
 		return coordErr(op, at.Channel, at.Offset, because(ErrInvalidRecord, "no send prepared to this channel in this incarnation"))
 	}
 	if cur, ok := n.acked[at.Channel]; ok && cur >= at.Offset {

@@ -61,16 +61,21 @@ func (n *Node) PrepareSendInto(s *headers.Stamp, dest headers.Channel) error {
 			c.SetOffset(in.ch, in.claim)
 		}
 	}
-	for _, ch := range n.sent {
+	for i, ch := range n.sent {
 		if ch != dest {
-			c.SetSeq(ch, n.sender, n.sq[ch])
+			c.SetSeq(ch, n.sender, n.sentSeq[i])
 		}
 	}
 	if c.NumSeqs() > 0 {
 		c.RetainSeqs(func(e headers.SeqEntry) bool { return n.keepSeq(e, dest) })
 	}
-	last, ok := n.sq[dest]
-	if !ok {
+	i, found := searchChannel(n.sent, dest)
+	var last int64
+	if found {
+		last = n.sentSeq[i]
+	} else if v, ok := n.sq[dest]; ok {
+		last = v
+	} else {
 		// No sequence stored: the sender's state may have been reset, but
 		// its identity was not. Every earlier send to dest took an offset
 		// below dest's end at init, and sequences never outrun offsets,
@@ -79,8 +84,11 @@ func (n *Node) PrepareSendInto(s *headers.Stamp, dest headers.Channel) error {
 	}
 	seq := last + 1
 	n.sq[dest] = seq
-	if i, found := slices.BinarySearchFunc(n.sent, dest, headers.Channel.Compare); !found {
+	if found {
+		n.sentSeq[i] = seq
+	} else {
 		n.sent = slices.Insert(n.sent, i, dest)
+		n.sentSeq = slices.Insert(n.sentSeq, i, seq)
 	}
 	if !slices.Contains(n.sqDirty, dest) {
 		n.sqDirty = append(n.sqDirty, dest)

@@ -256,3 +256,6 @@ func (b *Batch) Commit() error {
 
 // Discard drops the staged writes.
 func (b *Batch) Discard() { clear(b.writes) }
+
+// Len returns how many keys have a staged write.
+func (b *Batch) Len() int { return len(b.writes) }

@@ -53,6 +53,7 @@ type App struct {
 	topics map[string]topicMeta
 	idName map[headers.TopicID]string
 	admin  *kadm.Client
+	boot   *kgo.Client // the admin's client, for requests kadm lacks (fence.go)
 
 	// assignment, written by the group's callbacks
 	amu      sync.Mutex
@@ -180,7 +181,7 @@ func (a *App) Run(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	defer boot.Close()
-	a.admin = kadm.NewClient(boot)
+	a.admin, a.boot = kadm.NewClient(boot), boot
 	if err := errors.Join(a.checkTopology(ctx), a.checkTickTopics(ctx)); err != nil {
 		return err
 	}

@@ -63,9 +63,10 @@
 // transaction, so the changelog topic "<ApplicationID>-<stage>-changelog"
 // (compacted, one partition per task) is the durable copy: the step's
 // writes go there inside the transaction, and SQLite commits after Kafka
-// did, with the changelog offset it reflects. A task that starts — after a
-// crash, on another instance, or with its file deleted — first replays its
-// changelog partition from that checkpoint. Fold state is keyed by the
+// did, a few committed steps at a time, with the changelog offset it
+// reflects. A task that starts — after a crash, on another instance, or
+// with its file deleted — first replays its changelog partition from that
+// checkpoint. Fold state is keyed by the
 // message key's encoded bytes (a nil key is distinct from an empty one).
 //
 // # Where a rebuilt task starts (host duty H5)

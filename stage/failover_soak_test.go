@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -42,10 +43,13 @@ const (
 	envFailoverInstance = "PARSLEY_FAILOVER_INSTANCE"
 	envFailoverStandbys = "PARSLEY_FAILOVER_STANDBYS"
 	envFailoverPreload  = "PARSLEY_FAILOVER_PRELOAD"
-	failoverChildMode   = "failover"
-	soakSessionTimeout  = 3 * time.Second
-	soakPartitions      = 6
-	soakRestoreLog      = "restores.log"
+	// envFailoverClientLog, when set, makes every stage process log its
+	// client's group and transaction events to stderr.
+	envFailoverClientLog = "PARSLEY_FAILOVER_CLIENT_LOG"
+	failoverChildMode    = "failover"
+	soakSessionTimeout   = 3 * time.Second
+	soakPartitions       = 6
+	soakRestoreLog       = "restores.log"
 )
 
 // soakStandbys is the soak's standby count: PARSLEY_FAILOVER_STANDBYS, or 1.
@@ -81,6 +85,13 @@ func failoverChild() int {
 		RetryBackoff:       50 * time.Millisecond,
 		MaxPollRecords:     50,
 		Logger:             testLogger(),
+	}
+	if os.Getenv(envFailoverClientLog) != "" {
+		// A timeline of the group protocol: joins, syncs, revokes and
+		// transaction ends, stamped with the wall clock and the process.
+		cfg.ClientOpts = []kgo.Opt{kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, func() string {
+			return time.Now().Format("15:04:05.000 ") + proc + " "
+		}))}
 	}
 	var err error
 	if cfg.Standbys, err = soakStandbys(); err != nil {
@@ -301,6 +312,7 @@ func TestFailoverSoak(t *testing.T) {
 		process   string
 		permanent bool
 		owned     map[int32]bool
+		rejoined  time.Time // permanent: when the instance came back
 	}
 	var kills []killEvent
 	time.Sleep(8 * time.Second) // the group settles
@@ -325,12 +337,17 @@ func TestFailoverSoak(t *testing.T) {
 			}
 		}
 		k := killEvent{at: time.Now(), process: process, permanent: permanent, owned: owned}
+		t.Logf("%s kill %s (permanent %v, owned %v)", k.at.Format("15:04:05.000"), process, permanent, slices.Sorted(maps.Keys(owned)))
 		kill(id)
 		kills = append(kills, k)
 		if permanent {
 			time.Sleep(soakSessionTimeout + 5*time.Second) // its tasks move
 		}
 		spawn(id)
+		if permanent {
+			kills[len(kills)-1].rejoined = time.Now()
+		}
+		t.Logf("%s spawn %s", time.Now().Format("15:04:05.000"), id)
 		time.Sleep(8 * time.Second)
 	}
 	cancel() // stop producing
@@ -369,12 +386,32 @@ func TestFailoverSoak(t *testing.T) {
 		}
 	}
 
+	// longestStall returns the longest gap in as (sorted by arrival) over
+	// [from, from+8s), up to the window's end: a partition with no output
+	// in it stalled all of it (every window ends before the producer
+	// stops), and when the gap began.
+	longestStall := func(as []arrival, from time.Time) (longest time.Duration, began time.Time) {
+		i, _ := slices.BinarySearchFunc(as, from, func(x arrival, y time.Time) int { return x.at.Compare(y) })
+		prev, end := from, from.Add(8*time.Second)
+		began = from
+		for ; i < len(as) && as[i].at.Before(end); i++ {
+			if gap := as[i].at.Sub(prev); gap > longest {
+				longest, began = gap, prev
+			}
+			prev = as[i].at
+		}
+		if gap := end.Sub(prev); gap > longest {
+			longest, began = gap, prev
+		}
+		return longest, began
+	}
 	// The figures: after each kill, per partition the killed process
 	// owned, how long until another process's output arrived (the killed
 	// one's last commits may still arrive after the kill); per partition
 	// it did not own, the longest gap between outputs in the 8s after the
-	// kill.
-	var restartResume, permanentResume, stayStall []time.Duration
+	// kill; after an instance killed for good comes back, per partition
+	// that does not move to it, the longest gap in the 8s after.
+	var restartResume, permanentResume, stayStall, rejoinStall []time.Duration
 	byPartition := make(map[int32][]arrival)
 	for _, a := range arrivals {
 		byPartition[a.partition] = append(byPartition[a.partition], a)
@@ -386,6 +423,7 @@ func TestFailoverSoak(t *testing.T) {
 				for ; i < len(as) && as[i].process == k.process; i++ {
 				}
 				if i < len(as) {
+					t.Logf("kill %s at %s: moved partition %d resumes after %v on %s", k.process, k.at.Format("15:04:05.000"), p, as[i].at.Sub(k.at).Round(time.Millisecond), as[i].process)
 					if k.permanent {
 						permanentResume = append(permanentResume, as[i].at.Sub(k.at))
 					} else {
@@ -394,13 +432,25 @@ func TestFailoverSoak(t *testing.T) {
 				}
 				continue
 			}
-			var longest time.Duration
-			prev := k.at
-			for ; i < len(as) && as[i].at.Before(k.at.Add(8*time.Second)); i++ {
-				longest = max(longest, as[i].at.Sub(prev))
-				prev = as[i].at
-			}
+			longest, from := longestStall(as, k.at)
+			t.Logf("kill %s at %s: partition %d stayed, longest stall %v from %s", k.process, k.at.Format("15:04:05.000"), p, longest.Round(time.Millisecond), from.Format("15:04:05.000"))
 			stayStall = append(stayStall, longest)
+		}
+		if k.rejoined.IsZero() {
+			continue
+		}
+		// The departed instance comes back and takes its share again: the
+		// partitions that do not move to it should not notice.
+		inst, _, _ := strings.Cut(k.process, "/")
+		for p, as := range byPartition {
+			if slices.ContainsFunc(as, func(a arrival) bool {
+				return !a.at.Before(k.rejoined) && a.at.Before(k.rejoined.Add(8*time.Second)) && strings.HasPrefix(a.process, inst+"/")
+			}) {
+				continue // moved to it
+			}
+			longest, from := longestStall(as, k.rejoined)
+			t.Logf("%s rejoined at %s: partition %d stayed, longest stall %v from %s", inst, k.rejoined.Format("15:04:05.000"), p, longest.Round(time.Millisecond), from.Format("15:04:05.000"))
+			rejoinStall = append(rejoinStall, longest)
 		}
 	}
 	pct := quantile[time.Duration]
@@ -434,6 +484,7 @@ func TestFailoverSoak(t *testing.T) {
 		{"restart within the session timeout: output resumes after", restartResume},
 		{"killed for good: moved partitions resume after", permanentResume},
 		{"partitions that did not move: longest stall", stayStall},
+		{"departed instance rejoins: partitions that do not move to it, longest stall", rejoinStall},
 	} {
 		t.Logf("%s p50 %v p99 %v (n=%d)", f.what, pct(f.ds, 0.5).Round(time.Millisecond), pct(f.ds, 0.99).Round(time.Millisecond), len(f.ds))
 	}

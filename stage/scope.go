@@ -52,11 +52,15 @@ func (t *task) checkScope(b *binding, d *protocol.Delivery) {
 		// partition by design: neither is a producer's mistake.
 		return
 	}
-	meta, ok := t.env.topics[b.topic]
-	if !ok || meta.partitions <= 0 {
+	if b != t.scopeSource.b { // a task's deliveries come in runs from one source
+		meta := t.env.topics[b.topic]
+		t.scopeSource.b, t.scopeSource.partitions = b, meta.partitions
+	}
+	parts := t.scopeSource.partitions
+	if parts <= 0 {
 		return
 	}
-	home := partitionFor(d.Key, false, meta.partitions, t.partition)
+	home := partitionFor(d.Key, false, parts, t.partition)
 	if home == t.partition {
 		return
 	}

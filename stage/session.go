@@ -41,10 +41,8 @@ func (a *App) sessionOpts() []kgo.Opt {
 	)
 	if a.cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(a.cfg.SessionTimeout))
-		if hb := a.cfg.SessionTimeout / 3; hb < 3*time.Second {
-			opts = append(opts, kgo.HeartbeatInterval(hb))
-		}
 	}
+	opts = append(opts, kgo.HeartbeatInterval(heartbeatInterval(a.cfg.SessionTimeout)))
 	if a.cfg.RebalanceTimeout > 0 {
 		opts = append(opts, kgo.RebalanceTimeout(a.cfg.RebalanceTimeout))
 	}
@@ -54,10 +52,35 @@ func (a *App) sessionOpts() []kgo.Opt {
 	return opts
 }
 
-func (a *App) onAssigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+// maxHeartbeat is the longest heartbeat interval of a stage's client. On
+// Kafka a member hears of a rebalance only in the answer to a heartbeat,
+// and from the moment one member joins until the last one has, every
+// member that joined waits: its step cannot commit (GroupTransactSession
+// ends a transaction only after a heartbeat, and none runs during a join),
+// so even tasks that do not move stop. The interval bounds that wait. At a
+// third of the session timeout (1 s in the failover soak, 3 s at the
+// client's default 45 s session) every task stopped for up to that long
+// per round, and a member joining takes two cooperative rounds; the first
+// heartbeat after a join comes at 500 ms (franz-go), which stopped every
+// task of the others for that long when a departed instance came back.
+const maxHeartbeat = 250 * time.Millisecond
+
+// heartbeatInterval is a third of the session timeout (Kafka's rule), at
+// most maxHeartbeat; session 0 is the client's default, 45 s.
+func heartbeatInterval(session time.Duration) time.Duration {
+	if session > 0 && session/3 < maxHeartbeat {
+		return session / 3
+	}
+	return maxHeartbeat
+}
+
+func (a *App) onAssigned(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
 	if len(m) == 0 {
 		return // a cooperative rebalance that gave this member nothing new
 	}
+	// Before the client fetches the new partitions' offsets, which a
+	// departed owner's open transaction would hold back (fence.go).
+	a.fenceAbandoned(ctx, m)
 	a.amu.Lock()
 	defer a.amu.Unlock()
 	for t, ps := range m {
@@ -115,6 +138,8 @@ func (a *App) session(ctx context.Context) error {
 		sess.Close() // leaves the group
 		a.sessionEnded()
 	}()
+	// Every transaction's offsets name this instance (fence.go).
+	ctx = kgo.PreTxnCommitFnContext(ctx, a.nameCommits)
 	// Loading the producer ID fences every earlier incarnation of this
 	// instance and aborts its open transaction now, so restores do not wait
 	// for the transaction timeout.

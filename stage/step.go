@@ -174,11 +174,21 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 			}
 		}
 	}
-	for _, id := range ids {
-		if err := a.tasks[id].tickIfDue(ctx, sess); err != nil {
+	ts := make([]*task, len(ids))
+	for i, id := range ids {
+		ts[i] = a.tasks[id]
+		if err := ts[i].tickIfDue(ctx, sess); err != nil {
 			return err
 		}
-		if err := a.tasks[id].flush(ctx, sess); err != nil {
+	}
+	// One wait for every task's sends: a task's changelog records name its
+	// sends' offsets, so they wait for the acknowledgements, but not for
+	// another task's changelog (own.go).
+	if err := awaitSends(ctx, sess, ts); err != nil {
+		return err
+	}
+	for _, t := range ts {
+		if err := t.flush(ctx, sess); err != nil {
 			return err
 		}
 	}

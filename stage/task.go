@@ -32,6 +32,13 @@ type task struct {
 	changelog string
 	kv        *state.Store
 
+	// Committed steps' writes not yet in kv, the highest changelog
+	// checkpoint among them (-1 none), and how many steps they span
+	// (storewrites.go).
+	pending      *protocol.Batch
+	pendingCP    int64
+	pendingSteps int
+
 	inputs []headers.Channel // per source, in the stage's declaration order
 	sinks  []headers.TopicID
 	byID   map[headers.TopicID]*binding
@@ -40,18 +47,31 @@ type task struct {
 	batch  *protocol.Batch
 	clNext int64 // one past the last changelog offset produced in the step; -1 none
 	stamp  headers.Stamp
-	msg    rawMessage // the delivery being processed, reused
-	fold   foldState  // its state view, reused
+	bufs   emitBuffers // the step's emitted records and stamps (emitbuf.go)
+
+	lastSink struct { // the last emission's sink (sinkMeta)
+		name string
+		meta topicMeta
+	}
+	lastSource struct { // the last delivery's source binding (deliver)
+		id headers.TopicID
+		b  *binding
+	}
+	scopeSource struct { // the last source checkScope looked up
+		b          *binding
+		partitions int32 // 0: unknown topic
+	}
+	msg  rawMessage // the delivery being processed, reused
+	fold foldState  // its state view, reused
 
 	foldKeys foldKeyCache
 
 	tickTopic string // the stage's tick topic, "" when it does not tick
 
-	// acks are the offsets the broker acknowledged for the step's stamped
-	// sends, appended by produce promises under the env's send lock; sends
-	// counts those sends. flush hands the acknowledgements to the node
-	// (own.go).
-	acks  []headers.Coordinate
+	// acks are the acknowledgements of the step's stamped sends, written
+	// by produce promises under the env's send lock; sends counts those
+	// sends. flush hands the acknowledgements to the node (own.go).
+	acks  stepAcks
 	sends int
 	sent  func(*kgo.Record, error) // sendPromise, bound once
 
@@ -78,6 +98,7 @@ func (t *task) reset() {
 	}
 	t.clNext = -1
 	t.clearSends()
+	t.bufs.release()
 }
 
 // nodeBuilt records that the node was (re)built: the first build schedules
@@ -102,6 +123,7 @@ func (t *task) stepCommitted() {
 		t.counts.ticks++
 	}
 	t.sweeps.committed(t.env.truncateEvery)
+	t.bufs.release()
 }
 
 // stepAborted forgets the open step's tick and sweep, which the rebuilt
@@ -114,9 +136,7 @@ func (t *task) stepAborted() {
 
 func (t *task) close() {
 	t.reset()
-	if err := t.kv.Close(); err != nil {
-		t.env.log.Warn("stage: close store", "stage", t.st.name, "partition", t.partition, "err", err)
-	}
+	t.closeStore() // storewrites.go
 }
 
 // initErr classifies a node init failure: state this build cannot use
@@ -135,7 +155,9 @@ func (t *task) initErr(err error) error {
 // what its first Release delivers. Init writes go to the step's batch.
 func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts, logStarts map[string]map[int32]int64) error {
 	t.kv.DropCache() // a rebuilt node reads the file, nothing remembered from before
-	t.batch = protocol.NewBatch(t.kv)
+	// The committed state: the file under the committed steps' writes not
+	// yet in it (storewrites.go).
+	t.batch = protocol.NewBatch(t.unwritten())
 	t.clNext = -1
 	n, err := protocol.New(ctx, protocol.Config{
 		ApplicationID: t.env.appID,
@@ -237,7 +259,11 @@ func asHeaders(hs []kgo.RecordHeader) []headers.Header {
 func (t *task) deliver(ctx context.Context, sess *kgo.GroupTransactSession, ds []protocol.Delivery) error {
 	for i := range ds {
 		d := &ds[i]
-		b := t.byID[d.Topic]
+		b := t.lastSource.b
+		if b == nil || d.Topic != t.lastSource.id { // deliveries come in runs from one source
+			b = t.byID[d.Topic]
+			t.lastSource.id, t.lastSource.b = d.Topic, b
+		}
 		if b == nil {
 			return t.stepErr("", d.Offset, fmt.Errorf("delivery on undeclared channel %s", d.Channel))
 		}
@@ -276,7 +302,8 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 		return fmt.Errorf("%w: the zero Emission has no topic", ErrUndeclaredSink)
 	}
 	name := e.data.topicName()
-	if !t.st.sinkSet[name] {
+	meta, ok := t.sinkMeta(name)
+	if !ok {
 		return fmt.Errorf("%w: topic %q (stage sinks: %q)", ErrUndeclaredSink, name, t.st.Sinks())
 	}
 	defer catch(&err)
@@ -285,12 +312,11 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 		return err
 	}
 	hasKey := k != nil
-	meta := t.env.topics[name]
 	p := partitionFor(k, !hasKey, meta.partitions, t.partition)
 	if err := t.node.PrepareSendInto(&t.stamp, headers.Channel{Topic: meta.id, Partition: p}); err != nil {
 		return err
 	}
-	out := new(outRecord)
+	out := t.bufs.record()
 	hs := out.headers[:0]
 	if n := len(e.headers) + stampHeaders; n > len(out.headers) {
 		hs = make([]kgo.RecordHeader, 0, n)
@@ -298,10 +324,10 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 	for _, h := range e.headers {
 		hs = append(hs, kgo.RecordHeader(h))
 	}
-	// AppendStamp refuses reserved application header names. The send
+	// AppendStampTo refuses reserved application header names. The send
 	// sequence PrepareSend took is then never used, which is harmless: the
 	// failed step aborts and the node is rebuilt from committed state.
-	if hs, err = headers.AppendStamp(hs, &t.stamp, headers.DialectVC); err != nil {
+	if hs, t.bufs.stamps, err = headers.AppendStampTo(hs, t.bufs.stampBuf(), &t.stamp, headers.DialectVC); err != nil {
 		return fmt.Errorf("emission to %q: %w", name, err)
 	}
 	ts := m.ts
@@ -317,24 +343,29 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 	return nil
 }
 
-// stampHeaders is how many headers a vc stamp adds: vc, vc-sender, vc-seq.
-const stampHeaders = 3
-
-// outRecord is an emission's record with room for its headers, so the
-// usual emission (the stamp and at most one application header) is one
-// allocation rather than two.
-type outRecord struct {
-	kgo.Record
-	headers [stampHeaders + 1]kgo.RecordHeader
+// sinkMeta resolves an emission's topic: whether it is one of the stage's
+// sinks, and its metadata. A handler usually sends to the same topic again
+// and again, so the last answer is kept.
+func (t *task) sinkMeta(name string) (topicMeta, bool) {
+	if name == t.lastSink.name && name != "" {
+		return t.lastSink.meta, true
+	}
+	if !t.st.sinkSet[name] {
+		return topicMeta{}, false
+	}
+	meta := t.env.topics[name]
+	t.lastSink.name, t.lastSink.meta = name, meta
+	return meta, true
 }
 
-// flush writes the node's changed state into the batch and produces the
-// step's mutations to the changelog, last write per key.
+// flush reports the step's acknowledged sends to the node (awaitSends has
+// waited for them), writes the node's changed state into the batch and
+// produces the step's mutations to the changelog, last write per key.
 func (t *task) flush(ctx context.Context, sess *kgo.GroupTransactSession) error {
 	if t.node == nil {
 		return nil
 	}
-	if err := t.reportSends(ctx, sess); err != nil {
+	if err := t.reportSends(); err != nil {
 		return err
 	}
 	if err := t.node.Flush(); err != nil {
@@ -361,27 +392,6 @@ func (t *task) changelogPromise(r *kgo.Record, err error) {
 // a fresh time spares it a needless wipe and full restore at its next start
 // (state.Restore).
 const checkpointRefresh = time.Minute
-
-// commit writes the committed step's mutations and checkpoint to SQLite.
-// began is the wall-clock time the step began: every changelog record past
-// the new checkpoint is written after it.
-func (t *task) commit(ctx context.Context, began time.Time) error {
-	if t.node == nil || t.batch == nil {
-		return nil
-	}
-	muts := t.batch.Mutations()
-	cp := t.env.sent.load(&t.clNext)
-	if len(muts) == 0 && cp < 0 && began.Sub(t.kv.CheckpointTime()) < checkpointRefresh {
-		return nil
-	}
-	if err := t.kv.Apply(ctx, muts, cp, began); err != nil {
-		return fmt.Errorf("stage %q partition %d: %w", t.st.name, t.partition, err)
-	}
-	t.batch.Discard()
-	t.clNext = -1
-	t.clearSends()
-	return nil
-}
 
 // Fold state keys live beside the protocol's keys, which are ASCII and
 // never start with a control byte: 0x01 for the nil key, 0x02 and the

@@ -34,6 +34,9 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 	}
 	a.repause = false
 	want, pause := a.runnable(assigned)
+	// Held back by the assignment itself, before the restores add theirs:
+	// only these are a reason to rejoin (below).
+	heldBack := len(pause) > 0
 	for id, t := range a.tasks {
 		if !want[id] || slices.ContainsFunc(a.stageTopics(id.stage), func(tp string) bool { return dropped[topicPartition{tp, id.partition}] }) {
 			a.closeTask(t)
@@ -72,7 +75,7 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 		}
 	}
 	a.setPaused(cl, pause)
-	if len(pause) > 0 && !a.rejoined {
+	if heldBack && !a.rejoined {
 		// A static member that restarts with other sources rejoins under
 		// its old member: a Kafka coordinator hands it the assignment
 		// planned for its old subscription without a rebalance, and the
@@ -80,6 +83,10 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 		// with a known member ID, makes the coordinator see the changed
 		// subscription and rebalance; a mixed-version window that holds
 		// partitions back by design costs one extra rebalance per session.
+		// A task that restores does not count: its partitions are all
+		// assigned here, and a rebalance would only stall the group
+		// (every member's commit waits for the join to end) while the
+		// restore runs.
 		a.rejoined = true
 		a.log.Info("stage: assignment holds partitions back; asking the group to rebalance once", "partitions", pause)
 		cl.ForceRebalance()

@@ -58,9 +58,16 @@ func TestDriverPipesTicksAndRestarts(t *testing.T) {
 	}
 	d.Restart()
 	stagetest.Send(d, orders, "ann", 1)
-	d.AdvanceWallClock(time.Minute)
-	if got := values(stagetest.Read(d, totals, 2)); !slices.Equal(got, []string{"13", "3@12:03:00"}) {
+	// The total is read before the clock moves: a tick due at the same
+	// moment may run in the step before or after the order's, and both
+	// write to totals, so their order on the topic is not the stage's to
+	// promise.
+	if got := values(stagetest.Read(d, totals, 1)); !slices.Equal(got, []string{"13"}) {
 		t.Fatalf("after restart %q", got)
+	}
+	d.AdvanceWallClock(time.Minute)
+	if got := values(stagetest.Read(d, totals, 1)); !slices.Equal(got, []string{"3@12:03:00"}) {
+		t.Fatalf("tick after restart %q", got)
 	}
 	if err := d.Err(); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,109 @@
+package stage
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/parsley-go/parsley/protocol"
+)
+
+// Committed steps' writes reach the SQLite file a few steps at a time.
+//
+// The changelog is the durable copy of a task's state and the file a cache
+// of it: restore replays the changelog from the file's checkpoint. So the
+// file may lag the committed steps, as long as what the task reads is the
+// committed state. A committed step's writes join the task's unwritten
+// writes, a batch over the file that the step batch reads through, and
+// those are written in one SQLite transaction every storeEvery steps, when
+// they hold storeMaxKeys keys, when the file's checkpoint time is
+// checkpointRefresh old, and when the task closes. Keys written by every
+// step (the node's frontiers, sequences and acknowledged sends; a fold's
+// hot keys) then cost one row write per few steps, not one per step.
+//
+// A crash loses at most the unwritten steps, which the restore replays
+// from the changelog: the checkpoint written with them is the highest
+// changelog offset of the steps they merge, and its time the time the
+// writing step began, so every changelog record past the checkpoint is
+// written after that time, as Store.Apply requires.
+const (
+	storeEvery        = 32   // committed steps per SQLite transaction, at most
+	storeMaxKeys      = 4096 // unwritten keys that write at once
+	storeCloseTimeout = 10 * time.Second
+)
+
+// unwritten returns the task's committed writes not yet in the file.
+func (t *task) unwritten() *protocol.Batch {
+	if t.pending == nil {
+		t.pending = protocol.NewBatch(t.kv)
+		t.pendingCP = -1
+	}
+	return t.pending
+}
+
+// commit takes in the committed step's writes and changelog checkpoint and
+// writes the unwritten ones to the file when due. began is the wall-clock
+// time the step began: every changelog record past the new checkpoint is
+// written after it.
+func (t *task) commit(ctx context.Context, began time.Time) error {
+	if t.node == nil || t.batch == nil {
+		return nil
+	}
+	p := t.unwritten()
+	for _, m := range t.batch.Mutations() {
+		if m.Delete {
+			_ = p.Delete(m.Key) // a Batch write never fails
+		} else {
+			_ = p.Put(m.Key, m.Value)
+		}
+	}
+	if cp := t.env.sent.load(&t.clNext); cp >= 0 {
+		t.pendingCP = max(t.pendingCP, cp)
+	}
+	t.batch.Discard()
+	t.clNext = -1
+	t.clearSends()
+	if p.Len() > 0 || t.pendingCP >= 0 {
+		t.pendingSteps++
+	}
+	due := t.pendingSteps >= storeEvery || p.Len() >= storeMaxKeys ||
+		began.Sub(t.kv.CheckpointTime()) >= checkpointRefresh
+	if !due {
+		return nil
+	}
+	if err := t.writeUnwritten(ctx, began); err != nil {
+		return fmt.Errorf("stage %q partition %d: %w", t.st.name, t.partition, err)
+	}
+	return nil
+}
+
+// writeUnwritten writes the unwritten steps and their checkpoint to the
+// file in one transaction, with at as the checkpoint time (the zero Time
+// keeps the file's). On failure they stay unwritten.
+func (t *task) writeUnwritten(ctx context.Context, at time.Time) error {
+	p := t.unwritten()
+	if err := t.kv.Apply(ctx, p.Mutations(), t.pendingCP, at); err != nil {
+		return err
+	}
+	p.Discard()
+	t.pendingCP, t.pendingSteps = -1, 0
+	return nil
+}
+
+// closeStore writes what is unwritten and closes the file. A failed write
+// only makes the next restore replay more of the changelog.
+func (t *task) closeStore() {
+	if t.pending != nil && (t.pending.Len() > 0 || t.pendingCP >= 0) {
+		ctx, cancel := context.WithTimeout(context.Background(), storeCloseTimeout)
+		// The zero time keeps the file's checkpoint time: no step is
+		// beginning whose time could stand for the unwritten records.
+		if err := t.writeUnwritten(ctx, time.Time{}); err != nil {
+			t.env.log.Warn("stage: write committed state at close; the next restore replays it from the changelog",
+				"stage", t.st.name, "partition", t.partition, "err", err)
+		}
+		cancel()
+	}
+	if err := t.kv.Close(); err != nil {
+		t.env.log.Warn("stage: close store", "stage", t.st.name, "partition", t.partition, "err", err)
+	}
+}
