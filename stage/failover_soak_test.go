@@ -231,6 +231,19 @@ func TestFailoverSoak(t *testing.T) {
 			return
 		}
 		defer cl.Close()
+		// send produces recs and adds them to the ground truth.
+		send := func(recs []*kgo.Record) bool {
+			if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+				t.Error(err)
+				return false
+			}
+			mu.Lock()
+			for _, r := range recs {
+				want[string(r.Key)] = append(want[string(r.Key)], string(r.Value))
+			}
+			mu.Unlock()
+			return true
+		}
 		// The preload: keys k<p>-<i>, each once, in batches.
 		for i := 0; i < preload && ctx.Err() == nil; i += 500 {
 			var recs []*kgo.Record
@@ -239,15 +252,9 @@ func TestFailoverSoak(t *testing.T) {
 					recs = append(recs, &kgo.Record{Topic: "in", Partition: p, Key: fmt.Appendf(nil, "k%d-%d", p, j), Value: []byte("pre")})
 				}
 			}
-			if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-				t.Error(err)
+			if !send(recs) {
 				return
 			}
-			mu.Lock()
-			for _, r := range recs {
-				want[string(r.Key)] = append(want[string(r.Key)], string(r.Value))
-			}
-			mu.Unlock()
 		}
 		for i := 0; ctx.Err() == nil; i++ {
 			var recs []*kgo.Record
@@ -255,15 +262,9 @@ func TestFailoverSoak(t *testing.T) {
 				k, v := fmt.Sprintf("k%d", p), fmt.Sprintf("v%d", i)
 				recs = append(recs, &kgo.Record{Topic: "in", Partition: p, Key: []byte(k), Value: []byte(v)})
 			}
-			if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-				t.Error(err)
+			if !send(recs) {
 				return
 			}
-			mu.Lock()
-			for _, r := range recs {
-				want[string(r.Key)] = append(want[string(r.Key)], string(r.Value))
-			}
-			mu.Unlock()
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
