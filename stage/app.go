@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
+	"github.com/parsley-go/parsley/internal/state"
 	"github.com/parsley-go/parsley/internal/wait"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -92,6 +93,8 @@ type App struct {
 	hooks hooks
 
 	scope scopeWarnings // deliveries claiming causes another task consumes (scope.go)
+
+	standby standbys // standby tasks (standby.go)
 }
 
 // hooks are test seams. Each is nil in production.
@@ -110,6 +113,11 @@ type hooks struct {
 	opened func(stage string, partition int32)
 	// restore runs on a task's restore goroutine before it restores.
 	restore func(ctx context.Context, stage string, partition int32)
+	// restored runs on a task's restore goroutine after it restored,
+	// while the goroutine still owns the store.
+	restored func(stage string, partition int32, res state.Restored, err error, kv *state.Store)
+	// standbyProgress runs on a standby's goroutine after every poll.
+	standbyProgress func(ctx context.Context, stage string, partition int32, p state.TailProgress)
 }
 
 type topicMeta struct {
@@ -136,6 +144,7 @@ func New(cfg Config, stages ...*Stage) (*App, error) {
 		dropped:  make(map[topicPartition]bool),
 		tasks:    make(map[taskID]*task),
 	}
+	a.standby = standbys{host: a.newStandbyHost(), jobs: make(map[taskID]*standbyJob), retry: make(map[taskID]time.Time)}
 	for i, s := range stages {
 		for _, b := range s.sources {
 			a.bySource[b.topic] = append(a.bySource[b.topic], i)

@@ -27,7 +27,13 @@ import (
 // step aborts, or commits first under the exactly-once rules) and rejoin;
 // the second gives it to the new owner. Tasks at other partition numbers
 // keep processing throughout.
-type coPartitioner struct{}
+//
+// Standby placement rides along (standby.go): a member's join reports the
+// standby copies it keeps, the plan prefers a warm member for a partition
+// number that lost its owner, and each member's assignment carries its
+// standby partition numbers. host is this member's side of that, nil in
+// tests of the plan alone.
+type coPartitioner struct{ host *standbyHost }
 
 // The eager predecessor was "parsley-copartitioned". A group cannot mix
 // eager and cooperative members of one protocol name, so the cooperative
@@ -35,11 +41,12 @@ type coPartitioner struct{}
 func (coPartitioner) ProtocolName() string { return "parsley-copartitioned-coop" }
 func (coPartitioner) IsCooperative() bool  { return true }
 
-func (coPartitioner) JoinGroupMetadata(topics []string, owned map[string][]int32, generation int32) []byte {
+func (c coPartitioner) JoinGroupMetadata(topics []string, owned map[string][]int32, generation int32) []byte {
 	meta := kmsg.NewConsumerMemberMetadata()
 	meta.Version = 3
 	meta.Topics = topics
 	meta.Generation = generation
+	meta.UserData = c.host.joinUserData()
 	for _, t := range slices.Sorted(maps.Keys(owned)) {
 		o := kmsg.NewConsumerMemberMetadataOwnedPartition()
 		o.Topic = t
@@ -49,8 +56,8 @@ func (coPartitioner) JoinGroupMetadata(topics []string, owned map[string][]int32
 	return meta.AppendTo(nil)
 }
 
-func (coPartitioner) ParseSyncAssignment(b []byte) (map[string][]int32, error) {
-	return kgo.ParseConsumerSyncAssignment(b)
+func (c coPartitioner) ParseSyncAssignment(b []byte) (map[string][]int32, error) {
+	return c.host.parseAssignment(b)
 }
 
 func (c coPartitioner) MemberBalancer(members []kmsg.JoinGroupResponseMember) (kgo.GroupMemberBalancer, map[string]struct{}, error) {
@@ -62,7 +69,6 @@ func (c coPartitioner) MemberBalancer(members []kmsg.JoinGroupResponseMember) (k
 }
 
 func (coPartitioner) Balance(b *kgo.ConsumerBalancer, topics map[string]int32) kgo.IntoSyncAssignment {
-	plan := b.NewPlan()
 	var views []memberView
 	var refs []*kmsg.JoinGroupResponseMember
 	b.EachMember(func(m *kmsg.JoinGroupResponseMember, meta *kmsg.ConsumerMemberMetadata) {
@@ -76,15 +82,25 @@ func (coPartitioner) Balance(b *kgo.ConsumerBalancer, topics map[string]int32) k
 		for _, o := range meta.OwnedPartitions {
 			v.owned[o.Topic] = append(v.owned[o.Topic], o.Partitions...)
 		}
+		v.standbys, v.warm = readJoinUserData(meta.UserData)
 		views = append(views, v)
 		refs = append(refs, m)
 	})
-	for i, assigned := range planCoPartitioned(views, topics) {
-		for _, t := range slices.Sorted(maps.Keys(assigned)) {
-			plan.AddPartitions(refs[i], t, assigned[t])
-		}
+	assigned, owner, claimants := planOwners(views, topics)
+	return syncAssignments(refs, assigned, planStandbys(views, owner, claimants))
+}
+
+// rankMembers returns the indexes of members ranked by instance ID, then
+// member ID, so every leader computes the same plan from the same join.
+func rankMembers(members []memberView) []int {
+	rank := make([]int, len(members))
+	for i := range rank {
+		rank[i] = i
 	}
-	return plan
+	slices.SortFunc(rank, func(x, y int) int {
+		return cmp.Or(cmp.Compare(members[x].instance, members[y].instance), cmp.Compare(members[x].id, members[y].id))
+	})
+	return rank
 }
 
 // memberView is what the balancer reads of one member's join.
@@ -93,6 +109,8 @@ type memberView struct {
 	topics       map[string]bool    // the topics it subscribes to
 	owned        map[string][]int32 // what it holds now
 	generation   int32              // the generation of that holding
+	standbys     int                // the Config.Standbys it runs with (standby.go)
+	warm         map[int32]bool     // the partition numbers it keeps standby copies of
 }
 
 // planCoPartitioned assigns partition numbers to members and returns, per
@@ -100,28 +118,30 @@ type memberView struct {
 // Members are ranked by instance ID, then member ID, so every leader
 // computes the same plan from the same join.
 func planCoPartitioned(members []memberView, topics map[string]int32) []map[string][]int32 {
-	out := make([]map[string][]int32, len(members))
+	out, _, _ := planOwners(members, topics)
+	return out
+}
+
+// planOwners is planCoPartitioned that also returns, per partition number,
+// its planned owner (an index into members) and the members holding any of
+// its partitions now, for standby placement (standby.go).
+func planOwners(members []memberView, topics map[string]int32) (out []map[string][]int32, owner []int, claimants [][]int) {
+	out = make([]map[string][]int32, len(members))
 	for i := range out {
 		out[i] = make(map[string][]int32)
 	}
 	n := len(members)
 	if n == 0 {
-		return out
+		return out, nil, nil
 	}
-	rank := make([]int, n)
-	for i := range rank {
-		rank[i] = i
-	}
-	slices.SortFunc(rank, func(x, y int) int {
-		return cmp.Or(cmp.Compare(members[x].instance, members[y].instance), cmp.Compare(members[x].id, members[y].id))
-	})
+	rank := rankMembers(members)
 	var parts int32
 	for _, c := range topics {
 		parts = max(parts, c)
 	}
 	// Who holds partition p now: every member holding any topic at p, and
 	// the one with the newest holding, which keeps p if its share allows.
-	claimants := make([][]int, parts)
+	claimants = make([][]int, parts)
 	current := make([]int, parts)
 	for p := range current {
 		current[p] = -1
@@ -142,7 +162,7 @@ func planCoPartitioned(members []memberView, topics map[string]int32) []map[stri
 	}
 	// Shares: every member base numbers, extra of them one more.
 	base, extra := int(parts)/n, int(parts)%n
-	owner := make([]int, parts)
+	owner = make([]int, parts)
 	count := make([]int, n)
 	for p := range owner {
 		owner[p] = -1
@@ -158,6 +178,7 @@ func planCoPartitioned(members []memberView, topics map[string]int32) []map[stri
 			extra--
 		}
 	}
+	extra = ownWarm(members, rank, owner, count, base, extra) // standby.go
 	for p := range owner {
 		if owner[p] >= 0 {
 			continue
@@ -188,5 +209,5 @@ func planCoPartitioned(members []memberView, topics map[string]int32) []map[stri
 			}
 		}
 	}
-	return out
+	return out, owner, claimants
 }

@@ -60,6 +60,17 @@ type Config struct {
 	// file per task). Deleting it loses nothing: stores restore from the
 	// changelogs.
 	StateDir string
+	// Standbys is how many other instances keep a warm copy of each task's
+	// store by tailing its changelog (default 0, none), as Kafka Streams'
+	// num.standby.replicas. A task that moves to an instance with a copy
+	// restores only the changelog tail the copy had not applied. A copy is
+	// never kept on the instance that runs the task, and at most one per
+	// instance, so more copies than other instances are not placed. Each
+	// copy costs its instance a changelog reader and a store file.
+	//
+	// The group leader places the copies: the count is the largest any
+	// member runs with, and instances running with 0 keep none.
+	Standbys int
 
 	// OnStepError is the policy after a failed step (default StopOnError).
 	OnStepError ErrorPolicy
@@ -152,6 +163,9 @@ func (c *Config) validate(stages []*Stage) error {
 	}
 	if c.StateDir == "" {
 		bad("no StateDir")
+	}
+	if c.Standbys < 0 {
+		bad("Standbys %d: the number of standby copies per task cannot be negative", c.Standbys)
 	}
 	if c.OnStepError != StopOnError && c.OnStepError != RetryOnError {
 		bad("unknown OnStepError policy %d", c.OnStepError)

@@ -1,6 +1,7 @@
 package stage
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/state"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -29,16 +31,35 @@ import (
 // only when PARSLEY_FAILOVER_SOAK names a duration:
 //
 //	PARSLEY_FAILOVER_SOAK=2m go test ./stage -run TestFailoverSoak -v
+//
+// The instances run with one standby per task; PARSLEY_FAILOVER_STANDBYS
+// sets another count (0: none). Every task restore is logged with what it
+// read, so the figures show what the standbys spared. To give the tasks
+// state that costs something to restore, PARSLEY_FAILOVER_PRELOAD=n first
+// sends n records with distinct keys to every partition (each a fold key
+// in the task's store) and waits for their outputs before the kills.
 const (
 	envFailoverSoak     = "PARSLEY_FAILOVER_SOAK"
 	envFailoverInstance = "PARSLEY_FAILOVER_INSTANCE"
+	envFailoverStandbys = "PARSLEY_FAILOVER_STANDBYS"
+	envFailoverPreload  = "PARSLEY_FAILOVER_PRELOAD"
 	// envFailoverClientLog, when set, makes every stage process log its
 	// client's group and transaction events to stderr.
 	envFailoverClientLog = "PARSLEY_FAILOVER_CLIENT_LOG"
 	failoverChildMode    = "failover"
 	soakSessionTimeout   = 3 * time.Second
 	soakPartitions       = 6
+	soakRestoreLog       = "restores.log"
 )
+
+// soakStandbys is the soak's standby count: PARSLEY_FAILOVER_STANDBYS, or 1.
+func soakStandbys() (int, error) {
+	s := os.Getenv(envFailoverStandbys)
+	if s == "" {
+		return 1, nil
+	}
+	return strconv.Atoi(s)
+}
 
 // failoverChild runs a counting stage whose outputs name the instance and
 // the process that produced them, until it is killed or interrupted.
@@ -72,13 +93,74 @@ func failoverChild() int {
 			return time.Now().Format("15:04:05.000 ") + proc + " "
 		}))}
 	}
+	var err error
+	if cfg.Standbys, err = soakStandbys(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	a, err := New(cfg, st)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	restores, err := os.OpenFile(filepath.Join(os.Getenv(envDir), soakRestoreLog), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer restores.Close()
+	var mu sync.Mutex
+	began := make(map[int32]time.Time)
+	a.hooks.restore = func(_ context.Context, _ string, p int32) {
+		mu.Lock()
+		began[p] = time.Now()
+		mu.Unlock()
+	}
+	a.hooks.restored = func(_ string, p int32, res state.Restored, err error, _ *state.Store) {
+		mu.Lock()
+		took := time.Since(began[p])
+		mu.Unlock()
+		if err == nil {
+			// One short write per line: appends from the processes do not
+			// interleave.
+			fmt.Fprintf(restores, "%s %d %d %d %d %d %d\n", proc, time.Now().UnixMilli(), took.Milliseconds(), p, res.From, res.To, res.Records)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := Run(ctx, cfg, st); err != nil {
+	if err := a.Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return 0
+}
+
+// soakRestore is one task restore a soak process logged.
+type soakRestore struct {
+	process         string
+	at              time.Time // when it ended
+	took            time.Duration
+	partition       int32
+	from, to, reads int64
+}
+
+func readSoakRestores(t *testing.T, path string) []soakRestore {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []soakRestore
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var r soakRestore
+		var ms, took int64
+		if _, err := fmt.Sscanf(line, "%s %d %d %d %d %d %d", &r.process, &ms, &took, &r.partition, &r.from, &r.to, &r.reads); err != nil {
+			t.Fatalf("restore log line %q: %v", line, err)
+		}
+		r.at, r.took = time.UnixMilli(ms), time.Duration(took)*time.Millisecond
+		out = append(out, r)
+	}
+	return out
 }
 
 // arrival is one output as the soak's reader saw it commit.
@@ -94,6 +176,16 @@ func TestFailoverSoak(t *testing.T) {
 	d, err := time.ParseDuration(os.Getenv(envFailoverSoak))
 	if err != nil || d <= 0 {
 		t.Skipf("set %s to a duration to run the failover soak", envFailoverSoak)
+	}
+	standbys, err := soakStandbys()
+	if err != nil || standbys < 0 {
+		t.Fatalf("%s=%q: want a count", envFailoverStandbys, os.Getenv(envFailoverStandbys))
+	}
+	preload := 0
+	if s := os.Getenv(envFailoverPreload); s != "" {
+		if preload, err = strconv.Atoi(s); err != nil || preload < 0 {
+			t.Fatalf("%s=%q: want a count", envFailoverPreload, s)
+		}
 	}
 	e := newEnv(t, broker.Topic{Name: "in", Partitions: soakPartitions}, broker.Topic{Name: "out", Partitions: soakPartitions})
 	e.changelogs(soakPartitions, counterStage(NewTopic("in", String(), String()), NewTopic("out", String(), String())))
@@ -139,21 +231,40 @@ func TestFailoverSoak(t *testing.T) {
 			return
 		}
 		defer cl.Close()
-		for i := 0; ctx.Err() == nil; i++ {
-			var recs []*kgo.Record
-			for p := range int32(soakPartitions) {
-				k, v := fmt.Sprintf("k%d", p), fmt.Sprintf("v%d", i)
-				recs = append(recs, &kgo.Record{Topic: "in", Partition: p, Key: []byte(k), Value: []byte(v)})
-			}
+		// send produces recs and adds them to the ground truth.
+		send := func(recs []*kgo.Record) bool {
 			if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 				t.Error(err)
-				return
+				return false
 			}
 			mu.Lock()
 			for _, r := range recs {
 				want[string(r.Key)] = append(want[string(r.Key)], string(r.Value))
 			}
 			mu.Unlock()
+			return true
+		}
+		// The preload: keys k<p>-<i>, each once, in batches.
+		for i := 0; i < preload && ctx.Err() == nil; i += 500 {
+			var recs []*kgo.Record
+			for p := range int32(soakPartitions) {
+				for j := i; j < min(i+500, preload); j++ {
+					recs = append(recs, &kgo.Record{Topic: "in", Partition: p, Key: fmt.Appendf(nil, "k%d-%d", p, j), Value: []byte("pre")})
+				}
+			}
+			if !send(recs) {
+				return
+			}
+		}
+		for i := 0; ctx.Err() == nil; i++ {
+			var recs []*kgo.Record
+			for p := range int32(soakPartitions) {
+				k, v := fmt.Sprintf("k%d", p), fmt.Sprintf("v%d", i)
+				recs = append(recs, &kgo.Record{Topic: "in", Partition: p, Key: []byte(k), Value: []byte(v)})
+			}
+			if !send(recs) {
+				return
+			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
@@ -178,7 +289,8 @@ func TestFailoverSoak(t *testing.T) {
 				n, _ := strconv.Atoi(ns)
 				// Key kp came from input partition p: the task's
 				// partition (outputs are partitioned by key hash).
-				p, _ := strconv.Atoi(strings.TrimPrefix(k, "k"))
+				kp, _, _ := strings.Cut(strings.TrimPrefix(k, "k"), "-")
+				p, _ := strconv.Atoi(kp)
 				mu.Lock()
 				arrivals = append(arrivals, arrival{at: now, partition: int32(p), key: k, val: val, n: n, process: inst})
 				mu.Unlock()
@@ -205,6 +317,15 @@ func TestFailoverSoak(t *testing.T) {
 	}
 	var kills []killEvent
 	time.Sleep(8 * time.Second) // the group settles
+	for preload > 0 {
+		mu.Lock()
+		n := len(arrivals)
+		mu.Unlock()
+		if n >= preload*soakPartitions {
+			break
+		}
+		time.Sleep(time.Second)
+	}
 	deadline := time.Now().Add(d)
 	for round := 0; time.Now().Before(deadline); round++ {
 		id := ids[round%len(ids)]
@@ -333,14 +454,30 @@ func TestFailoverSoak(t *testing.T) {
 			rejoinStall = append(rejoinStall, longest)
 		}
 	}
-	pct := func(ds []time.Duration, q float64) time.Duration {
-		if len(ds) == 0 {
-			return 0
-		}
-		s := slices.Sorted(slices.Values(ds))
-		return s[min(len(s)-1, int(q*float64(len(s))))]
+	pct := quantile[time.Duration]
+	// What the restores of the moved tasks read after a permanent kill,
+	// against what a full restore would have read then: the changelog's
+	// committed data records below where the restore ended.
+	changelog := ChangelogTopic("app", "count")
+	records := make(map[int32][]int64)
+	for p := range int32(soakPartitions) {
+		records[p] = e.changelogDataOffsets(changelog, p)
 	}
-	t.Logf("%d kills over %v; %d outputs", len(kills), d, len(arrivals))
+	var tailReads, fullReads []int
+	var restoreTook []time.Duration
+	for _, r := range readSoakRestores(t, filepath.Join(dir, soakRestoreLog)) {
+		for _, k := range kills {
+			if k.permanent && k.owned[r.partition] && r.process != k.process && !r.at.Before(k.at) && r.at.Before(k.at.Add(soakSessionTimeout+5*time.Second)) {
+				n, _ := slices.BinarySearch(records[r.partition], r.to)
+				t.Logf("kill of %s at %s: partition %d restored by %s from %d to %d, %d records read (full: %d), took %v",
+					k.process, k.at.Format("15:04:05.000"), r.partition, r.process, r.from, r.to, r.reads, n, r.took)
+				tailReads = append(tailReads, int(r.reads))
+				fullReads = append(fullReads, n)
+				restoreTook = append(restoreTook, r.took)
+			}
+		}
+	}
+	t.Logf("%d kills over %v with %d standbys, %d preloaded keys per partition; %d outputs", len(kills), d, standbys, preload, len(arrivals))
 	for _, f := range []struct {
 		what string
 		ds   []time.Duration
@@ -352,4 +489,18 @@ func TestFailoverSoak(t *testing.T) {
 	} {
 		t.Logf("%s p50 %v p99 %v (n=%d)", f.what, pct(f.ds, 0.5).Round(time.Millisecond), pct(f.ds, 0.99).Round(time.Millisecond), len(f.ds))
 	}
+	t.Logf("killed for good: the moved tasks' restores read p50 %d p99 %d changelog records, taking p50 %v p99 %v; a full restore then: p50 %d p99 %d records (n=%d)",
+		quantile(tailReads, 0.5), quantile(tailReads, 0.99), quantile(restoreTook, 0.5), quantile(restoreTook, 0.99),
+		quantile(fullReads, 0.5), quantile(fullReads, 0.99), len(tailReads))
+}
+
+// quantile returns the q-quantile of xs (nearest rank), the zero value of
+// an empty slice.
+func quantile[T cmp.Ordered](xs []T, q float64) T {
+	if len(xs) == 0 {
+		var zero T
+		return zero
+	}
+	s := slices.Sorted(slices.Values(xs))
+	return s[min(len(s)-1, int(q*float64(len(s))))]
 }

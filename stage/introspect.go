@@ -59,11 +59,18 @@ type TaskInfo struct {
 	// off the step path; it joins the steps when the restore ends. The
 	// instance's other tasks go on processing meanwhile.
 	Restoring bool
+	// Standby: this instance does not run the task but keeps a warm copy
+	// of its store by tailing its changelog (Config.Standbys); Held is 0.
+	// Lag is how many changelog offsets the copy trails by, as of its last
+	// poll, and -1 until it first caught up.
+	Standby bool
+	Lag     int64
 }
 
-// Tasks returns the tasks this instance runs, sorted by stage name and
-// partition. Like ExplainHolds it reads the snapshot published after every
-// step and idle poll, so it never waits for a step.
+// Tasks returns the tasks this instance runs, and those it keeps standby
+// copies of, sorted by stage name and partition (an instance never has
+// both for one task). Like ExplainHolds it reads the snapshot published
+// after every step and idle poll, so it never waits for a step.
 func (a *App) Tasks() []TaskInfo {
 	snap := a.snap.Load()
 	if snap == nil {
@@ -76,6 +83,9 @@ func (a *App) Tasks() []TaskInfo {
 			ti.Held = t.held
 		}
 		out = append(out, ti)
+	}
+	for _, s := range snap.standbys {
+		out = append(out, TaskInfo{Stage: s.stage, Partition: s.partition, Standby: true, Lag: s.lag})
 	}
 	slices.SortFunc(out, func(x, y TaskInfo) int {
 		return cmp.Or(strings.Compare(x.Stage, y.Stage), cmp.Compare(x.Partition, y.Partition))

@@ -32,6 +32,8 @@ const (
 	metricStepLatency    = "parsley_step_duration_seconds"
 	metricScopeCrossings = "parsley_cross_task_claims_total"
 	metricRestoring      = "parsley_task_restoring"
+	metricStandby        = "parsley_task_standby"
+	metricStandbyLag     = "parsley_task_standby_lag"
 	labelStage           = "stage"
 	labelPartition       = "partition"
 	labelTopic           = "topic"
@@ -56,7 +58,7 @@ type descs struct {
 	delivered, replays, sweepsSkipped, ticks         *prometheus.Desc
 	stampOffsets, stampSeqs, stepCommits, stepAborts *prometheus.Desc
 	scopeCrossings                                   *prometheus.Desc
-	restoring                                        *prometheus.Desc
+	restoring, standby, standbyLag                   *prometheus.Desc
 }
 
 func newDescs(app string) *descs {
@@ -82,7 +84,9 @@ func newDescs(app string) *descs {
 		scopeCrossings: d(metricScopeCrossings, "Records delivered in committed steps that claim an offset on another partition of a source topic of the stage, "+
 			"a cause another task consumes and this one does not wait for, while murmur2 of their key names another partition than the one they are on.",
 			[]string{labelStage, labelTopic, labelClaimedTopic}),
-		restoring: d(metricRestoring, "1 while the task's store is being restored from its changelog (it processes nothing), 0 once it is active.", task),
+		restoring:  d(metricRestoring, "1 while the task's store is being restored from its changelog (it processes nothing), 0 once it is active.", task),
+		standby:    d(metricStandby, "1 for a task this instance keeps a standby copy of (Config.Standbys), 0 for a task it runs.", task),
+		standbyLag: d(metricStandbyLag, "Changelog offsets a standby copy trails the task's changelog by, as of its last poll; -1 until it first caught up.", task),
 	}
 }
 
@@ -94,7 +98,7 @@ type metricsCollector struct {
 func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := c.d
 	for _, x := range []*prometheus.Desc{d.held, d.heldAge, d.topicHeld, d.topicHeldAge, d.delivered, d.replays,
-		d.sweepsSkipped, d.ticks, d.stampOffsets, d.stampSeqs, d.stepCommits, d.stepAborts, d.scopeCrossings, d.restoring} {
+		d.sweepsSkipped, d.ticks, d.stampOffsets, d.stampSeqs, d.stepCommits, d.stepAborts, d.scopeCrossings, d.restoring, d.standby, d.standbyLag} {
 		ch <- x
 	}
 	c.a.latency.h.Describe(ch)
@@ -135,6 +139,7 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 			restoring = 1
 		}
 		gauge(d.restoring, restoring)
+		gauge(d.standby, 0)
 		gauge(d.heldAge, float64(oldest.Milliseconds()))
 		gauge(d.stampOffsets, float64(t.stampOffsets))
 		gauge(d.stampSeqs, float64(t.stampSeqs))
@@ -142,6 +147,11 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(d.replays, t.replays)
 		counter(d.sweepsSkipped, t.sweepsSkipped)
 		counter(d.ticks, t.ticks)
+	}
+	for _, s := range snap.standbys {
+		p := strconv.Itoa(int(s.partition))
+		ch <- prometheus.MustNewConstMetric(d.standby, prometheus.GaugeValue, 1, s.stage, p)
+		ch <- prometheus.MustNewConstMetric(d.standbyLag, prometheus.GaugeValue, float64(s.lag), s.stage, p)
 	}
 }
 

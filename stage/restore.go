@@ -42,6 +42,9 @@ func (a *App) startRestore(t *task) {
 			a.hooks.restore(ctx, t.st.name, t.partition)
 		}
 		j.res, j.err = state.Restore(ctx, a.admin, newClient, t.changelog, t.partition, t.kv, a.cfg.WallClock)
+		if a.hooks.restored != nil {
+			a.hooks.restored(t.st.name, t.partition, j.res, j.err, t.kv)
+		}
 	}()
 }
 

@@ -33,7 +33,7 @@ func (a *App) sessionOpts() []kgo.Opt {
 		kgo.ConsumeTopics(sources...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
-		kgo.Balancers(coPartitioner{}),
+		kgo.Balancers(coPartitioner{host: a.standby.host}),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.OnPartitionsAssigned(a.onAssigned),
 		kgo.OnPartitionsRevoked(a.onRevoked),
@@ -173,6 +173,7 @@ func (a *App) session(ctx context.Context) error {
 		if err := a.finishRestores(); err != nil {
 			return err
 		}
+		a.tendStandbys(ctx)
 		if err := a.reconcile(ctx, sess.Client()); err != nil {
 			return err
 		}

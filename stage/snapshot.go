@@ -16,9 +16,10 @@ import (
 
 // snapshot is one publication: an entry per task, and readiness.
 type snapshot struct {
-	tasks []taskSnapshot
-	ready bool
-	why   string // why not ready
+	tasks    []taskSnapshot
+	standbys []standbySnapshot // standby.go
+	ready    bool
+	why      string // why not ready
 }
 
 type taskSnapshot struct {
@@ -91,6 +92,7 @@ func (a *App) observe() {
 		}
 		snap.tasks = append(snap.tasks, ts)
 	}
+	snap.standbys = a.standbySnapshots()
 	if snap.ready && len(notReady) > 0 {
 		snap.ready = false
 		snap.why = strings.Join(notReady, "; ")

@@ -43,6 +43,9 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 			delete(a.tasks, id)
 		}
 	}
+	// Standbys of tasks that become active here stop first: their store
+	// file is the task's (standby.go).
+	a.syncStandbys(ctx, want)
 	var ids []taskID
 	for id := range want {
 		if a.tasks[id] == nil {
@@ -134,6 +137,7 @@ func (a *App) closeTasks() {
 		a.closeTask(t)
 		delete(a.tasks, id)
 	}
+	a.stopStandbys()
 }
 
 // startPositions returns, per source partition of the tasks in need,

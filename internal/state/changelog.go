@@ -59,6 +59,10 @@ type Restored struct {
 	Age, Window time.Duration
 	// From is the store's checkpoint before the restore, To after it.
 	From, To int64
+	// Records counts the changelog data records the replay read (control
+	// records aside): what the restore cost. A store kept warm by a
+	// standby (Tailer) reads only the tail it had not applied.
+	Records int64
 }
 
 // Why a store is wiped before a replay.
@@ -188,33 +192,11 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 			}
 		}
 		for pos < lso {
-			pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-			fs := cl.PollFetches(pctx)
-			cancel()
-			if err := ctx.Err(); err != nil {
+			muts, next, _, err := poll(ctx, cl, "restore", pos)
+			if err != nil {
 				return res, err
 			}
-			var ferr error
-			fs.EachError(func(t string, part int32, err error) {
-				if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && ferr == nil {
-					ferr = fmt.Errorf("state: restore %s[%d]: fetch: %w", t, part, err)
-				}
-			})
-			if ferr != nil {
-				return res, ferr
-			}
-			var muts []protocol.Mutation
-			next := pos
-			fs.EachRecord(func(r *kgo.Record) {
-				if r.Offset < next {
-					return
-				}
-				next = r.Offset + 1
-				if r.Attrs.IsControl() {
-					return
-				}
-				muts = append(muts, protocol.Mutation{Key: string(r.Key), Value: r.Value, Delete: r.Value == nil})
-			})
+			res.Records += int64(len(muts))
 			if next > pos {
 				// The zero time keeps the recorded one: these records were
 				// written at any time before now.
