@@ -43,6 +43,12 @@ const (
 	envFailoverInstance = "PARSLEY_FAILOVER_INSTANCE"
 	envFailoverStandbys = "PARSLEY_FAILOVER_STANDBYS"
 	envFailoverPreload  = "PARSLEY_FAILOVER_PRELOAD"
+	// envFailoverKeyed, when set, makes the producer key every live record
+	// with a key whose murmur2 partition is the one it writes to, as a
+	// keyed producer would: each task's outputs then stay on its own output
+	// partition. By default keys land on any partition, so the tasks share
+	// output partitions (a re-keying topology).
+	envFailoverKeyed = "PARSLEY_FAILOVER_KEYED"
 	// envFailoverClientLog, when set, makes every stage process log its
 	// client's group and transaction events to stderr.
 	envFailoverClientLog = "PARSLEY_FAILOVER_CLIENT_LOG"
@@ -256,10 +262,17 @@ func TestFailoverSoak(t *testing.T) {
 				return
 			}
 		}
+		keys := make([]string, soakPartitions)
+		for p := range int32(soakPartitions) {
+			keys[p] = fmt.Sprintf("k%d", p)
+			if os.Getenv(envFailoverKeyed) != "" {
+				keys[p] = keyOnPartition(keys[p], p, soakPartitions)
+			}
+		}
 		for i := 0; ctx.Err() == nil; i++ {
 			var recs []*kgo.Record
 			for p := range int32(soakPartitions) {
-				k, v := fmt.Sprintf("k%d", p), fmt.Sprintf("v%d", i)
+				k, v := keys[p], fmt.Sprintf("v%d", i)
 				recs = append(recs, &kgo.Record{Topic: "in", Partition: p, Key: []byte(k), Value: []byte(v)})
 			}
 			if !send(recs) {
@@ -289,7 +302,10 @@ func TestFailoverSoak(t *testing.T) {
 				n, _ := strconv.Atoi(ns)
 				// Key kp came from input partition p: the task's
 				// partition (outputs are partitioned by key hash).
-				kp, _, _ := strings.Cut(strings.TrimPrefix(k, "k"), "-")
+				kp := strings.TrimPrefix(k, "k")
+				if i := strings.IndexAny(kp, "-."); i >= 0 {
+					kp = kp[:i] // k<p>-<i> preloaded, k<p>.<i> keyed
+				}
 				p, _ := strconv.Atoi(kp)
 				mu.Lock()
 				arrivals = append(arrivals, arrival{at: now, partition: int32(p), key: k, val: val, n: n, process: inst})
@@ -503,4 +519,19 @@ func quantile[T cmp.Ordered](xs []T, q float64) T {
 	}
 	s := slices.Sorted(slices.Values(xs))
 	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// keyOnPartition returns base, or base with a suffix, whose murmur2
+// partition among n (what the stage's sends use) is p.
+func keyOnPartition(base string, p int32, n int) string {
+	tp := kgo.StickyKeyPartitioner(nil).ForTopic("out")
+	for i := 0; ; i++ {
+		k := base
+		if i > 0 {
+			k = fmt.Sprintf("%s.%d", base, i)
+		}
+		if int32(tp.Partition(&kgo.Record{Key: []byte(k)}, n)) == p {
+			return k
+		}
+	}
 }
