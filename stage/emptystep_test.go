@@ -1,9 +1,6 @@
 package stage
 
 import (
-	"fmt"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,33 +8,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// clientLog counts franz-go's log messages that contain a phrase.
-type clientLog struct {
-	mu   sync.Mutex
-	msgs []string
-}
+// clientLog keeps franz-go's log messages; count (messageLog's) finds
+// them.
+type clientLog struct{ messageLog }
 
 func (l *clientLog) Level() kgo.LogLevel { return kgo.LogLevelDebug }
 
-func (l *clientLog) Log(_ kgo.LogLevel, msg string, kv ...any) {
-	if debugClientLog {
-		println("KGO", msg, fmt.Sprint(kv...))
-	}
+func (l *clientLog) Log(_ kgo.LogLevel, msg string, _ ...any) {
 	l.mu.Lock()
 	l.msgs = append(l.msgs, msg)
 	l.mu.Unlock()
-}
-
-func (l *clientLog) count(phrase string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, m := range l.msgs {
-		if strings.Contains(m, phrase) {
-			n++
-		}
-	}
-	return n
 }
 
 // TestEmptyStepCommitsNoTransaction: the step that builds restored tasks
@@ -74,5 +54,3 @@ func TestEmptyStepCommitsNoTransaction(t *testing.T) {
 		t.Errorf("%d transactions committed without offsets (%q), want 0", n, wait500)
 	}
 }
-
-const debugClientLog = false
