@@ -21,6 +21,11 @@ import (
 
 // The crash test re-executes the test binary as the bridge process.
 const (
+	// ackedPause is how long the child stays between a step's
+	// acknowledgements and its Kafka commit: ample time for the parent to
+	// read "acked" and kill it there.
+	ackedPause = 25 * time.Millisecond
+
 	envChild   = "PARSLEY_BRIDGE_CRASH_CHILD"
 	envBrokers = "PARSLEY_BRIDGE_CRASH_BROKERS"
 	envNATS    = "PARSLEY_BRIDGE_CRASH_NATS"
@@ -35,9 +40,9 @@ func TestMain(m *testing.M) {
 }
 
 // crashChild runs a bridge with small steps until it is killed or
-// interrupted. A short pause after every acknowledged step, before the
-// Kafka commit, makes a kill land in that window often. It prints "dup N"
-// whenever JetStream reports more duplicates.
+// interrupted. After every acknowledged step, before the Kafka commit, it
+// prints "acked" and pauses, so that the parent can kill it inside that
+// window. It prints "dup N" whenever JetStream reports more duplicates.
 func crashChild() int {
 	subj, _ := Template("kafka.{topic}.{partition}")
 	cfg := Config{
@@ -64,7 +69,8 @@ func crashChild() int {
 			dups = d
 			fmt.Printf("dup %d\n", int(d))
 		}
-		time.Sleep(3 * time.Millisecond)
+		fmt.Println("acked")
+		time.Sleep(ackedPause)
 		return nil
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -92,6 +98,7 @@ func TestCrashWithSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dups atomic.Int64
+	acked := make(chan struct{}, 1) // a child is between acknowledgements and commit
 	spawn := func() *exec.Cmd {
 		cmd := exec.Command(exe, "-test.run=^$")
 		cmd.Env = append(os.Environ(), envChild+"=1", envBrokers+"="+strings.Join(e.kafka.Addrs(), ","), envNATS+"="+e.natsURL(), envDir+"="+dir)
@@ -106,6 +113,12 @@ func TestCrashWithSIGKILL(t *testing.T) {
 		go func() {
 			sc := bufio.NewScanner(out)
 			for sc.Scan() {
+				if sc.Text() == "acked" {
+					select {
+					case acked <- struct{}{}:
+					default:
+					}
+				}
 				if n, ok := strings.CutPrefix(sc.Text(), "dup "); ok {
 					if v, err := strconv.Atoi(n); err == nil && v > 0 {
 						dups.Add(1)
@@ -122,6 +135,17 @@ func TestCrashWithSIGKILL(t *testing.T) {
 		cmd := spawn()
 		want = append(want, produceN(e, "events", 2, round*batch, batch)...)
 		waitFor(t, 30*time.Second, "the child to forward", func() bool { return len(e.streamMsgs(testStream)) >= before+15 })
+		// Kill inside the window of the next acknowledged step: its redo
+		// must find its messages stored and add none.
+		select {
+		case <-acked: // stale: an earlier step's window
+		default:
+		}
+		select {
+		case <-acked:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("round %d: the child acknowledged no step in 30 s", round)
+		}
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
