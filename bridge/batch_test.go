@@ -59,6 +59,8 @@ type cutProxy struct {
 	ln     net.Listener
 	target string
 
+	marker []byte // what marks a batch's third message
+
 	mu     sync.Mutex
 	armed  bool
 	skip   int  // third messages to let through before the cut
@@ -70,12 +72,21 @@ type cutProxy struct {
 // thirdMarker is the header of a batch's third message.
 var thirdMarker = []byte("Nats-Batch-Sequence: 3\r\n")
 
+// fastThirdMarker ends the reply subject, in its HPUB line, of a fast
+// batch's third message (batch sequence 3, an append).
+var fastThirdMarker = []byte("." + fastGapFail + ".3.1" + fastSuffix + " ")
+
 func newCutProxy(t *testing.T, target string) *cutProxy {
+	return newCutProxyAt(t, target, thirdMarker)
+}
+
+// newCutProxyAt is newCutProxy cutting at the message marker marks.
+func newCutProxyAt(t *testing.T, target string, marker []byte) *cutProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{t: t, ln: ln, target: target, armed: true, cut: make(chan struct{})}
+	p := &cutProxy{t: t, ln: ln, target: target, marker: marker, armed: true, cut: make(chan struct{})}
 	go p.accept()
 	t.Cleanup(func() {
 		ln.Close()
@@ -150,10 +161,10 @@ func (p *cutProxy) upstream(c, s net.Conn) {
 			if armed {
 				all := append(seen[:len(seen):len(seen)], chunk...)
 				// Only a marker that ends in this chunk is new.
-				from := max(0, len(seen)-len(thirdMarker)+1)
+				from := max(0, len(seen)-len(p.marker)+1)
 				at := -1
 				for at < 0 {
-					i := bytes.Index(all[from:], thirdMarker)
+					i := bytes.Index(all[from:], p.marker)
 					if i < 0 {
 						break
 					}
@@ -162,7 +173,7 @@ func (p *cutProxy) upstream(c, s net.Conn) {
 						at = from + i
 					} else {
 						p.skip--
-						from += i + len(thirdMarker)
+						from += i + len(p.marker)
 					}
 					p.mu.Unlock()
 				}

@@ -1,0 +1,236 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/parsley-go/parsley/headers"
+	"github.com/parsley-go/parsley/stage"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// allowFastBatch lets the env's stream take fast batches too.
+func (e *env) allowFastBatch() {
+	e.t.Helper()
+	js, done := e.js()
+	defer done()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, testStream)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cfg := info.Config
+	cfg.AllowBatchPublish = true
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// fastConfig is the env's bridge configuration in FastBatch mode over a
+// stream that allows it.
+func (e *env) fastConfig(topics ...string) Config {
+	e.allowFastBatch()
+	cfg := e.config(topics...)
+	cfg.Publish = FastBatch
+	return cfg
+}
+
+// fastStep publishes records of channel ch (one subject per offset, so
+// that order across subjects is what is checked) as one step and returns
+// Settle's error.
+func fastStep(t *testing.T, p *publisher, ctx context.Context, ch headers.Channel, offsets ...int64) error {
+	t.Helper()
+	p.Begin(ctx)
+	for _, off := range offsets {
+		r := stampedRecord(t, ch, off, nil, headers.SenderID{}, 0)
+		m := &stage.Message[[]byte, []byte]{Topic: "a", Partition: 0, Offset: off, Coordinate: r.coord, Headers: r.headers,
+			Key: []byte("k" + r.coord.String()[len(r.coord.String())-1:]), Value: []byte("v")}
+		if off >= 1000 {
+			m.Value = make([]byte, 4096) // above the test stream's message size limit
+		}
+		if err := p.publish(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p.Settle(ctx)
+}
+
+// storedOffsets returns the offsets of channel-a records in the stream,
+// in stream order, after a sentinel publish proves the stream processed
+// everything sent before it.
+func storedOffsets(t *testing.T, e *env) []string {
+	t.Helper()
+	js, done := e.js()
+	defer done()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.Publish(ctx, "kafka.sentinel", nil); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range e.streamMsgs(testStream) {
+		if m.subject != "kafka.sentinel" {
+			out = append(out, m.id[strings.LastIndexByte(m.id, '@')+1:])
+		}
+	}
+	return out
+}
+
+// openFastPublisher opens a FastBatch publisher on the env's stream, all
+// records going to kafka.a.<key>.
+func openFastPublisher(t *testing.T, e *env) (*publisher, context.Context) {
+	t.Helper()
+	e.allowFastBatch()
+	cfg := e.config("a").sink().withDefaults()
+	cfg.Publish = FastBatch
+	cfg.Subject = func(_ string, _ int32, key []byte) (string, error) { return "kafka.a." + string(key), nil }
+	p, ctx := openPublisher(t, cfg)
+	if !p.fastMode {
+		t.Fatal("the publisher is not in FastBatch mode")
+	}
+	return p, ctx
+}
+
+// TestFastBatchRedoAbsorbsStoredRecords: a redone step finds records an
+// earlier attempt stored, at its start, in its middle, and all of it.
+// Every redo settles, the stream holds each record once, and a step found
+// stored whole counts as duplicates.
+func TestFastBatchRedoAbsorbsStoredRecords(t *testing.T) {
+	e := newEnv(t, 1, "a")
+	p, ctx := openFastPublisher(t, e)
+	ch := headers.Channel{Topic: headers.TopicID{1}, Partition: 0}
+	for _, step := range [][]int64{
+		{0, 1, 2},          // stored whole
+		{0, 1, 2},          // redone whole: every record a duplicate at a batch start
+		{0, 1, 2, 3, 4, 5}, // a redo whose first three records are stored
+		{7},                // an attempt that stored a record in the middle of the next one
+		{6, 7, 8},
+		{9},
+	} {
+		if err := fastStep(t, p, ctx, ch, step...); err != nil {
+			t.Fatalf("step %v: %v", step, err)
+		}
+	}
+	if got, want := strings.Join(storedOffsets(t, e), " "), "0 1 2 3 4 5 7 6 8 9"; got != want {
+		t.Fatalf("stream holds offsets %s, want %s", got, want)
+	}
+	// The whole redo's 3; the stream absorbs a duplicate in a batch that
+	// stores others without a word.
+	if d := testutil.ToFloat64(p.m.duplicates); d != 3 {
+		t.Fatalf("%v duplicates reported, want 3", d)
+	}
+	if v := testutil.ToFloat64(p.m.inFlight); v != 0 {
+		t.Fatalf("%v publishes in flight after the steps settled", v)
+	}
+	if n := testutil.ToFloat64(p.m.published); n != 3+3+6+1+3+1 {
+		t.Fatalf("%v publishes acknowledged, want 17", n)
+	}
+}
+
+// TestFastBatchStopsAtAFailedRecord: a record the stream refuses (above
+// its message size limit) in the middle of a step ends the fast batch
+// there: the stream holds the records before it, a prefix in delivered
+// order, nothing after it, and Settle fails naming the record.
+func TestFastBatchStopsAtAFailedRecord(t *testing.T) {
+	e := newEnv(t, 1, "a")
+	js, done := e.js()
+	defer done()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, testStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := info.Config
+	cfg.MaxMsgSize = 2048
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	p, pctx := openFastPublisher(t, e)
+	ch := headers.Channel{Topic: headers.TopicID{1}, Partition: 0}
+	err = fastStep(t, p, pctx, ch, 0, 1, 1002, 3, 4)
+	if err == nil {
+		t.Fatal("a step with a refused record settled")
+	}
+	if !strings.Contains(err.Error(), p.step[2].coord.String()) {
+		t.Fatalf("Settle = %v, does not name the refused record %s", err, p.step[2].coord)
+	}
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		t.Fatalf("Settle = %v, want the stream's error wrapped", err)
+	}
+	if got := strings.Join(storedOffsets(t, e), " "); got != "0 1" {
+		t.Fatalf("stream holds offsets %q, want the prefix before the refused record, \"0 1\"", got)
+	}
+	if v := testutil.ToFloat64(p.m.inFlight); v != 0 {
+		t.Fatalf("%v publishes in flight after the step failed", v)
+	}
+	// The publisher goes on: the next step publishes.
+	if err := fastStep(t, p, pctx, ch, 5, 6); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(storedOffsets(t, e), " "); got != "0 1 5 6" {
+		t.Fatalf("stream holds offsets %q, want \"0 1 5 6\"", got)
+	}
+}
+
+// TestConnectionBreaksMidFastBatch: the connection to NATS breaks in the
+// middle of a step's fast batch, after its first two messages went
+// through. The stream holds those, a prefix of the step in delivered
+// order across subjects (a subject per record), and no step commits; once
+// NATS is reachable again the redo finds the prefix stored, completes the
+// step, and the stream ends with every record once, in delivered order.
+func TestConnectionBreaksMidFastBatch(t *testing.T) {
+	e := newEnv(t, 1, "events")
+	want := produceN(e, "events", 1, 0, 40)
+	proxy := newCutProxyAt(t, "127.0.0.1:"+strconv.Itoa(e.natsPort), fastThirdMarker)
+	cfg := e.fastConfig("events")
+	cfg.NATSURL = proxy.url()
+	cfg.MaxPollRecords = 100
+	cfg.Subject, _ = Template("kafka.{topic}.{key}")
+	b, h := newHooked(t, cfg)
+	r := e.start(b)
+	proxy.waitCut("a fast batch")
+	atCut := b.CommittedSteps()
+	time.Sleep(300 * time.Millisecond) // time for anything sent after the cut to show
+	stored := e.streamMsgs(testStream)
+	if len(stored) == 0 {
+		t.Fatal("the stream holds nothing at the cut, want the batch's first messages")
+	}
+	checkDeliveredPrefix(t, stored, want)
+	if n := b.CommittedSteps() - atCut; n != 0 {
+		t.Fatalf("%d steps committed with their fast batch cut", n)
+	}
+	proxy.reopen()
+	waitFor(t, 30*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := e.streamMsgs(testStream)
+	checkExactlyOnceInOrder(t, got, want)
+	checkDeliveredPrefix(t, got, want)
+	if n := testutil.ToFloat64(b.pub.m.retries); n == 0 {
+		t.Fatal("no step was retried")
+	}
+	if !b.pub.fastMode {
+		t.Fatal("the test did not run in FastBatch mode")
+	}
+	if h.largestStep < 3 {
+		t.Fatalf("largest step %d records: no batch had a third message", h.largestStep)
+	}
+	t.Logf("%d records stored at the cut", len(stored))
+}
