@@ -111,12 +111,14 @@ func (p *publisher) openFast() error {
 // opening one if none is. A failure of NATS is kept in p.failed for
 // Settle; once set, nothing more is sent.
 //
-// A batch's first message waits for its answer: either the batch is
-// open, or the record is stored already (a redo, or another instance's
-// attempt), and the stream has ended the batch with it; the next record
-// then opens a new batch. The records the stream holds of a step are so
-// always a prefix of the step in delivered order, plus records stored
-// before, which the stream absorbs by message ID wherever they come.
+// A batch's first message waits for the stream's opening answer (or
+// the answer that ends the batch at once: an error, or a duplicate as
+// described above); later ones are pipelined, at most fastOutstanding
+// flow intervals ahead of the acknowledgements. One connection carries a
+// batch's messages in order and the stream stores them in arrival order,
+// ending the batch at the first one lost or refused, so what the stream
+// holds of a step is a prefix of it in delivered order, plus records
+// stored before, which it absorbs by message ID wherever they come.
 func (p *publisher) sendFast(ctx context.Context, msg *nats.Msg) {
 	if p.failed != nil {
 		return

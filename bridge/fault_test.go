@@ -58,10 +58,12 @@ func killedBetweenAckAndCommit(t *testing.T, mode PublishMode) {
 	cfg.MaxInFlight = 8
 	b1, h1 := newHooked(t, cfg)
 	var cancel1 context.CancelFunc
+	started := make(chan struct{}) // cancel1 is set
 	killed := false
 	h1.after = func() error {
 		if !killed && testutil.ToFloat64(b1.pub.m.published) >= 25 {
 			killed = true
+			<-started
 			cancel1()
 			return errors.New("killed between publish acknowledgement and Kafka commit")
 		}
@@ -69,6 +71,7 @@ func killedBetweenAckAndCommit(t *testing.T, mode PublishMode) {
 	}
 	r1 := e.start(b1)
 	cancel1 = r1.cancel
+	close(started)
 	select {
 	case <-r1.done:
 	case <-time.After(30 * time.Second):
