@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/stage"
@@ -233,4 +234,61 @@ func TestConnectionBreaksMidFastBatch(t *testing.T) {
 		t.Fatalf("largest step %d records: no batch had a third message", h.largestStep)
 	}
 	t.Logf("%d records stored at the cut", len(stored))
+}
+
+// TestFastBatchAnswers feeds the publisher the answers a stream may give
+// to a batch's first message, without a server: the opening
+// acknowledgement opens the batch; a plain duplicate acknowledgement (what
+// nats-server 2.15 answers to a duplicate first message that also
+// commits) ends it with the record stored, at the stored sequence, so the
+// next record opens a new batch; an error fails the step naming the
+// record; answers to another batch are ignored.
+func TestFastBatchAnswers(t *testing.T) {
+	ch := headers.Channel{Topic: headers.TopicID{1}, Partition: 0}
+	for _, tc := range []struct {
+		name     string
+		answers  []string // JSON answers to batch sequence 1, in order
+		open     bool
+		seq      uint64 // of the record afterwards
+		dups     float64
+		failWith string // in p.failed, "" for none
+	}{
+		{"opened", []string{`{"type":"ack","seq":0,"msgs":500}`}, true, 0, 0, ""},
+		{"duplicate that ends the batch", []string{`{"stream":"EVENTS","seq":42,"duplicate": true,"batch":"B","count":1}`}, false, 42, 1, ""},
+		{"error", []string{`{"stream":"EVENTS","error":{"code":400,"err_code":10054,"description":"message size exceeds maximum allowed"}}`}, false, 0, 0, "message size exceeds maximum allowed"},
+		{"acknowledged by another stream", []string{`{"stream":"OTHER","seq":7,"duplicate": true,"count":1}`}, false, 0, 0, `acknowledged by stream "OTHER"`},
+		{"stale answer first", []string{"stale", `{"type":"ack","seq":0,"msgs":1}`}, true, 0, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPublisher(SinkConfig{Stream: testStream, AckTimeout: 2 * time.Second, Logger: testLogger()}, newMetrics(testStream))
+			p.fastInbox, p.fastAnswers = "_INBOX.test", make(chan *nats.Msg, 8)
+			r := stampedRecord(t, ch, 5, nil, headers.SenderID{}, 0)
+			p.step = []storedRecord{r}
+			b := &fastBatch{id: "B", reply: p.fastInbox + ".B.500.fail.", subject: "kafka.a", flow: fastFlow, sent: 1, opened: time.Now()}
+			p.fast = b
+			for _, a := range tc.answers {
+				subj := b.reply + "1.0" + fastSuffix
+				if a == "stale" {
+					subj, a = p.fastInbox+".A.500.fail.1.0"+fastSuffix, `{"stream":"EVENTS","error":{"code":400,"description":"stale"}}`
+				}
+				p.fastAnswers <- &nats.Msg{Subject: subj, Data: []byte(a)}
+			}
+			p.awaitFirst(context.Background(), b)
+			if got := p.fast != nil; got != tc.open {
+				t.Fatalf("batch open: %v, want %v", got, tc.open)
+			}
+			if p.step[0].seq != tc.seq {
+				t.Fatalf("record sequence %d, want %d", p.step[0].seq, tc.seq)
+			}
+			if d := testutil.ToFloat64(p.m.duplicates); d != tc.dups {
+				t.Fatalf("%v duplicates, want %v", d, tc.dups)
+			}
+			switch {
+			case tc.failWith == "" && p.failed != nil:
+				t.Fatalf("failed: %v", p.failed)
+			case tc.failWith != "" && (p.failed == nil || !strings.Contains(p.failed.Error(), tc.failWith) || !strings.Contains(p.failed.Error(), r.coord.String())):
+				t.Fatalf("failed: %v, want an error naming %s and saying %q", p.failed, r.coord, tc.failWith)
+			}
+		})
+	}
 }
