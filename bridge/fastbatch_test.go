@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// allowFastBatch lets the env's stream take fast batches too.
-func (e *env) allowFastBatch() {
+// updateStream changes the env's stream's configuration.
+func (e *env) updateStream(change func(*jetstream.StreamConfig)) {
 	e.t.Helper()
 	js, done := e.js()
 	defer done()
@@ -31,10 +31,15 @@ func (e *env) allowFastBatch() {
 		e.t.Fatal(err)
 	}
 	cfg := info.Config
-	cfg.AllowBatchPublish = true
+	change(&cfg)
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// allowFastBatch lets the env's stream take fast batches too.
+func (e *env) allowFastBatch() {
+	e.updateStream(func(c *jetstream.StreamConfig) { c.AllowBatchPublish = true })
 }
 
 // fastConfig is the env's bridge configuration in FastBatch mode over a
@@ -144,26 +149,10 @@ func TestFastBatchRedoAbsorbsStoredRecords(t *testing.T) {
 // order, nothing after it, and Settle fails naming the record.
 func TestFastBatchStopsAtAFailedRecord(t *testing.T) {
 	e := newEnv(t, 1, "a")
-	js, done := e.js()
-	defer done()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := js.Stream(ctx, testStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := info.Config
-	cfg.MaxMsgSize = 2048
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	e.updateStream(func(c *jetstream.StreamConfig) { c.MaxMsgSize = 2048 })
 	p, pctx := openFastPublisher(t, e)
 	ch := headers.Channel{Topic: headers.TopicID{1}, Partition: 0}
-	err = fastStep(t, p, pctx, ch, 0, 1, 1002, 3, 4)
+	err := fastStep(t, p, pctx, ch, 0, 1, 1002, 3, 4)
 	if err == nil {
 		t.Fatal("a step with a refused record settled")
 	}
@@ -204,26 +193,7 @@ func TestConnectionBreaksMidFastBatch(t *testing.T) {
 	cfg.MaxPollRecords = 100
 	cfg.Subject, _ = Template("kafka.{topic}.{key}")
 	b, h := newHooked(t, cfg)
-	r := e.start(b)
-	proxy.waitCut("a fast batch")
-	atCut := b.CommittedSteps()
-	time.Sleep(300 * time.Millisecond) // time for anything sent after the cut to show
-	stored := e.streamMsgs(testStream)
-	if len(stored) == 0 {
-		t.Fatal("the stream holds nothing at the cut, want the batch's first messages")
-	}
-	checkDeliveredPrefix(t, stored, want)
-	if n := b.CommittedSteps() - atCut; n != 0 {
-		t.Fatalf("%d steps committed with their fast batch cut", n)
-	}
-	proxy.reopen()
-	waitFor(t, 30*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
-	if err := r.stop(); err != nil {
-		t.Fatal(err)
-	}
-	got := e.streamMsgs(testStream)
-	checkExactlyOnceInOrder(t, got, want)
-	checkDeliveredPrefix(t, got, want)
+	stored := cutAndRedo(t, e, b, proxy, "a fast batch", "the batch's first messages", want)
 	if n := testutil.ToFloat64(b.pub.m.retries); n == 0 {
 		t.Fatal("no step was retried")
 	}
