@@ -97,6 +97,7 @@ type fastAnswer struct {
 
 // openFast subscribes to the answers of the publisher's fast batches.
 func (p *publisher) openFast() error {
+	p.fastFlow = fastFlow
 	p.fastInbox = p.nc.NewInbox()
 	p.fastAnswers = make(chan *nats.Msg, fastReplies)
 	sub, err := p.nc.ChanSubscribe(p.fastInbox+".>", p.fastAnswers)
@@ -132,8 +133,8 @@ func (p *publisher) sendFast(ctx context.Context, msg *nats.Msg) {
 	b := p.fast
 	if b == nil {
 		id := newBatchID(p.nc)
-		b = &fastBatch{id: id, reply: p.fastInbox + "." + id + "." + strconv.Itoa(fastFlow) + "." + fastGapFail + ".",
-			subject: msg.Subject, start: i, flow: fastFlow, opened: time.Now()}
+		b = &fastBatch{id: id, reply: p.fastInbox + "." + id + "." + strconv.FormatUint(p.fastFlow, 10) + "." + fastGapFail + ".",
+			subject: msg.Subject, start: i, flow: p.fastFlow, opened: time.Now()}
 	}
 	op := fastOpAppend
 	if b.sent == 0 {
@@ -154,6 +155,7 @@ func (p *publisher) sendFast(ctx context.Context, msg *nats.Msg) {
 	}
 	p.drainFast(b)
 	if b.end == nil && uint64(b.sent) >= b.acked+fastOutstanding*b.flow {
+		p.fastStalls++
 		if !p.awaitFast(ctx, b, func() bool { return uint64(b.sent) < b.acked+fastOutstanding*b.flow }) {
 			p.m.failures.Add(float64(b.sent))
 			return

@@ -262,3 +262,33 @@ func TestFastBatchAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestFastBatchWaitsForFlowAcknowledgements: asked for an acknowledgement
+// every 2 messages, the publisher may run 4 ahead; a step of 300 records
+// waits for the stream again and again and still settles with every
+// record stored once, in delivered order.
+func TestFastBatchWaitsForFlowAcknowledgements(t *testing.T) {
+	e := newEnv(t, 1, "a")
+	p, ctx := openFastPublisher(t, e)
+	p.fastFlow = 2
+	ch := headers.Channel{Topic: headers.TopicID{1}, Partition: 0}
+	var offsets []int64
+	var want []string
+	for off := range int64(300) {
+		offsets = append(offsets, off)
+		want = append(want, strconv.FormatInt(off, 10))
+	}
+	if err := fastStep(t, p, ctx, ch, offsets...); err != nil {
+		t.Fatal(err)
+	}
+	if got := storedOffsets(t, e); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("stream holds offsets %v, want 0..299 in order", got)
+	}
+	if p.fastStalls < 300/(fastOutstanding*2)-1 {
+		t.Fatalf("sending waited %d times for 300 records at 2 a flow interval", p.fastStalls)
+	}
+	if v := testutil.ToFloat64(p.m.inFlight); v != 0 {
+		t.Fatalf("%v publishes in flight after the step settled", v)
+	}
+	t.Logf("sending waited %d times", p.fastStalls)
+}

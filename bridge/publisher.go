@@ -65,6 +65,8 @@ type publisher struct {
 	// FastBatch mode (fastbatch.go).
 	fastMode    bool
 	fast        *fastBatch // the fast batch being streamed
+	fastFlow    uint64     // the acknowledgement interval to ask for (fastFlow; tests lower it)
+	fastStalls  int        // times sending waited for the stream's acknowledgements
 	fastInbox   string     // prefix of its reply subjects
 	fastAnswers chan *nats.Msg
 	fastSub     *nats.Subscription
