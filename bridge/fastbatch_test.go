@@ -292,3 +292,50 @@ func TestFastBatchWaitsForFlowAcknowledgements(t *testing.T) {
 	}
 	t.Logf("sending waited %d times", p.fastStalls)
 }
+
+// TestFastBatchEnd judges the acknowledgement that ends a batch of five
+// records: it must come from the stream and count all five; a shorter
+// count fails the step naming the first record not stored, and a batch
+// acknowledged with stream sequence 0 stored none of its records, all
+// duplicates.
+func TestFastBatchEnd(t *testing.T) {
+	ch := headers.Channel{Topic: headers.TopicID{1}, Partition: 0}
+	for _, tc := range []struct {
+		name      string
+		end       fastAnswer
+		failWith  string // "" for success
+		published float64
+		dups      float64
+	}{
+		{"all stored", fastAnswer{Stream: testStream, Seq: 17, Count: 5}, "", 5, 0},
+		{"all duplicates", fastAnswer{Stream: testStream, Seq: 0, Count: 5}, "", 5, 5},
+		{"ended early", fastAnswer{Stream: testStream, Seq: 9, Count: 3}, "after 3 of 5 records, at " + (headers.Coordinate{Channel: ch, Offset: 3}).String(), 0, 0},
+		{"counted more", fastAnswer{Stream: testStream, Seq: 9, Count: 6}, "acknowledged 6 records, sent 5", 0, 0},
+		{"another stream", fastAnswer{Stream: "OTHER", Seq: 9, Count: 5}, `acknowledged by stream "OTHER"`, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPublisher(SinkConfig{Stream: testStream, Logger: testLogger()}, newMetrics(testStream))
+			for off := range int64(5) {
+				p.step = append(p.step, stampedRecord(t, ch, off, nil, headers.SenderID{}, 0))
+			}
+			end := tc.end
+			b := &fastBatch{id: "B", sent: 5, end: &end, opened: time.Now()}
+			p.fast = b
+			p.endFast(b)
+			switch {
+			case p.fast != nil:
+				t.Fatal("the batch is still open")
+			case tc.failWith == "" && p.failed != nil:
+				t.Fatalf("failed: %v", p.failed)
+			case tc.failWith != "" && (p.failed == nil || !strings.Contains(p.failed.Error(), tc.failWith)):
+				t.Fatalf("failed: %v, want %q", p.failed, tc.failWith)
+			}
+			if n := testutil.ToFloat64(p.m.published); n != tc.published {
+				t.Fatalf("%v published, want %v", n, tc.published)
+			}
+			if d := testutil.ToFloat64(p.m.duplicates); d != tc.dups {
+				t.Fatalf("%v duplicates, want %v", d, tc.dups)
+			}
+		})
+	}
+}
