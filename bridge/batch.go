@@ -28,6 +28,17 @@ const (
 	// PerMessage publishes record by record, at most MaxInFlight awaiting
 	// acknowledgement and at most one per subject (see Config.MaxInFlight).
 	PerMessage
+	// FastBatch publishes each step as one JetStream fast batch in
+	// gap-fail mode (NATS Server 2.14 or later; the stream must allow
+	// batched publish, allow_batched): the stream stores the records as
+	// they arrive, pipelined, and a failure ends the batch where it
+	// happened. What a failed step leaves in the stream is a prefix of it
+	// in delivered order, which the redo absorbs by message ID: the
+	// guarantee of PerMessage with MaxInFlight 1, at pipelined speed. It
+	// is not all-or-nothing: a reader may see part of a step before the
+	// step commits (never a reorder). A stream that does not allow
+	// batched publish is refused at startup with ErrFastBatch.
+	FastBatch
 )
 
 func (m PublishMode) String() string {
@@ -38,6 +49,8 @@ func (m PublishMode) String() string {
 		return "AtomicBatchOrPerMessage"
 	case PerMessage:
 		return "PerMessage"
+	case FastBatch:
+		return "FastBatch"
 	}
 	return fmt.Sprintf("PublishMode(%d)", int(m))
 }
@@ -168,6 +181,9 @@ func (p *publisher) commitOpen(ctx context.Context) {
 // dropOpen gives up the open batch, if any, without committing it: the
 // step failed before its Settle or is being retried.
 func (p *publisher) dropOpen() {
+	if p.fast != nil {
+		p.abandonFast()
+	}
 	if b := p.staging; b != nil {
 		p.staging = nil
 		p.m.inFlight.Sub(float64(len(p.batch) - b.start))

@@ -59,6 +59,8 @@ type cutProxy struct {
 	ln     net.Listener
 	target string
 
+	marker []byte // what marks a batch's third message
+
 	mu     sync.Mutex
 	armed  bool
 	skip   int  // third messages to let through before the cut
@@ -70,12 +72,21 @@ type cutProxy struct {
 // thirdMarker is the header of a batch's third message.
 var thirdMarker = []byte("Nats-Batch-Sequence: 3\r\n")
 
+// fastThirdMarker ends the reply subject, in its HPUB line, of a fast
+// batch's third message (batch sequence 3, an append).
+var fastThirdMarker = []byte("." + fastGapFail + ".3.1" + fastSuffix + " ")
+
 func newCutProxy(t *testing.T, target string) *cutProxy {
+	return newCutProxyAt(t, target, thirdMarker)
+}
+
+// newCutProxyAt is newCutProxy cutting at the message marker marks.
+func newCutProxyAt(t *testing.T, target string, marker []byte) *cutProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{t: t, ln: ln, target: target, armed: true, cut: make(chan struct{})}
+	p := &cutProxy{t: t, ln: ln, target: target, marker: marker, armed: true, cut: make(chan struct{})}
 	go p.accept()
 	t.Cleanup(func() {
 		ln.Close()
@@ -150,10 +161,10 @@ func (p *cutProxy) upstream(c, s net.Conn) {
 			if armed {
 				all := append(seen[:len(seen):len(seen)], chunk...)
 				// Only a marker that ends in this chunk is new.
-				from := max(0, len(seen)-len(thirdMarker)+1)
+				from := max(0, len(seen)-len(p.marker)+1)
 				at := -1
 				for at < 0 {
-					i := bytes.Index(all[from:], thirdMarker)
+					i := bytes.Index(all[from:], p.marker)
 					if i < 0 {
 						break
 					}
@@ -162,7 +173,7 @@ func (p *cutProxy) upstream(c, s net.Conn) {
 						at = from + i
 					} else {
 						p.skip--
-						from += i + len(thirdMarker)
+						from += i + len(p.marker)
 					}
 					p.mu.Unlock()
 				}
@@ -341,26 +352,7 @@ func TestConnectionBreaksInALaterBatch(t *testing.T) {
 	cfg.MaxPollRecords = 2 * maxBatch
 	cfg.Subject, _ = Template("kafka.{topic}.{key}") // a subject per record
 	b, h := newHooked(t, cfg)
-	r := e.start(b)
-	proxy.waitCut("a second batch")
-	atCut := b.CommittedSteps()
-	time.Sleep(300 * time.Millisecond) // time for a wrongly committed batch to show
-	stored := e.streamMsgs(testStream)
-	if len(stored) == 0 {
-		t.Fatal("the stream holds nothing at the cut, want the first batch")
-	}
-	checkDeliveredPrefix(t, stored, want)
-	if n := b.CommittedSteps() - atCut; n != 0 {
-		t.Fatalf("%d steps committed without their batches", n)
-	}
-	proxy.reopen()
-	waitFor(t, 30*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
-	if err := r.stop(); err != nil {
-		t.Fatal(err)
-	}
-	got := e.streamMsgs(testStream)
-	checkExactlyOnceInOrder(t, got, want)
-	checkDeliveredPrefix(t, got, want)
+	stored := cutAndRedo(t, e, b, proxy, "a second batch", "the first batch", want)
 	if h.largestStep <= maxBatch {
 		t.Fatalf("largest step %d records, not above %d: the test proves nothing", h.largestStep, maxBatch)
 	}
@@ -426,6 +418,37 @@ func TestAbandonedBatchIsDroppedAtOnce(t *testing.T) {
 	if v := testutil.ToFloat64(p.m.inFlight); v != 0 {
 		t.Fatalf("%v publishes in flight after the batch was dropped", v)
 	}
+}
+
+// cutAndRedo runs b until proxy cuts its connection at the third message
+// of batch what, and checks that the stream then holds a non-empty
+// delivered-order prefix of want (storedWhat) and that no step committed
+// since; it reopens the proxy and checks that the stream ends with every
+// record of want once, in delivered order across subjects. It returns
+// what the stream held at the cut.
+func cutAndRedo(t *testing.T, e *env, b *Bridge, proxy *cutProxy, what, storedWhat string, want []string) []stored {
+	t.Helper()
+	r := e.start(b)
+	proxy.waitCut(what)
+	atCut := b.CommittedSteps()
+	time.Sleep(300 * time.Millisecond) // time for a wrongly committed batch, or messages after the cut, to show
+	stored := e.streamMsgs(testStream)
+	if len(stored) == 0 {
+		t.Fatalf("the stream holds nothing at the cut, want %s", storedWhat)
+	}
+	checkDeliveredPrefix(t, stored, want)
+	if n := b.CommittedSteps() - atCut; n != 0 {
+		t.Fatalf("%d steps committed without their batches", n)
+	}
+	proxy.reopen()
+	waitFor(t, 30*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := e.streamMsgs(testStream)
+	checkExactlyOnceInOrder(t, got, want)
+	checkDeliveredPrefix(t, got, want)
+	return stored
 }
 
 // checkDeliveredPrefix checks that the stream holds the first len(got)

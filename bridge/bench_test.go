@@ -22,8 +22,10 @@ const benchRecords = 10000
 // per run: with a plain consume-and-publish loop (no causal gate, no
 // transaction, pipelined publishes with message IDs, 64 in flight), and
 // with the bridge publishing each step as one atomic batch (the default)
-// and record by record at MaxInFlight 1 and 64; on an R1 stream in a
-// file, in memory, and replicated over a three-node cluster (R3, file).
+// record by record at MaxInFlight 1 and 64, and as one fast batch per
+// step (FastBatch, on streams that allow batched publish); on an R1 stream
+// in a file, in memory, and replicated over a three-node cluster (R3,
+// file).
 // Each bridge iteration runs the plain loop too, on a stream of the same
 // kind, so the machine's load cancels out of the ratios: ratio is the
 // bridge's records/s over the plain loop's end to end (the bridge's group
@@ -51,17 +53,17 @@ func BenchmarkForward(b *testing.B) {
 		return r3
 	}
 	iter := 0
-	next := func(t *env, storage jetstream.StorageType, replicas int) (streamName, group string) {
+	next := func(t *env, storage jetstream.StorageType, replicas int, batched bool) (streamName, group string) {
 		iter++
 		streamName, group = fmt.Sprintf("B%d", iter), fmt.Sprintf("g%d", iter)
-		t.createStreamWaiting(jetstream.StreamConfig{Name: streamName, Subjects: []string{"b" + strconv.Itoa(iter) + ".>"}, Duplicates: 2 * time.Minute, AllowAtomicPublish: true, Storage: storage, Replicas: replicas})
+		t.createStreamWaiting(jetstream.StreamConfig{Name: streamName, Subjects: []string{"b" + strconv.Itoa(iter) + ".>"}, Duplicates: 2 * time.Minute, AllowAtomicPublish: true, AllowBatchPublish: batched, Storage: storage, Replicas: replicas})
 		if err := e.kafka.CreateTopics(context.Background(), broker.Topic{Name: ChangelogTopic(group, "bridge"), Configs: compact}); err != nil {
 			b.Fatal(err)
 		}
 		return streamName, group
 	}
 	plain := func(b *testing.B, t *env, storage jetstream.StorageType, replicas int) (total, steady time.Duration) {
-		streamName, _ := next(t, storage, replicas)
+		streamName, _ := next(t, storage, replicas, false)
 		subj := "b" + strconv.Itoa(iter) + ".bench."
 		start := time.Now()
 		first, err := plainLoop(t, streamName, subj, 64)
@@ -96,6 +98,10 @@ func BenchmarkForward(b *testing.B) {
 		{"memory-stream/bridge-per-message-inflight-64", PerMessage, 64, jetstream.MemoryStorage, 1},
 		{"r3-file-stream/bridge-atomic-batch", AtomicBatch, 0, jetstream.FileStorage, 3},
 		{"r3-file-stream/bridge-per-message-inflight-64", PerMessage, 64, jetstream.FileStorage, 3},
+		// Fast batches are stored as they arrive, on every kind of stream.
+		{"bridge-fast-batch", FastBatch, 0, jetstream.FileStorage, 1},
+		{"memory-stream/bridge-fast-batch", FastBatch, 0, jetstream.MemoryStorage, 1},
+		{"r3-file-stream/bridge-fast-batch", FastBatch, 0, jetstream.FileStorage, 3},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			t := target(v.replicas)
@@ -105,7 +111,7 @@ func BenchmarkForward(b *testing.B) {
 			for range b.N {
 				ct, cs := plain(b, t, v.storage, v.replicas)
 				control, controlSteady = control+ct, controlSteady+cs
-				streamName, group := next(t, v.storage, v.replicas)
+				streamName, group := next(t, v.storage, v.replicas, v.mode == FastBatch)
 				cfg := t.config("bench")
 				cfg.Group, cfg.Stream, cfg.Publish, cfg.MaxInFlight = group, streamName, v.mode, v.inflight
 				cfg.StateDir = b.TempDir()
@@ -130,7 +136,7 @@ func BenchmarkForward(b *testing.B) {
 				}
 				open += time.Duration(m.GetHistogram().GetSampleSum() * float64(time.Second))
 			}
-			if v.mode == AtomicBatch {
+			if v.mode == AtomicBatch || v.mode == FastBatch {
 				// Batches follow one another, so their times add up: the
 				// share of the steady time a batch was open, first message
 				// sent to commit acknowledged. The rest is the stage's.

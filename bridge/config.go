@@ -79,7 +79,7 @@ type Config struct {
 	RedeliveryHorizon time.Duration
 	// Publish selects how steps reach JetStream (default AtomicBatch: one
 	// atomic batch per step, refusing a stream that does not allow atomic
-	// publish).
+	// publish; FastBatch: one fast batch per step, for R1 file streams).
 	Publish PublishMode
 	// MaxInFlight bounds, in PerMessage mode, the publishes awaiting their
 	// acknowledgement (default 1). With 1, every publish waits for the

@@ -36,12 +36,16 @@
 // do not allow atomic publish); there Config.MaxInFlight above 1 keeps
 // each subject's order but not the causal order across subjects when a
 // connection breaks mid-window, which the order-violation metric counts.
+// FastBatch publishes each step as one JetStream fast batch in gap-fail
+// mode, stored as it arrives: faster than atomic batches on an R1 file
+// stream, with the order of PerMessage at MaxInFlight 1, and a failed
+// step can leave a delivered-order prefix of itself stored.
 //
 // Startup refuses a stream whose duplicate window is shorter than
 // Config.RedeliveryHorizon (a redelivery after the window would be stored
-// twice), a stream without atomic publish in the default mode, and a
-// subject mapping that sends a source partition to a subject the stream
-// does not capture.
+// twice), a stream without atomic publish in the default mode or without
+// batched publish in FastBatch mode, and a subject mapping that sends a
+// source partition to a subject the stream does not capture.
 //
 // A Bridge exposes what it is doing as a stage application does: Tasks,
 // ExplainHolds, Ready (not latched: false again while it rejoins),

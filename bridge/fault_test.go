@@ -38,17 +38,32 @@ func produceN(e *env, topic string, partitions int32, from, n int) []string {
 // republishes that step; JetStream absorbs the repeats by Nats-Msg-Id and
 // the stream holds every record exactly once, in order.
 func TestKilledBetweenAckAndCommitLeavesEachRecordOnce(t *testing.T) {
+	killedBetweenAckAndCommit(t, AtomicBatch)
+}
+
+// TestKilledBetweenAckAndCommitFastBatch is
+// TestKilledBetweenAckAndCommitLeavesEachRecordOnce in FastBatch mode.
+func TestKilledBetweenAckAndCommitFastBatch(t *testing.T) {
+	killedBetweenAckAndCommit(t, FastBatch)
+}
+
+func killedBetweenAckAndCommit(t *testing.T, mode PublishMode) {
 	e := newEnv(t, 2, "events")
 	want := produceN(e, "events", 2, 0, 60)
 	cfg := e.config("events")
+	if mode == FastBatch {
+		cfg = e.fastConfig("events")
+	}
 	cfg.MaxPollRecords = 10
 	cfg.MaxInFlight = 8
 	b1, h1 := newHooked(t, cfg)
 	var cancel1 context.CancelFunc
+	started := make(chan struct{}) // cancel1 is set
 	killed := false
 	h1.after = func() error {
 		if !killed && testutil.ToFloat64(b1.pub.m.published) >= 25 {
 			killed = true
+			<-started
 			cancel1()
 			return errors.New("killed between publish acknowledgement and Kafka commit")
 		}
@@ -56,6 +71,7 @@ func TestKilledBetweenAckAndCommitLeavesEachRecordOnce(t *testing.T) {
 	}
 	r1 := e.start(b1)
 	cancel1 = r1.cancel
+	close(started)
 	select {
 	case <-r1.done:
 	case <-time.After(30 * time.Second):
@@ -85,7 +101,18 @@ func TestKilledBetweenAckAndCommitLeavesEachRecordOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkExactlyOnceInOrder(t, e.streamMsgs(testStream), want)
-	if d := testutil.ToFloat64(b2.pub.m.duplicates); d == 0 {
+	if mode == FastBatch {
+		// The stream absorbs duplicates in a fast batch without saying so:
+		// the restarted bridge had more records acknowledged than were
+		// missing from the stream.
+		missing := float64(len(want) - uncommitted)
+		waitFor(t, 10*time.Second, "the restarted bridge to republish stored records", func() bool {
+			return testutil.ToFloat64(b2.pub.m.published) > missing
+		})
+		if !b2.pub.fastMode {
+			t.Fatal("the test did not run in FastBatch mode")
+		}
+	} else if d := testutil.ToFloat64(b2.pub.m.duplicates); d == 0 {
 		t.Fatal("the restarted bridge republished nothing: the test did not hit the ack-to-commit window")
 	}
 	if v := testutil.ToFloat64(b2.pub.m.orderViolations); v != 0 {
@@ -98,9 +125,22 @@ func TestKilledBetweenAckAndCommitLeavesEachRecordOnce(t *testing.T) {
 // comes back on the same port and store. The bridge blocks and retries;
 // the stream ends with every record once, in order.
 func TestNATSRestartLosesNothing(t *testing.T) {
+	natsRestart(t, AtomicBatch)
+}
+
+// TestNATSRestartFastBatch is TestNATSRestartLosesNothing in FastBatch
+// mode.
+func TestNATSRestartFastBatch(t *testing.T) {
+	natsRestart(t, FastBatch)
+}
+
+func natsRestart(t *testing.T, mode PublishMode) {
 	e := newEnv(t, 2, "events")
 	want := produceN(e, "events", 2, 0, 100)
 	cfg := e.config("events")
+	if mode == FastBatch {
+		cfg = e.fastConfig("events")
+	}
 	cfg.MaxPollRecords = 10
 	cfg.MaxInFlight = 4
 	b, err := New(cfg)
@@ -120,6 +160,9 @@ func TestNATSRestartLosesNothing(t *testing.T) {
 	checkExactlyOnceInOrder(t, e.streamMsgs(testStream), want)
 	if v := testutil.ToFloat64(b.pub.m.orderViolations); v != 0 {
 		t.Fatalf("%v order violations reported on a stream whose order is right", v)
+	}
+	if b.pub.fastMode != (mode == FastBatch) {
+		t.Fatalf("publisher in FastBatch mode: %v, configured %v", b.pub.fastMode, mode)
 	}
 	t.Logf("retries %v, failures %v, duplicates %v", testutil.ToFloat64(b.pub.m.retries), testutil.ToFloat64(b.pub.m.failures), testutil.ToFloat64(b.pub.m.duplicates))
 }
@@ -184,22 +227,28 @@ func TestStartupRefusals(t *testing.T) {
 		subject SubjectFunc
 		horizon time.Duration
 		want    error
+		mode    PublishMode
 	}{
-		{"short duplicate window", "SHORT", mapTo("short.{partition}"), time.Minute, ErrDuplicateWindow},
-		{"subject in no stream", testStream, mapTo("elsewhere.{topic}"), 0, ErrNoStream},
-		{"subject in another stream", testStream, mapTo("other.{topic}"), 0, ErrNoStream},
-		{"one partition in no stream", testStream, onlyP0, 0, ErrNoStream},
-		{"missing stream", "NOPE", mapTo("kafka.{topic}"), 0, ErrNoStream},
-		{"stream without atomic publish", "PLAIN", mapTo("plain.{topic}"), 0, ErrAtomicPublish},
+		{"short duplicate window", "SHORT", mapTo("short.{partition}"), time.Minute, ErrDuplicateWindow, AtomicBatch},
+		{"subject in no stream", testStream, mapTo("elsewhere.{topic}"), 0, ErrNoStream, AtomicBatch},
+		{"subject in another stream", testStream, mapTo("other.{topic}"), 0, ErrNoStream, AtomicBatch},
+		{"one partition in no stream", testStream, onlyP0, 0, ErrNoStream, AtomicBatch},
+		{"missing stream", "NOPE", mapTo("kafka.{topic}"), 0, ErrNoStream, AtomicBatch},
+		{"stream without atomic publish", "PLAIN", mapTo("plain.{topic}"), 0, ErrAtomicPublish, AtomicBatch},
+		// The test stream allows atomic publish, not batched publish.
+		{"stream without batched publish", testStream, mapTo("kafka.{topic}"), 0, ErrFastBatch, FastBatch},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := e.config("events")
-			cfg.Stream, cfg.Subject, cfg.RedeliveryHorizon = tc.stream, tc.subject, tc.horizon
+			cfg.Stream, cfg.Subject, cfg.RedeliveryHorizon, cfg.Publish = tc.stream, tc.subject, tc.horizon, tc.mode
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			err := Run(ctx, cfg)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Run = %v, want %v", err, tc.want)
+			}
+			if tc.want == ErrFastBatch && !strings.Contains(err.Error(), "allow_batched") {
+				t.Fatalf("Run = %v, does not say how to allow fast batches", err)
 			}
 			t.Log(err)
 		})

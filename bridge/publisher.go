@@ -61,6 +61,15 @@ type publisher struct {
 	staging *openBatch     // in batch mode, the batch being streamed (batch.go)
 	atomic  bool           // publish each step as atomic batches (batch.go)
 	failed  error
+
+	// FastBatch mode (fastbatch.go).
+	fastMode    bool
+	fast        *fastBatch // the fast batch being streamed
+	fastFlow    uint64     // the acknowledgement interval to ask for (fastFlow; tests lower it)
+	fastStalls  int        // times sending waited for the stream's acknowledgements
+	fastInbox   string     // prefix of its reply subjects
+	fastAnswers chan *nats.Msg
+	fastSub     *nats.Subscription
 }
 
 type inflight struct {
@@ -111,6 +120,9 @@ func (p *publisher) Settle(ctx context.Context) error {
 	}
 	if p.atomic && p.failed == nil && p.staging != nil {
 		p.commitOpen(ctx)
+	}
+	if p.fastMode && p.failed == nil && p.fast != nil {
+		p.commitFast(ctx)
 	}
 	p.dropOpen() // what a failure left open
 	p.checkCausalOrder()
@@ -197,6 +209,12 @@ func (p *publisher) publish(m *stage.Message[[]byte, []byte]) error {
 		p.step = append(p.step, storedRecord{coord: m.Coordinate, headers: m.Headers})
 		p.batch = append(p.batch, msg)
 		p.stageRecord(p.ctx)
+		return nil
+	}
+	if p.fastMode {
+		msg.Header.Set(jetstream.ExpectedStreamHeader, p.stream)
+		p.step = append(p.step, storedRecord{coord: m.Coordinate, headers: m.Headers})
+		p.sendFast(p.ctx, msg)
 		return nil
 	}
 	coord := m.Coordinate.String()

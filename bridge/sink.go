@@ -123,7 +123,7 @@ func (c *SinkConfig) validate() error {
 	if c.Stream == "" {
 		bad("no Stream")
 	}
-	if c.Publish < AtomicBatch || c.Publish > PerMessage {
+	if c.Publish < AtomicBatch || c.Publish > FastBatch {
 		bad("unknown Publish mode %v", c.Publish)
 	}
 	return errors.Join(errs...)
@@ -160,6 +160,15 @@ func (p *publisher) open(ctx context.Context) (bool, error) {
 	}
 	switch {
 	case c.Publish == PerMessage:
+	case c.Publish == FastBatch && !info.Config.AllowBatchPublish:
+		nc.Close()
+		return false, fmt.Errorf("%w: stream %q: set allow_batched on it (StreamConfig.AllowBatchPublish in nats.go; NATS Server 2.14 or later), or choose another Publish mode (AtomicBatch, PerMessage)", ErrFastBatch, c.Stream)
+	case c.Publish == FastBatch:
+		p.fastMode = true
+		if err := p.openFast(); err != nil {
+			nc.Close()
+			return false, err
+		}
 	case info.Config.AllowAtomicPublish:
 		p.atomic = true
 	case c.Publish == AtomicBatch:

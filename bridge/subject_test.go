@@ -149,7 +149,7 @@ func TestConfigValidate(t *testing.T) {
 		"no group":             func(c *Config) { c.Group = "" },
 		"no instance":          func(c *Config) { c.InstanceID = "" },
 		"no brokers":           func(c *Config) { c.Brokers = nil },
-		"unknown publish mode": func(c *Config) { c.Publish = PerMessage + 1 },
+		"unknown publish mode": func(c *Config) { c.Publish = FastBatch + 1 },
 		"no subject":           func(c *Config) { c.Subject = nil },
 		"no url":               func(c *Config) { c.NATSURL = "" },
 		"no stream":            func(c *Config) { c.Stream = "" },
