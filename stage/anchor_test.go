@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -29,14 +30,14 @@ func (e *env) committedOffsets() kadm.OffsetResponses {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	os, err := e.c.Admin().FetchOffsets(ctx, e.app)
+	offs, err := e.c.Admin().FetchOffsets(ctx, e.app)
 	if errors.Is(err, kerr.GroupIDNotFound) {
 		return nil // nothing committed yet
 	}
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return os
+	return offs
 }
 
 // TestFreshStartCommitsNoOffsetlessTransaction: a new application's first
@@ -68,9 +69,9 @@ func TestFreshStartCommitsNoOffsetlessTransaction(t *testing.T) {
 	defer r.stop()
 	// The build step's commit, before any record is consumed.
 	anchored := func() (n int) {
-		os := e.committedOffsets()
+		offs := e.committedOffsets()
 		for p := range int32(2) {
-			if o, ok := os.Lookup("in", p); ok && o.Err == nil {
+			if o, ok := offs.Lookup("in", p); ok && o.Err == nil {
 				n++
 				if o.At != 3 || o.Metadata != "i1" {
 					t.Errorf("in[%d] committed at %d with metadata %q before anything was consumed, want its log start 3 and %q", p, o.At, o.Metadata, "i1")
@@ -92,9 +93,9 @@ func TestFreshStartCommitsNoOffsetlessTransaction(t *testing.T) {
 	if n := cl.count(wait500); n != 0 {
 		t.Errorf("%d transactions committed without offsets (%q), want 0", n, wait500)
 	}
-	os := e.committedOffsets()
+	offs := e.committedOffsets()
 	for p, end := range []int64{8, 8} {
-		if o, _ := os.Lookup("in", int32(p)); o.At != end {
+		if o, _ := offs.Lookup("in", int32(p)); o.At != end {
 			t.Errorf("in[%d] committed at %d, want its end %d", p, o.At, end)
 		}
 	}
@@ -135,8 +136,8 @@ func TestIdleTicksCommitNoOffsetlessTransaction(t *testing.T) {
 	a.hooks.afterCommit = func() { // on the session loop: no t.Fatal
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		os, err := e.c.Admin().FetchOffsets(ctx, e.app)
-		if o, ok := os.Lookup("in", 0); err == nil && ok {
+		offs, err := e.c.Admin().FetchOffsets(ctx, e.app)
+		if o, ok := offs.Lookup("in", 0); err == nil && ok {
 			inCommits = append(inCommits, o.At)
 		}
 	}
@@ -172,4 +173,26 @@ func TestIdleTicksCommitNoOffsetlessTransaction(t *testing.T) {
 	if n := cl.count(wait500); n != 0 {
 		t.Errorf("%d transactions committed without offsets (%q), want 0", n, wait500)
 	}
+}
+
+// TestIdleTickRate measures (PARSLEY_IDLE_TICKS=1) how many ticks an idle
+// instance commits in 3 s at a 50 ms interval, on the real clock; at most
+// 60 are due. It asserts nothing: docs/ticks.md quotes the figure.
+func TestIdleTickRate(t *testing.T) {
+	if os.Getenv("PARSLEY_IDLE_TICKS") == "" {
+		t.Skip("a measurement: set PARSLEY_IDLE_TICKS=1")
+	}
+	e := newEnv(t, broker.Topic{Name: "in"}, broker.Topic{Name: "out"}, broker.Topic{Name: TickTopic("app", "s")})
+	out := NewTopic("out", String(), String())
+	bld := Named("s")
+	On(bld, NewTopic("in", String(), String()), func(Message[string, string]) ([]Emission, error) { return nil, nil })
+	bld.Ticks(50*time.Millisecond, func(Tick) ([]Emission, error) { return []Emission{out.Send("t", "tick")}, nil })
+	st := bld.Into(out).MustBuild()
+	e.changelogs(1, st)
+	r := e.start(e.config("i1"), st)
+	defer r.stop()
+	waitFor(t, 20*time.Second, "the first committed step", func() bool { return r.app.steps.Load() > 0 })
+	from := tickCount(r.app)
+	time.Sleep(3 * time.Second)
+	t.Logf("idle instance, 50 ms tick interval: %d ticks committed in 3 s", tickCount(r.app)-from)
 }
