@@ -67,7 +67,13 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 			a.rewind(sess.Client(), nil)
 		}
 	} else {
-		committed, end.end = sess.End(sctx, kgo.TransactionEndTry(commit))
+		ectx := sctx
+		if commit {
+			// Commits an offset even when the step consumed none: spares
+			// the next End franz-go's 500 ms wait (anchor.go).
+			ectx = a.anchoredEnd(sctx, sess.Client())
+		}
+		committed, end.end = sess.End(ectx, kgo.TransactionEndTry(commit))
 	}
 	end.committed = committed
 	if !committed && end.end == nil {

@@ -86,6 +86,10 @@ type task struct {
 	// startOver: the store was wiped because its changelog was recreated;
 	// inputs it has no position on resume at the group's (positions.go).
 	startOver bool
+
+	// begin: per input, where the node's last build started it; -1 none
+	// (anchor.go).
+	begin []int64
 }
 
 // reset drops the node and the step's writes; the next step rebuilds the
@@ -175,6 +179,7 @@ func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts
 		return rw // positions.go
 	}
 	t.node = n
+	t.recordBegin(starts)
 	t.nodeBuilt()
 	t.sweep(ctx, t.env.clock()) // a task's stamps shrink as soon as it starts
 	ds, err := n.Release()

@@ -31,16 +31,7 @@ func tickCount(a *App) uint64 {
 // and keep it across a restart.
 func TestTicksFoldOnScheduleAndAcrossRestart(t *testing.T) {
 	e := newEnv(t, broker.Topic{Name: "in"}, broker.Topic{Name: "audits"}, broker.Topic{Name: TickTopic("app", "bal")})
-	in := NewTopic("in", String(), String())
-	audits := NewTopic("audits", String(), String())
-	b := WithState(Named("bal"), JSON[int64](), 0)
-	OnFold(b, in, func(s int64, m Message[string, string]) (Step[int64], error) {
-		return Next(s+100, audits.Send("in", fmt.Sprint(s+100))), nil
-	})
-	TicksFold(b, time.Minute, func(s int64, tk Tick) (Step[int64], error) {
-		return Next(s+1, audits.Send("tick", fmt.Sprintf("%d@%d", s+1, tk.Time.UnixMilli()))), nil
-	})
-	st := b.Into(audits).MustBuild()
+	st := auditStage()
 	e.changelogs(1, st)
 	e.produce(kgoRecordNilKey{"in", "x"}.rec())
 
@@ -73,6 +64,22 @@ func TestTicksFoldOnScheduleAndAcrossRestart(t *testing.T) {
 	if got := values(e.readExactly("audits", 4, 20*time.Second)); !slices.Equal(got, want) {
 		t.Fatalf("after restart audits %q, want %q", got, want)
 	}
+}
+
+// auditStage is the stateful stage "bal": it folds each key's records of
+// "in" (+100) and its ticks (+1, every minute) and writes every new state
+// to "audits", a tick's as state@time in Unix milliseconds.
+func auditStage() *Stage {
+	in := NewTopic("in", String(), String())
+	audits := NewTopic("audits", String(), String())
+	b := WithState(Named("bal"), JSON[int64](), 0)
+	OnFold(b, in, func(s int64, m Message[string, string]) (Step[int64], error) {
+		return Next(s+100, audits.Send("in", fmt.Sprint(s+100))), nil
+	})
+	TicksFold(b, time.Minute, func(s int64, tk Tick) (Step[int64], error) {
+		return Next(s+1, audits.Send("tick", fmt.Sprintf("%d@%d", s+1, tk.Time.UnixMilli()))), nil
+	})
+	return b.Into(audits).MustBuild()
 }
 
 type kgoRecordNilKey struct{ topic, value string }

@@ -1,0 +1,136 @@
+package stage
+
+// Anchoring a transaction that consumed nothing to an offset commit.
+//
+// franz-go (v1.22) learns that the broker supports KIP-447 only from the
+// answer to a TxnOffsetCommit. A transaction that commits without consumed
+// offsets sends none, so GroupTransactSession.End takes the pre-KIP-447 path:
+// it holds its rebalance lock for 500 ms in a goroutine after the commit,
+// and End's own deferred reset waits for that lock, so End returns 500 ms
+// late. The stage commits such transactions in two cases: a task's first
+// build, whose initial state goes to the changelog before any record was
+// consumed (every new application, bridge and benchmark run paid it once),
+// and a step of an idle instance that emits only ticks or sweeps (a 50 ms
+// tick interval gave 10 ticks in 3 s).
+//
+// Such a transaction therefore commits one offset anyway, one that changes
+// nothing: of a partition an input of a task in the step, assigned to this
+// member,
+//
+//   - the group's committed offset again, as the client knows it, when the
+//     group has one: the client learned it from the offset fetch at
+//     assignment or from its own commits since, and while the partition is
+//     assigned here no other member commits it (the broker refuses a
+//     transactional offset commit from another generation, and a
+//     cooperative rebalance revokes a partition before it assigns it
+//     elsewhere; a revoke during the step makes End abort);
+//   - otherwise the offset the task's last build started the input at,
+//     where the client consumes from. With no commit the group resumes at
+//     the log start, and startPositions gave the log start then: the
+//     commit names a position at or below the log start now, which is where
+//     the group resumes (max of the commit and the log start) and where
+//     startPositions starts every stage that reads the partition. The
+//     task's committed state claims the same position (build reported it
+//     to the node).
+//
+// The offset rides the transaction: if it aborts, nothing was committed.
+// With KIP-447 a member that takes the partition over while the
+// transaction is open waits for it (RequireStable), and reads the same
+// offset either way.
+
+import (
+	"context"
+	"slices"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// offsetAnchor is the one offset an otherwise offsetless transaction
+// commits.
+type offsetAnchor struct {
+	topicPartition
+	at kgo.EpochOffset
+}
+
+// anchoredEnd returns the context for End of a step that commits: ctx
+// itself when the client commits consumed offsets anyway, or when no
+// partition qualifies; otherwise ctx with a TxnOffsetCommit hook that adds
+// the anchor to the otherwise empty commit (and names every commit, as the
+// session's hook does: fence.go).
+func (a *App) anchoredEnd(ctx context.Context, cl *kgo.Client) context.Context {
+	if len(cl.UncommittedOffsets()) > 0 {
+		return ctx
+	}
+	anc, ok := a.offsetAnchor(cl.CommittedOffsets())
+	if !ok {
+		return ctx
+	}
+	return kgo.PreTxnCommitFnContext(ctx, func(req *kmsg.TxnOffsetCommitRequest) error {
+		if len(req.Topics) == 0 {
+			rt := kmsg.NewTxnOffsetCommitRequestTopic()
+			rt.Topic = anc.topic
+			rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+			rp.Partition = anc.partition
+			rp.Offset = anc.at.Offset
+			rp.LeaderEpoch = anc.at.Epoch
+			rt.Partitions = append(rt.Partitions, rp)
+			req.Topics = append(req.Topics, rt)
+		}
+		return a.nameCommits(req)
+	})
+}
+
+// offsetAnchor picks the anchor among the inputs of the tasks in the step:
+// the first one, in task and input order, whose partition the group has a
+// commit for (committed: the client's view); failing that, the first one
+// its task's last build gave a start. ok is false when none qualifies.
+func (a *App) offsetAnchor(committed map[string]map[int32]kgo.EpochOffset) (anc offsetAnchor, ok bool) {
+	a.amu.Lock()
+	defer a.amu.Unlock()
+	var fresh *offsetAnchor
+	for _, id := range a.sortedIDs() {
+		t := a.tasks[id]
+		if t.node == nil || a.restoring(id) {
+			continue // not in the step
+		}
+		for i := range t.inputs {
+			tp := topicPartition{t.inputTopic(i), t.partition}
+			if !slices.Contains(a.assigned[tp.topic], tp.partition) {
+				continue
+			}
+			if at, ok := committed[tp.topic][tp.partition]; ok {
+				return offsetAnchor{tp, at}, true
+			}
+			if fresh == nil && i < len(t.begin) && t.begin[i] >= 0 {
+				fresh = &offsetAnchor{tp, kgo.EpochOffset{Epoch: -1, Offset: t.begin[i]}}
+			}
+		}
+	}
+	if fresh == nil {
+		return offsetAnchor{}, false
+	}
+	return *fresh, true
+}
+
+// inputTopic names the task's i-th input: a source, in the stage's
+// declaration order, or the tick topic after them.
+func (t *task) inputTopic(i int) string {
+	if i < len(t.st.sources) {
+		return t.st.sources[i].topic
+	}
+	return t.tickTopic
+}
+
+// recordBegin keeps where the build started each input (starts: the step's
+// start positions; -1 for an input without one), for offsetAnchor.
+func (t *task) recordBegin(starts map[string]map[int32]int64) {
+	t.begin = t.begin[:0]
+	for i := range t.inputs {
+		pos, ok := starts[t.inputTopic(i)][t.partition]
+		if !ok {
+			pos = -1
+		}
+		t.begin = append(t.begin, pos)
+	}
+}

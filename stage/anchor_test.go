@@ -1,0 +1,195 @@
+package stage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// wait500 is franz-go's log line when End commits a transaction without
+// having learned that the broker has KIP-447: End then returns 500 ms late.
+const wait500 = "sleeping 500ms before allowing a rebalance"
+
+// capturedConfig is e.config(instance) with franz-go's log kept in cl.
+func (e *env) capturedConfig(instance string, cl *clientLog) Config {
+	cfg := e.config(instance)
+	cfg.ClientOpts = []kgo.Opt{kgo.WithLogger(cl)}
+	return cfg
+}
+
+// committedOffsets fetches the application group's committed offsets.
+func (e *env) committedOffsets() kadm.OffsetResponses {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	offs, err := e.c.Admin().FetchOffsets(ctx, e.app)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return nil // nothing committed yet
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return offs
+}
+
+// TestFreshStartCommitsNoOffsetlessTransaction: a new application's first
+// step builds its tasks, whose initial state goes to the changelog while
+// nothing was consumed. Its transaction must still commit an offset, or
+// franz-go holds the session for 500 ms and the first step with records
+// waits it out (every new application, bridge and benchmark run). The
+// offset it commits for a partition the group had none for is the log
+// start the task started at, and nothing below it is processed.
+func TestFreshStartCommitsNoOffsetlessTransaction(t *testing.T) {
+	e := newEnv(t, broker.Topic{Name: "in", Partitions: 2}, broker.Topic{Name: "out", Partitions: 2})
+	in, out := NewTopic("in", String(), String()), NewTopic("out", String(), String())
+	st := counterStage(in, out)
+	e.changelogs(2, st)
+	// Records gone before the application starts: both partitions'
+	// logs start at 3, where they end.
+	e.inputs("in", 6, 2, 2, 100)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var del kadm.Offsets
+	del.Add(kadm.Offset{Topic: "in", Partition: 0, At: 3})
+	del.Add(kadm.Offset{Topic: "in", Partition: 1, At: 3})
+	if resp, err := e.c.Admin().DeleteRecords(ctx, del); err != nil || resp.Error() != nil {
+		t.Fatalf("delete records: %v %v", err, resp)
+	}
+
+	cl := &clientLog{}
+	r := e.start(e.capturedConfig("i1", cl), st)
+	defer r.stop()
+	// The build step's commit, before any record is consumed.
+	anchored := func() (n int) {
+		offs := e.committedOffsets()
+		for p := range int32(2) {
+			if o, ok := offs.Lookup("in", p); ok && o.Err == nil {
+				n++
+				if o.At != 3 || o.Metadata != "i1" {
+					t.Errorf("in[%d] committed at %d with metadata %q before anything was consumed, want its log start 3 and %q", p, o.At, o.Metadata, "i1")
+				}
+			}
+		}
+		return n
+	}
+	waitFor(t, 20*time.Second, "the first committed step", func() bool { return r.app.steps.Load() > 0 })
+	if anchored() == 0 {
+		t.Error("the first step committed no offset")
+	}
+
+	want := e.inputs("in", 10, 2, 2, 0)
+	checkCounts(t, e.readExactly("out", 10, 30*time.Second), want)
+	if cl.count("transaction session ending") == 0 {
+		t.Fatal("franz-go logged no transaction end: the capture does not see the session")
+	}
+	if n := cl.count(wait500); n != 0 {
+		t.Errorf("%d transactions committed without offsets (%q), want 0", n, wait500)
+	}
+	offs := e.committedOffsets()
+	for p, end := range []int64{8, 8} {
+		if o, _ := offs.Lookup("in", int32(p)); o.At != end {
+			t.Errorf("in[%d] committed at %d, want its end %d", p, o.At, end)
+		}
+	}
+}
+
+// TestIdleTicksCommitNoOffsetlessTransaction: on an instance that consumes
+// nothing, a step that emits only a tick commits the group's offset again,
+// so franz-go does not hold the session for 500 ms after it. The offsets
+// stay where the consumed records put them.
+func TestIdleTicksCommitNoOffsetlessTransaction(t *testing.T) {
+	ticks := TickTopic("app", "bal")
+	e := newEnv(t, broker.Topic{Name: "in"}, broker.Topic{Name: "audits"}, broker.Topic{Name: ticks})
+	st := auditStage()
+	e.changelogs(1, st)
+	e.produce(rec("in", 0, "a", "x"), rec("in", 0, "b", "y"))
+
+	clk := newManualClock()
+	t0 := clk.Now().UnixMilli()
+	cl := &clientLog{}
+	cfg := e.capturedConfig("i1", cl)
+	cfg.WallClock = clk.Now
+	a, err := New(cfg, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The group's offset of in[0] after every committed step: a tick
+	// step's commit must leave it as it was (franz-go would set a wrong
+	// one right again at the next step that consumes).
+	var inCommits []int64
+	a.hooks.afterCommit = func() { // on the session loop: no t.Fatal
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		offs, err := e.c.Admin().FetchOffsets(ctx, e.app)
+		if o, ok := offs.Lookup("in", 0); err == nil && ok {
+			inCommits = append(inCommits, o.At)
+		}
+	}
+	r := e.startApp(a)
+	defer r.stop()
+	e.readExactly("audits", 2, 20*time.Second)
+	const n = 3
+	for i := range uint64(n) {
+		clk.Advance(time.Minute)
+		waitFor(t, 20*time.Second, fmt.Sprintf("tick %d", i+1), func() bool { return tickCount(r.app) == i+1 })
+	}
+	got := values(e.readExactly("audits", 2+n, 20*time.Second))
+	want := []string{"100", "100"}
+	for i := range int64(n) {
+		want = append(want, fmt.Sprintf("%d@%d", i+1, t0+(i+1)*time.Minute.Milliseconds()))
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("audits %q, want %q", got, want)
+	}
+	// Every tick was consumed back from the tick topic.
+	waitFor(t, 20*time.Second, "the ticks' offsets committed", func() bool {
+		o, _ := e.committedOffsets().Lookup(ticks, 0)
+		return o.At >= 2*n // a tick and its commit marker each
+	})
+	if o, _ := e.committedOffsets().Lookup("in", 0); o.At != 2 || o.Metadata != "i1" {
+		t.Errorf("in[0] committed at %d with metadata %q, want 2 (its end) and %q", o.At, o.Metadata, "i1")
+	}
+	r.stop()
+	for i, at := range inCommits {
+		if at > 2 || (i > 0 && at < inCommits[i-1]) {
+			t.Fatalf("in[0]'s offset went %v after the steps: past its end 2, or back", inCommits)
+		}
+	}
+	if cl.count("transaction session ending") == 0 {
+		t.Fatal("franz-go logged no transaction end: the capture does not see the session")
+	}
+	if n := cl.count(wait500); n != 0 {
+		t.Errorf("%d transactions committed without offsets (%q), want 0", n, wait500)
+	}
+}
+
+// TestIdleTickRate measures (PARSLEY_IDLE_TICKS=1) how many ticks an idle
+// instance commits in 3 s at a 50 ms interval, on the real clock; at most
+// 60 are due. It asserts nothing: docs/ticks.md quotes the figure.
+func TestIdleTickRate(t *testing.T) {
+	if os.Getenv("PARSLEY_IDLE_TICKS") == "" {
+		t.Skip("a measurement: set PARSLEY_IDLE_TICKS=1")
+	}
+	e := newEnv(t, broker.Topic{Name: "in"}, broker.Topic{Name: "out"}, broker.Topic{Name: TickTopic("app", "s")})
+	out := NewTopic("out", String(), String())
+	bld := Named("s")
+	On(bld, NewTopic("in", String(), String()), func(Message[string, string]) ([]Emission, error) { return nil, nil })
+	bld.Ticks(50*time.Millisecond, func(Tick) ([]Emission, error) { return []Emission{out.Send("t", "tick")}, nil })
+	st := bld.Into(out).MustBuild()
+	e.changelogs(1, st)
+	r := e.start(e.config("i1"), st)
+	defer r.stop()
+	waitFor(t, 20*time.Second, "the first committed step", func() bool { return r.app.steps.Load() > 0 })
+	from := tickCount(r.app)
+	time.Sleep(3 * time.Second)
+	t.Logf("idle instance, 50 ms tick interval: %d ticks committed in 3 s", tickCount(r.app)-from)
+}
