@@ -24,14 +24,17 @@ package stage
 //     transactional offset commit from another generation, and a
 //     cooperative rebalance revokes a partition before it assigns it
 //     elsewhere; a revoke during the step makes End abort);
-//   - otherwise the offset the task's last build started the input at,
-//     where the client consumes from. With no commit the group resumes at
-//     the log start, and startPositions gave the log start then: the
-//     commit names a position at or below the log start now, which is where
-//     the group resumes (max of the commit and the log start) and where
-//     startPositions starts every stage that reads the partition. The
+//   - otherwise, when the client starts a partition without a group offset
+//     at the log start (franz-go's default, which ClientOpts may change to
+//     join at the log end), the offset the task's last build started the
+//     input at, where the client consumes from. With no commit the group
+//     resumes at the log start, and startPositions gave the log start then:
+//     the commit names a position at or below the log start now, which is
+//     where the group resumes (max of the commit and the log start) and
+//     where startPositions starts every stage that reads the partition. The
 //     task's committed state claims the same position (build reported it
-//     to the node).
+//     to the node). A client told to start elsewhere commits nothing here,
+//     and its first build pays the 500 ms.
 //
 // The offset rides the transaction: if it aborts, nothing was committed.
 // With KIP-447 a member that takes the partition over while the
@@ -102,7 +105,7 @@ func (a *App) offsetAnchor(committed map[string]map[int32]kgo.EpochOffset) (anc 
 			if at, ok := committed[tp.topic][tp.partition]; ok {
 				return offsetAnchor{tp, at}, true
 			}
-			if fresh == nil && i < len(t.begin) && t.begin[i] >= 0 {
+			if fresh == nil && a.freshAtLogStart && i < len(t.begin) && t.begin[i] >= 0 {
 				fresh = &offsetAnchor{tp, kgo.EpochOffset{Epoch: -1, Offset: t.begin[i]}}
 			}
 		}

@@ -102,6 +102,43 @@ func TestFreshStartCommitsNoOffsetlessTransaction(t *testing.T) {
 	}
 }
 
+// TestStartAtEndIsNotAnchored: a stage told to start where the log ends
+// (ClientOpts, docs/operations.md: joining late) must not have its first
+// step commit the log start for it: an instance that restarts, or takes the
+// partition over, before a record arrives would then process the history
+// the stage was told to skip.
+func TestStartAtEndIsNotAnchored(t *testing.T) {
+	e := newEnv(t, broker.Topic{Name: "in", Partitions: 2}, broker.Topic{Name: "out", Partitions: 2})
+	in, out := NewTopic("in", String(), String()), NewTopic("out", String(), String())
+	st := counterStage(in, out)
+	e.changelogs(2, st)
+	e.inputs("in", 6, 2, 2, 100) // the history: offsets 0-2 of each partition
+	atEnd := func(instance string) Config {
+		cfg := e.config(instance)
+		cfg.ClientOpts = []kgo.Opt{kgo.ConsumeStartOffset(kgo.NewOffset().AtEnd())}
+		return cfg
+	}
+
+	r := e.start(atEnd("i1"), st)
+	waitFor(t, 20*time.Second, "the first committed step", func() bool { return r.app.steps.Load() > 0 })
+	offs := e.committedOffsets()
+	for p := range int32(2) {
+		if o, ok := offs.Lookup("in", p); ok && o.Err == nil && o.At < 3 {
+			t.Errorf("in[%d] committed at %d before anything was consumed; the stage starts at the log end, 3", p, o.At)
+		}
+	}
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Restarted before any record arrived: still only what comes now.
+	r = e.start(atEnd("i1"), st)
+	defer r.stop()
+	waitFor(t, 20*time.Second, "the restarted instance's first step", func() bool { return r.app.steps.Load() > 0 })
+	want := e.inputs("in", 4, 2, 2, 0)
+	checkCounts(t, e.readExactly("out", 4, 30*time.Second), want)
+}
+
 // TestIdleTicksCommitNoOffsetlessTransaction: on an instance that consumes
 // nothing, a step that emits only a tick commits the group's offset again,
 // so franz-go does not hold the session for 500 ms after it. The offsets

@@ -78,6 +78,10 @@ type App struct {
 	sent         sendResults // the open step's produce results
 	xfails       uint        // consecutive steps whose external sinks did not settle
 	aheadRetries int         // consecutive steps retried at once after a fetchedAheadError
+	// freshAtLogStart: the client starts a partition without a group
+	// offset at its log start (ClientOpts keep franz-go's default), so an
+	// offsetless step may commit that (anchor.go).
+	freshAtLogStart bool
 
 	snap            atomic.Pointer[snapshot] // published by the session loop
 	commits, aborts atomic.Uint64
@@ -144,6 +148,7 @@ func New(cfg Config, stages ...*Stage) (*App, error) {
 		dropped:  make(map[topicPartition]bool),
 		tasks:    make(map[taskID]*task),
 	}
+	a.freshAtLogStart = startsAtLogStart(c.ClientOpts)
 	a.standby = standbys{host: a.newStandbyHost(), jobs: make(map[taskID]*standbyJob), retry: make(map[taskID]time.Time)}
 	for i, s := range stages {
 		for _, b := range s.sources {

@@ -230,6 +230,28 @@ func checkClientOpts(opts []kgo.Opt) error {
 	return errors.Join(errs...)
 }
 
+// startsAtLogStart reports whether a client built with opts starts a
+// partition its group has no offset for at the log start, as the runtime
+// assumes unless ClientOpts say otherwise (ConsumeStartOffset, or a
+// ConsumeResetOffset that sets it too): docs/operations.md shows a stage
+// joining at the log end.
+func startsAtLogStart(opts []kgo.Opt) bool {
+	if len(opts) == 0 {
+		return true
+	}
+	base, err := kgo.NewClient()
+	if err != nil {
+		return false
+	}
+	defer base.Close()
+	with, err := kgo.NewClient(opts...)
+	if err != nil {
+		return false
+	}
+	defer with.Close()
+	return with.OptValue(kgo.ConsumeStartOffset) == base.OptValue(kgo.ConsumeStartOffset)
+}
+
 // weakensIsolation reports whether opts change the isolation level away
 // from read_committed. The client's default is read_uncommitted, so the
 // value alone cannot tell an explicit weakening from no option: compare a
