@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,6 +83,7 @@ type App struct {
 	// offset at its log start (ClientOpts keep franz-go's default), so an
 	// offsetless step may commit that (anchor.go).
 	freshAtLogStart bool
+	ahead           decodeAhead // the step's decoding workers (decodeahead.go)
 
 	snap            atomic.Pointer[snapshot] // published by the session loop
 	commits, aborts atomic.Uint64
@@ -149,6 +151,7 @@ func New(cfg Config, stages ...*Stage) (*App, error) {
 		tasks:    make(map[taskID]*task),
 	}
 	a.freshAtLogStart = startsAtLogStart(c.ClientOpts)
+	a.ahead.workers = min(c.DecodeAhead, runtime.GOMAXPROCS(0)-1) // a worker needs a core of its own
 	a.standby = standbys{host: a.newStandbyHost(), jobs: make(map[taskID]*standbyJob), retry: make(map[taskID]time.Time)}
 	for i, s := range stages {
 		for _, b := range s.sources {
@@ -196,6 +199,7 @@ func (a *App) Run(ctx context.Context) error {
 		return fmt.Errorf("stage: state dir: %w", err)
 	}
 	defer a.closeTasks()
+	defer a.ahead.close()
 	for {
 		err := a.session(ctx)
 		if ctx.Err() != nil {

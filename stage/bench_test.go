@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -165,7 +166,7 @@ func plainLoop(b *testing.B, e *env, n int) run {
 
 // stageRun runs the same work over n records as a one-stage application
 // with 500-record steps.
-func stageRun(b *testing.B, e *env, name string, stateful bool, n int) run {
+func stageRun(b *testing.B, e *env, name string, stateful bool, n int, tune ...func(*Config)) run {
 	in := NewTopic("in", String(), JSON[payment]())
 	out := NewTopic("out", String(), JSON[payment]())
 	var started atomic.Int64
@@ -201,6 +202,9 @@ func stageRun(b *testing.B, e *env, name string, stateful bool, n int) run {
 	e.changelogs(int32(len(parts["in"].Partitions)), st)
 	cfg := e.config(name)
 	cfg.MaxPollRecords = 500
+	for _, f := range tune {
+		f(&cfg)
+	}
 	a, err := New(cfg, st)
 	if err != nil {
 		b.Fatal(err)
@@ -260,3 +264,42 @@ func BenchmarkStageVsPlainLoop(b *testing.B) { compare(b, benchLoad, false) }
 // fold: each record also reads and writes its key's state (64 keys), which
 // the step commits to SQLite and the changelog.
 func BenchmarkStatefulStageVsPlainLoop(b *testing.B) { compare(b, benchLoad, true) }
+
+// BenchmarkDecodeAhead measures what decoding ahead (Config.DecodeAhead)
+// buys: each iteration runs the control, the stage decoding on its step
+// goroutine only, and the stage at its default, over fresh input, so that
+// the machine's load falls on all three alike. It reports the median ratio
+// to the iteration's control of each stage variant, by wall and by CPU
+// time.
+//
+//	go test ./stage -run '^$' -bench DecodeAhead -benchtime 16x
+func BenchmarkDecodeAhead(b *testing.B) {
+	for _, stateful := range []bool{false, true} {
+		name := "stateless"
+		if stateful {
+			name = "stateful"
+		}
+		b.Run(name, func(b *testing.B) {
+			var wall, cpu [2][]float64
+			for i := range b.N {
+				p := plainLoop(b, benchInput(b, benchLoad), benchLoad.records)
+				for v, ahead := range []int{-1, 0} {
+					s := stageRun(b, benchInput(b, benchLoad), fmt.Sprintf("s%d-%d", i, v), stateful, benchLoad.records,
+						func(c *Config) { c.DecodeAhead = ahead })
+					wall[v] = append(wall[v], p.wall.Seconds()/s.wall.Seconds())
+					cpu[v] = append(cpu[v], p.cpu.Seconds()/s.cpu.Seconds())
+				}
+			}
+			b.ReportMetric(median(wall[0]), "ratio-step-goroutine")
+			b.ReportMetric(median(wall[1]), "ratio-decode-ahead")
+			b.ReportMetric(median(cpu[0]), "cpu-ratio-step-goroutine")
+			b.ReportMetric(median(cpu[1]), "cpu-ratio-decode-ahead")
+		})
+	}
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

@@ -122,6 +122,9 @@ type binding struct {
 	fold   bool
 	tick   bool // the stage's tick topic: a fold uses the tick slot (ticks.go)
 	invoke func(m *rawMessage, st stateIO) ([]Emission, error)
+	// newAhead makes a task's decoder of this source's records ahead of
+	// their delivery (decodeahead.go); nil for the tick topic.
+	newAhead func() aheadDecoder
 }
 
 // rawMessage is a delivered record before decoding.
@@ -133,6 +136,11 @@ type rawMessage struct {
 	ts         time.Time
 	key, value []byte
 	headers    []Header
+
+	// The record's decoding by a worker, when one ran ahead
+	// (decodeahead.go): ahead's window index aheadAt.
+	ahead   aheadDecoder
+	aheadAt int
 }
 
 // stateIO is a fold's view of one key's state within the step.
@@ -197,7 +205,7 @@ func On[K, V any](b *Builder, t *Topic[K, V], h Handler[K, V]) *Builder {
 		return b
 	}
 	b.pending = append(b.pending, func(any) (binding, error) {
-		return binding{topic: t.name, invoke: func(m *rawMessage, _ stateIO) (es []Emission, err error) {
+		return binding{topic: t.name, newAhead: aheadOf(t), invoke: func(m *rawMessage, _ stateIO) (es []Emission, err error) {
 			defer catch(&err)
 			msg, err := decode(t, m)
 			if err != nil {
@@ -229,7 +237,7 @@ func OnFold[S, K, V any](b *Builder, t *Topic[K, V], f Fold[S, K, V]) *Builder {
 			return binding{}, fmt.Errorf("%w: stage %q: fold on %q has state type %v, the stage declares %v",
 				ErrInvalidStage, b.name, name, reflect.TypeFor[S](), reflect.TypeOf(st).Elem().Field(1).Type)
 		}
-		return binding{topic: name, fold: true, invoke: func(m *rawMessage, io stateIO) (es []Emission, err error) {
+		return binding{topic: name, fold: true, newAhead: aheadOf(t), invoke: func(m *rawMessage, io stateIO) (es []Emission, err error) {
 			defer catch(&err)
 			msg, err := decode(t, m)
 			if err != nil {
@@ -374,17 +382,34 @@ func decode[K, V any](t *Topic[K, V], m *rawMessage) (Message[K, V], error) {
 		KeyIsNil: m.key == nil, ValueIsNil: m.value == nil,
 	}
 	var err error
-	if m.key != nil {
-		if msg.Key, err = t.key.Decode(m.key); err != nil {
-			return msg, &CodecError{Topic: t.name, Part: "key", Op: "decode", Err: err}
+	if a, ok := m.ahead.(*typedAhead[K, V]); ok {
+		var done bool
+		if msg.Key, msg.Value, err, done = a.take(m.aheadAt); done {
+			return msg, err
 		}
 	}
-	if m.value != nil {
-		if msg.Value, err = t.value.Decode(m.value); err != nil {
-			return msg, &CodecError{Topic: t.name, Part: "value", Op: "decode", Err: err}
+	msg.Key, msg.Value, err = decodeKV(t, m.key, m.value)
+	return msg, err
+}
+
+// decodeKV decodes a record's key and value; a nil key or value stays the
+// zero value.
+func decodeKV[K, V any](t *Topic[K, V], key, value []byte) (k K, v V, err error) {
+	if key != nil {
+		if k, err = t.key.Decode(key); err != nil {
+			return k, v, &CodecError{Topic: t.name, Part: "key", Op: "decode", Err: err}
 		}
 	}
-	return msg, nil
+	if value != nil {
+		if v, err = t.value.Decode(value); err != nil {
+			return k, v, &CodecError{Topic: t.name, Part: "value", Op: "decode", Err: err}
+		}
+	}
+	return k, v, nil
+}
+
+func aheadOf[K, V any](t *Topic[K, V]) func() aheadDecoder {
+	return func() aheadDecoder { return &typedAhead[K, V]{t: t} }
 }
 
 // catch turns a panic in user code into a *PanicError.

@@ -17,6 +17,11 @@ import (
 // is loud: an error from either side fails the step, never guesses. A key
 // codec must also be canonical — the same key always encodes to the same
 // bytes — because the encoded key chooses the partition and keys fold state.
+//
+// A codec must be safe for concurrent use by several goroutines: the
+// runtime decodes a step's records on other goroutines ahead of their
+// delivery (Config.DecodeAhead), while the step goroutine encodes. Every
+// codec in this package is.
 type Codec[T any] interface {
 	Encode(v T) ([]byte, error)
 	Decode(b []byte) (T, error)

@@ -81,6 +81,16 @@ type Config struct {
 
 	// MaxPollRecords bounds the records of one step (default 500).
 	MaxPollRecords int
+	// DecodeAhead is how many goroutines decode the keys and values of a
+	// step's fetched records while the step goroutine delivers the records
+	// before them (default 1; at most GOMAXPROCS-1, so none on one core).
+	// Delivery order is unchanged: decoding is the only per-record work
+	// that needs no order, and doing it on another core leaves the step
+	// goroutine the gate, the handlers and the sends. A record the workers
+	// have not reached when it is delivered is decoded there, as without
+	// them. A negative value decodes every record on the step goroutine: for
+	// codecs that are not safe for concurrent use (Codec).
+	DecodeAhead int
 	// PollInterval bounds how long one poll waits for records before the
 	// loop checks for assignment changes and shutdown (default 250ms).
 	PollInterval time.Duration
@@ -130,6 +140,12 @@ func (c *Config) withDefaults() Config {
 	}
 	if d.MaxPollRecords <= 0 {
 		d.MaxPollRecords = 500
+	}
+	switch {
+	case d.DecodeAhead == 0:
+		d.DecodeAhead = 1
+	case d.DecodeAhead < 0:
+		d.DecodeAhead = 0
 	}
 	if d.PollInterval <= 0 {
 		d.PollInterval = 250 * time.Millisecond

@@ -189,6 +189,48 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 	if back != nil {
 		return back
 	}
+	if err := a.feedAll(ctx, sess, fs); err != nil {
+		return err
+	}
+	ts := make([]*task, len(ids))
+	for i, id := range ids {
+		ts[i] = a.tasks[id]
+		if err := ts[i].tickIfDue(ctx, sess); err != nil {
+			return err
+		}
+	}
+	// One wait for every task's sends: a task's changelog records name its
+	// sends' offsets, so they wait for the acknowledgements, but not for
+	// another task's changelog (own.go).
+	if err := awaitSends(ctx, sess, ts); err != nil {
+		return err
+	}
+	for _, t := range ts {
+		if err := t.flush(ctx, sess); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// feedAll feeds the step's fetched records to their tasks, with their
+// decoding started ahead on the decode workers (decodeahead.go).
+func (a *App) feedAll(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.Fetches) error {
+	if a.ahead.workers > 0 {
+		for _, f := range fs {
+			for _, ft := range f.Topics {
+				for _, fp := range ft.Partitions {
+					for _, si := range a.bySource[ft.Topic] {
+						if t := a.tasks[taskID{si, fp.Partition}]; t != nil && t.node != nil {
+							a.ahead.add(t.aheadFor(ft.Topic), fp.Records)
+						}
+					}
+				}
+			}
+		}
+		a.ahead.start()
+		defer a.ahead.finish()
+	}
 	for _, f := range fs {
 		for _, ft := range f.Topics {
 			for _, fp := range ft.Partitions {
@@ -208,24 +250,6 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 					}
 				}
 			}
-		}
-	}
-	ts := make([]*task, len(ids))
-	for i, id := range ids {
-		ts[i] = a.tasks[id]
-		if err := ts[i].tickIfDue(ctx, sess); err != nil {
-			return err
-		}
-	}
-	// One wait for every task's sends: a task's changelog records name its
-	// sends' offsets, so they wait for the acknowledgements, but not for
-	// another task's changelog (own.go).
-	if err := awaitSends(ctx, sess, ts); err != nil {
-		return err
-	}
-	for _, t := range ts {
-		if err := t.flush(ctx, sess); err != nil {
-			return err
 		}
 	}
 	return nil

@@ -64,6 +64,12 @@ type task struct {
 	msg  rawMessage // the delivery being processed, reused
 	fold foldState  // its state view, reused
 
+	// Decoders of the step's records ahead of delivery, per source topic
+	// (nil: the source is not decoded ahead), and where the feed stands in
+	// the current window (decodeahead.go).
+	ahead   map[string]aheadDecoder
+	feeding aheadCursor
+
 	foldKeys foldKeyCache
 
 	tickTopic string // the stage's tick topic, "" when it does not tick
@@ -216,11 +222,21 @@ func (t *task) stepErr(topic string, offset int64, err error) error {
 // H2). Control records only move the position: they are never delivered.
 func (t *task) feed(ctx context.Context, sess *kgo.GroupTransactSession, topic string, recs []*kgo.Record) error {
 	ch := headers.Channel{Topic: t.env.topics[topic].id, Partition: t.partition}
+	var dec aheadDecoder // recs decoded ahead: the same records
+	if d := t.ahead[topic]; d != nil {
+		if w := d.window(); len(w) == len(recs) && len(w) > 0 && w[0] == recs[0] {
+			dec = d
+		}
+	}
+	defer func() { t.feeding = aheadCursor{} }()
 	last := int64(-1)
-	for _, r := range recs {
+	for j, r := range recs {
 		last = r.Offset
 		if r.Attrs.IsControl() {
 			continue
+		}
+		if dec != nil {
+			t.feeding = aheadCursor{dec: dec, topic: ch.Topic, at: j, offset: r.Offset}
 		}
 		rec := protocol.Record{
 			Coordinate: headers.Coordinate{Channel: ch, Offset: r.Offset},
@@ -245,6 +261,23 @@ func (t *task) feed(ctx context.Context, sess *kgo.GroupTransactSession, topic s
 		return t.deliver(ctx, sess, ds)
 	}
 	return nil
+}
+
+// aheadFor returns the task's decoder of topic's records ahead of their
+// delivery, nil when the source has none.
+func (t *task) aheadFor(topic string) aheadDecoder {
+	if d, ok := t.ahead[topic]; ok {
+		return d
+	}
+	var d aheadDecoder
+	if b := t.byID[t.env.topics[topic].id]; b != nil && b.newAhead != nil {
+		d = b.newAhead()
+	}
+	if t.ahead == nil {
+		t.ahead = make(map[string]aheadDecoder)
+	}
+	t.ahead[topic] = d
+	return d
 }
 
 // asHeaders views franz-go's headers as headers.Header without copying:
@@ -277,6 +310,9 @@ func (t *task) deliver(ctx context.Context, sess *kgo.GroupTransactSession, ds [
 		*m = rawMessage{
 			topic: b.topic, partition: d.Partition, offset: d.Offset, coord: d.Coordinate,
 			ts: time.UnixMilli(d.Timestamp), key: d.Key, value: d.Value, headers: d.Headers,
+		}
+		if i := t.feeding.locate(d.Topic, d.Offset); i >= 0 {
+			m.ahead, m.aheadAt = t.feeding.dec, i
 		}
 		var io stateIO
 		if b.fold {
