@@ -58,9 +58,22 @@ func aheadTopic(decodes *atomic.Int64) *Topic[string, int64] {
 }
 
 // inlineDecode is what delivery decodes without a worker: the reference.
-func inlineDecode(t *Topic[string, int64], r *kgo.Record) (msg Message[string, int64], err error) {
+func inlineDecode(t *Topic[string, int64], r *kgo.Record) (Message[string, int64], error) {
+	return decodeCaught(t, &rawMessage{topic: "in", offset: r.Offset, key: r.Key, value: r.Value})
+}
+
+// feedAt moves the cursor to record i of its window, as feed does, and
+// returns the delivery of that record as deliver builds it.
+func feedAt(c *aheadCursor, i int, r *kgo.Record) rawMessage {
+	c.at, c.offset = i, r.Offset
+	return rawMessage{topic: "in", offset: r.Offset, key: r.Key, value: r.Value, ahead: c.dec, aheadAt: c.locate(c.topic, r.Offset)}
+}
+
+// decodeCaught is the handler side's decode, a panic caught as invoke
+// catches it.
+func decodeCaught(t *Topic[string, int64], m *rawMessage) (msg Message[string, int64], err error) {
 	defer catch(&err)
-	return decode(t, &rawMessage{topic: "in", offset: r.Offset, key: r.Key, value: r.Value})
+	return decode(t, m)
 }
 
 // sameDecoding fails unless got and want are the same message and the same
@@ -117,15 +130,12 @@ func TestDecodeAheadMatchesInline(t *testing.T) {
 		if r.Attrs.IsControl() {
 			continue
 		}
-		c.at, c.offset = i, r.Offset
-		m := rawMessage{topic: "in", offset: r.Offset, key: r.Key, value: r.Value, ahead: a, aheadAt: c.locate(headers.TopicID{1}, r.Offset)}
+		m := feedAt(&c, i, r)
 		if m.aheadAt != i {
 			t.Fatalf("offset %d: located at %d, want %d", r.Offset, m.aheadAt, i)
 		}
 		before := decodes.Load()
-		var got Message[string, int64]
-		var gerr error
-		func() { defer catch(&gerr); got, gerr = decode(top, &m) }()
+		got, gerr := decodeCaught(top, &m)
 		if decodes.Load() != before {
 			t.Fatalf("offset %d: decoded again at delivery although the worker had done it", r.Offset)
 		}
@@ -198,11 +208,8 @@ func TestDecodeAheadConcurrent(t *testing.T) {
 					if r.Attrs.IsControl() {
 						continue
 					}
-					c.at, c.offset = i, r.Offset
-					m := rawMessage{topic: "in", offset: r.Offset, key: r.Key, value: r.Value, ahead: dec, aheadAt: c.locate(headers.TopicID{1}, r.Offset)}
-					var got Message[string, int64]
-					var gerr error
-					func() { defer catch(&gerr); got, gerr = decode(top, &m) }()
+					m := feedAt(&c, i, r)
+					got, gerr := decodeCaught(top, &m)
 					want, werr := inlineDecode(top, r)
 					sameDecoding(t, r.Offset, got, want, gerr, werr)
 				}
