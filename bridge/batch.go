@@ -120,7 +120,7 @@ func (p *publisher) stageRecord(ctx context.Context) {
 // sendHeld sends the open batch's held-back message.
 func (p *publisher) sendHeld(b *openBatch) error {
 	held := b.start + b.sent
-	coord := p.step[held].coord.String()
+	coord := p.step[held].coord // formatted only if an error names it
 	if p.conn.Load() != p.epoch || !p.nc.IsConnected() {
 		return fmt.Errorf("bridge: publish batch from %s: %w", coord, errConnChanged)
 	}
@@ -223,7 +223,7 @@ func (p *publisher) publishOneByOne(ctx context.Context, start, end int) {
 			msg.Header.Del(h)
 		}
 		msg.Reply = ""
-		coord := p.step[i].coord.String()
+		coord := p.step[i].coord
 		if p.conn.Load() != p.epoch || !p.nc.IsConnected() {
 			p.failed = fmt.Errorf("bridge: publish of %s: %w", coord, errConnChanged)
 			return

@@ -125,7 +125,7 @@ func (p *publisher) sendFast(ctx context.Context, msg *nats.Msg) {
 		return
 	}
 	i := len(p.step) - 1
-	coord := p.step[i].coord.String()
+	coord := p.step[i].coord // formatted only if an error names it
 	if p.conn.Load() != p.epoch || !p.nc.IsConnected() {
 		p.failed = fmt.Errorf("bridge: publish of %s: %w", coord, errConnChanged)
 		return

@@ -75,7 +75,6 @@ type publisher struct {
 type inflight struct {
 	f     jetstream.PubAckFuture
 	subj  string
-	coord string
 	rec   int // index in step
 	start time.Time
 }
@@ -116,7 +115,7 @@ func (p *publisher) Settle(ctx context.Context) error {
 		p.waitOldest(ctx)
 	}
 	if len(p.pending) > 0 && p.failed == nil {
-		p.failed = fmt.Errorf("bridge: publish of %s to %q: %w", p.pending[0].coord, p.pending[0].subj, ctx.Err())
+		p.failed = fmt.Errorf("bridge: publish of %s to %q: %w", p.step[p.pending[0].rec].coord, p.pending[0].subj, ctx.Err())
 	}
 	if p.atomic && p.failed == nil && p.staging != nil {
 		p.commitOpen(ctx)
@@ -163,7 +162,7 @@ func (p *publisher) waitOldest(ctx context.Context) {
 		// The step ran out of time; the future resolves later, within
 		// the ack timeout, and the next Begin drains it.
 		if p.failed == nil {
-			p.failed = fmt.Errorf("bridge: publish of %s to %q: %w", in.coord, in.subj, ctx.Err())
+			p.failed = fmt.Errorf("bridge: publish of %s to %q: %w", p.step[in.rec].coord, in.subj, ctx.Err())
 		}
 		return
 	}
@@ -175,7 +174,7 @@ func (p *publisher) waitOldest(ctx context.Context) {
 	if err != nil {
 		p.m.failures.Inc()
 		if p.failed == nil {
-			p.failed = fmt.Errorf("bridge: publish of %s to %q: %w", in.coord, in.subj, err)
+			p.failed = fmt.Errorf("bridge: publish of %s to %q: %w", p.step[in.rec].coord, in.subj, err)
 		}
 		return
 	}
@@ -217,7 +216,7 @@ func (p *publisher) publish(m *stage.Message[[]byte, []byte]) error {
 		p.sendFast(p.ctx, msg)
 		return nil
 	}
-	coord := m.Coordinate.String()
+	coord := m.Coordinate // formatted only if an error names it
 	for p.failed == nil && len(p.pending) > 0 && (len(p.pending) >= p.max || p.bySubj[subj] > 0) {
 		p.waitOldest(p.ctx)
 	}
@@ -236,7 +235,7 @@ func (p *publisher) publish(m *stage.Message[[]byte, []byte]) error {
 		return nil
 	}
 	p.step = append(p.step, storedRecord{coord: m.Coordinate, headers: m.Headers})
-	p.pending = append(p.pending, inflight{f: f, subj: subj, coord: coord, rec: len(p.step) - 1, start: start})
+	p.pending = append(p.pending, inflight{f: f, subj: subj, rec: len(p.step) - 1, start: start})
 	p.bySubj[subj]++
 	p.m.inFlight.Inc()
 	return nil

@@ -64,7 +64,7 @@ func TestAcknowledgementAccounting(t *testing.T) {
 			p.Begin(ctx)
 			for i, f := range tc.futures {
 				p.step = append(p.step, storedRecord{coord: headers.Coordinate{Offset: int64(i)}})
-				p.pending = append(p.pending, inflight{f: f, subj: "s", coord: "c" + string(rune('0'+i)), rec: i})
+				p.pending = append(p.pending, inflight{f: f, subj: "s", rec: i})
 				p.bySubj["s"]++
 				p.m.inFlight.Inc()
 			}
@@ -162,7 +162,7 @@ func TestOrderCheckJudgesCausalOrder(t *testing.T) {
 			p.Begin(ctx)
 			for i, d := range tc.steps {
 				p.step = append(p.step, d.rec)
-				p.pending = append(p.pending, inflight{f: resolved{ack: &jetstream.PubAck{Stream: "S", Sequence: d.seq, Duplicate: d.dup}}, subj: "s", coord: d.rec.coord.String(), rec: i})
+				p.pending = append(p.pending, inflight{f: resolved{ack: &jetstream.PubAck{Stream: "S", Sequence: d.seq, Duplicate: d.dup}}, subj: "s", rec: i})
 				p.bySubj["s"]++
 			}
 			if err := p.Settle(ctx); err != nil {
@@ -189,7 +189,7 @@ func TestSettleAndBeginReturnWhenTheStepEnds(t *testing.T) {
 	p := &publisher{stream: "S", m: newMetrics("S"), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	p.Begin(context.Background())
 	p.step = append(p.step, storedRecord{})
-	p.pending = append(p.pending, inflight{f: pendingFuture{}, subj: "s", coord: "c0"})
+	p.pending = append(p.pending, inflight{f: pendingFuture{}, subj: "s"})
 	p.bySubj["s"]++
 	p.m.inFlight.Inc()
 	ctx, cancel := context.WithCancel(context.Background())
