@@ -242,3 +242,27 @@ func TestIdleTickRate(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	t.Logf("idle instance, 50 ms tick interval: %d ticks committed in 3 s", tickCount(r.app)-from)
 }
+
+// TestStartsAtLogStart: which ClientOpts leave a partition without a group
+// offset starting at its log start, the one case the anchor may commit
+// that start for: franz-go's default, and reset offsets that do not move
+// the start; not a start, or a reset that also sets the start, elsewhere.
+func TestStartsAtLogStart(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []kgo.Opt
+		want bool
+	}{
+		{"no options", nil, true},
+		{"unrelated options", []kgo.Opt{kgo.ClientID("x")}, true},
+		{"reset to the log start", []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, true},
+		{"reset by rewinding", []kgo.Opt{kgo.ConsumeResetOffset(kgo.RewindOffset(time.Minute))}, true},
+		{"start at the log end", []kgo.Opt{kgo.ConsumeStartOffset(kgo.NewOffset().AtEnd())}, false},
+		{"reset, and so start, at the log end", []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd())}, false},
+		{"start at a time", []kgo.Opt{kgo.ConsumeStartOffset(kgo.NewOffset().AfterMilli(1))}, false},
+	} {
+		if got := startsAtLogStart(tc.opts); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

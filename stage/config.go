@@ -255,17 +255,14 @@ func startsAtLogStart(opts []kgo.Opt) bool {
 	if len(opts) == 0 {
 		return true
 	}
-	base, err := kgo.NewClient()
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return false
 	}
-	defer base.Close()
-	with, err := kgo.NewClient(opts...)
-	if err != nil {
-		return false
-	}
-	defer with.Close()
-	return with.OptValue(kgo.ConsumeStartOffset) == base.OptValue(kgo.ConsumeStartOffset)
+	defer cl.Close()
+	// franz-go's default start offset, and what ConsumeResetOffset's
+	// AtStart sets it to.
+	return cl.OptValue(kgo.ConsumeStartOffset) == kgo.NewOffset().AtStart()
 }
 
 // weakensIsolation reports whether opts change the isolation level away
