@@ -38,6 +38,10 @@ type Clock struct {
 	dialect headers.Dialect
 	timeout time.Duration
 
+	closers   []func() error
+	closeOnce sync.Once
+	closeErr  error
+
 	mu  sync.RWMutex
 	clk headers.Clock
 	// enc is clk encoded in the clock's dialect, valid while encOK. It is
@@ -55,6 +59,7 @@ type config struct {
 	lookup  TopicIDLookup
 	maxAge  time.Duration
 	timeout time.Duration
+	closers []func() error
 }
 
 // Option configures a Clock. Options are named for what they set, as in
@@ -100,7 +105,32 @@ func New(admin *kadm.Client, opts ...Option) *Clock {
 	if cfg.timeout <= 0 {
 		cfg.timeout = DefaultLookupTimeout
 	}
-	return &Clock{res: cfg.res, dialect: cfg.dialect, timeout: cfg.timeout}
+	return &Clock{res: cfg.res, dialect: cfg.dialect, timeout: cfg.timeout, closers: cfg.closers}
+}
+
+// OnClose makes the clock's Close call release, for something the clock
+// owns: the admin client an adapter's New made for its topic lookups.
+// Several OnClose options are called in the order given.
+func OnClose(release func() error) Option {
+	return func(c *config) { c.closers = append(c.closers, release) }
+}
+
+// Close releases what the clock owns (see OnClose) and returns their
+// errors joined. Later calls return the first call's result. A clock from
+// New(admin) owns nothing: the caller closes admin. After Close a lookup
+// through a released client fails, so Stamp and the folds that resolve a
+// topic do too.
+func (c *Clock) Close() error {
+	c.closeOnce.Do(func() {
+		var errs []error
+		for _, release := range c.closers {
+			if err := release(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		c.closeErr = errors.Join(errs...)
+	})
+	return c.closeErr
 }
 
 // Resolver returns the resolver the clock names topics with.
