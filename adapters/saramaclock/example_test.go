@@ -9,20 +9,16 @@ import (
 )
 
 // A payment service on sarama: it observes each order it consumes and
-// writes a payment stamped with it, waiting for each acknowledgement. No
-// header conversion, no topic-ID code. (Not run: it needs a cluster.)
+// writes a payment stamped with it, waiting for each acknowledgement.
+// Beyond the business logic there is the client's own configuration and
+// the clock. (Not run: it needs a cluster.)
 func Example() {
 	ctx := context.Background()
 	brokers := []string{"localhost:9092"}
 	cfg := sarama.NewConfig()
-	cfg.Producer.Return.Successes = true                      // SendMessage reports offsets
-	cfg.Producer.RequiredAcks = sarama.WaitForAll             // fold only durable sends
-	cfg.Producer.Partitioner = saramaclock.Murmur2Partitioner // co-partitioned with Kafka's default
-	admin, err := sarama.NewClusterAdmin(brokers, cfg)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer admin.Close()
+	cfg.Producer.Return.Successes = true                    // SendMessage reports offsets
+	cfg.Producer.RequiredAcks = sarama.WaitForAll           // fold only durable sends
+	cfg.Producer.Partitioner = sarama.NewMurmur2Partitioner // co-partitioned with Kafka's default
 	producer, err := sarama.NewSyncProducer(brokers, cfg)
 	if err != nil {
 		log.Fatal(err)
@@ -39,14 +35,58 @@ func Example() {
 	}
 	defer orders.Close()
 
-	clk := saramaclock.New(admin)
+	clk, err := saramaclock.New(brokers, cfg) // looks topic IDs up; Close closes its admin client
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer clk.Close()
 	for order := range orders.Messages() {
 		if err := saramaclock.Observe(ctx, clk, order); err != nil {
 			log.Fatal(err)
 		}
 		pay := &sarama.ProducerMessage{Topic: "payments", Key: sarama.ByteEncoder(order.Key), Value: sarama.StringEncoder("paid")}
 		if _, _, err := saramaclock.SendMessage(ctx, clk, producer, pay); err != nil {
-			log.Fatal(err)
+			log.Fatal(err) // a failed send, or a *clock.NotFoldedError
 		}
+	}
+}
+
+// A transactional producer sharing its clock with a plain one: the
+// transaction stamps and folds through its own view, which joins the clock
+// on commit and is dropped on abort. (Not run: it needs a cluster.)
+func ExampleBeginTxn() {
+	ctx := context.Background()
+	brokers := []string{"localhost:9092"}
+	cfg := sarama.NewConfig()
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg.Producer.Partitioner = sarama.NewMurmur2Partitioner
+	cfg.Producer.Idempotent = true
+	cfg.Producer.Transaction.ID = "ledger-writer"
+	cfg.Net.MaxOpenRequests = 1
+	producer, err := sarama.NewSyncProducer(brokers, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer producer.Close()
+	clk, err := saramaclock.New(brokers, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer clk.Close()
+
+	tx, err := saramaclock.BeginTxn(clk, producer)
+	if err != nil {
+		log.Fatal(err)
+	}
+	entry := &sarama.ProducerMessage{Topic: "ledger", Key: sarama.StringEncoder("acct-1"), Value: sarama.StringEncoder("debit 10")}
+	if _, _, err := tx.SendMessage(ctx, entry); err != nil {
+		if aerr := tx.Abort(); aerr != nil { // nothing of it is claimed
+			log.Fatal(aerr)
+		}
+		log.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil { // on success the clock claims the entry
+		log.Fatal(err)
 	}
 }

@@ -13,13 +13,14 @@ import (
 // random partition.
 //
 // sarama's default (NewHashPartitioner, FNV-1a) disagrees with murmur2 on
-// most keys. A stage task consumes partition p of each of its source
+// most keys; a stage task consumes partition p of each of its source
 // topics, so a cause written to another partition number than its effect
-// is consumed by another task and is not waited for. Set this on every
-// sarama producer whose records a stage reads together with records from
-// other producers:
+// is consumed by another task and is not waited for.
 //
-//	cfg.Producer.Partitioner = saramaclock.Murmur2Partitioner
+// Deprecated: sarama has its own (v1.61.1, the version this module
+// requires, has it): set
+// cfg.Producer.Partitioner = sarama.NewMurmur2Partitioner. The two agree on
+// every key (TestMurmur2PartitionersAgreeWithKafka).
 var Murmur2Partitioner sarama.PartitionerConstructor = sarama.NewCustomPartitioner(
 	sarama.WithAbsFirst(),
 	sarama.WithCustomHashFunction(newMurmur2),

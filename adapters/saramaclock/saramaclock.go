@@ -2,19 +2,26 @@
 // causal clock (package clock), so a sarama producer writes the same stamps
 // a franz-go producer or a Parsley stage writes.
 //
-// A clock from New resolves topic names to topic IDs through sarama's
-// ClusterAdmin (DescribeTopics returns the ID from Kafka 2.8 on, sarama's
-// default protocol version). Stamp, Observe and Produced convert nothing:
-// sarama's header types, whose keys are []byte, are read as key/value pairs.
+// New takes the brokers and the sarama.Config the producer uses and makes a
+// ClusterAdmin of its own for topic-ID lookups (DescribeTopics returns the
+// ID from Kafka 2.8 on, sarama's default protocol version); the clock's
+// Close closes it. Stamp, Observe and Produced convert nothing: sarama's
+// header types, whose keys are []byte, are read as key/value pairs.
 //
-//	clk := saramaclock.New(admin)
 //	cfg := sarama.NewConfig()
-//	cfg.Producer.Return.Successes = true
-//	cfg.Producer.Partitioner = saramaclock.Murmur2Partitioner // co-partitioning
+//	cfg.Producer.Return.Successes = true                  // SendMessage reports offsets
+//	cfg.Producer.Partitioner = sarama.NewMurmur2Partitioner // co-partitioning
+//	clk, err := saramaclock.New(brokers, cfg)
+//	defer clk.Close()
 //	...
 //	if err := saramaclock.Observe(ctx, clk, consumed); err != nil { ... }
 //	msg := &sarama.ProducerMessage{Topic: "payments", Key: sarama.StringEncoder(id), Value: v}
-//	if _, _, err := saramaclock.SendMessage(ctx, clk, producer, msg); err != nil { ... }
+//	partition, offset, err := saramaclock.SendMessage(ctx, clk, producer, msg)
+//
+// SendMessage fails when the send fails and when the acknowledged send
+// cannot be folded (a *clock.NotFoldedError: the message is written, later
+// stamps do not claim it). A transactional producer sends through BeginTxn's
+// Txn, so that an aborted transaction is never claimed.
 //
 // This package is its own Go module, so the main Parsley module does not
 // depend on sarama.
@@ -65,10 +72,20 @@ func Lookup(admin TopicDescriber) clock.TopicIDLookup {
 	}
 }
 
-// New returns an empty clock that resolves topic names through admin.
-// opts are those of clock.New; the caller keeps ownership of admin.
-func New(admin TopicDescriber, opts ...clock.Option) *clock.Clock {
-	return clock.New(nil, append([]clock.Option{clock.TopicIDs(Lookup(admin))}, opts...)...)
+// New returns an empty clock that resolves topic names through a
+// ClusterAdmin it makes from brokers and cfg (nil means sarama.NewConfig()),
+// typically the producer's own. The clock owns that admin client: its Close
+// closes it. cfg.Version must be at least sarama.V2_8_0_0 (the default).
+// opts are those of clock.New.
+//
+// To look topics up through an admin client of your own instead, use
+// clock.New(nil, clock.TopicIDs(saramaclock.Lookup(admin))).
+func New(brokers []string, cfg *sarama.Config, opts ...clock.Option) (*clock.Clock, error) {
+	admin, err := sarama.NewClusterAdmin(brokers, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("saramaclock: admin client for %v: %w", brokers, err)
+	}
+	return clock.New(nil, append([]clock.Option{clock.TopicIDs(Lookup(admin)), clock.OnClose(admin.Close)}, opts...)...), nil
 }
 
 // Stamp appends clk's stamp to msg.Headers, after the message's own
@@ -81,7 +98,9 @@ func Stamp(ctx context.Context, clk *clock.Clock, msg *sarama.ProducerMessage) e
 	if err != nil {
 		return err
 	}
-	msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: []byte(key), Value: value})
+	// Clipped, so the stamp never lands in spare capacity another message
+	// shares.
+	msg.Headers = append(msg.Headers[:len(msg.Headers):len(msg.Headers)], sarama.RecordHeader{Key: []byte(key), Value: value})
 	return nil
 }
 
@@ -91,12 +110,15 @@ func Observe(ctx context.Context, clk *clock.Clock, msg *sarama.ConsumerMessage)
 	return clk.ObserveSeq(ctx, msg.Topic, msg.Partition, msg.Offset, pointerPairs(msg.Headers))
 }
 
-// Produced folds an acknowledged send: a message from SendMessage that
-// returned no error, or one read from an AsyncProducer's Successes channel
-// (Config.Producer.Return.Successes must be set), whose Partition and
-// Offset the producer filled in. Never call it for a failed send.
+// Produced folds an acknowledged send: a message read from an
+// AsyncProducer's Successes channel (Config.Producer.Return.Successes must
+// be set), whose Partition and Offset the producer filled in. Never call it
+// for a failed send. If the fold fails the error is a *clock.NotFoldedError.
 func Produced(ctx context.Context, clk *clock.Clock, msg *sarama.ProducerMessage) error {
-	return clk.Produced(ctx, msg.Topic, msg.Partition, msg.Offset)
+	if err := clk.Produced(ctx, msg.Topic, msg.Partition, msg.Offset); err != nil {
+		return &clock.NotFoldedError{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset, Err: err}
+	}
+	return nil
 }
 
 // Failed takes note of a failed send, from SendMessage or an AsyncProducer's
@@ -111,7 +133,12 @@ func Failed(clk *clock.Clock, topic string, err error) {
 
 // SendMessage stamps msg, sends it through p and waits for the
 // acknowledgement, then folds it, so the next stamp claims it: the
-// sequential pattern that orders a producer's sends across topics.
+// sequential pattern that orders a producer's sends across topics. p's
+// config must set Producer.Return.Successes, as every SyncProducer's does.
+//
+// A failed send is its error, folded nothing. An acknowledged send that
+// cannot be folded returns its partition and offset with a
+// *clock.NotFoldedError: the message is written; do not send it again.
 func SendMessage(ctx context.Context, clk *clock.Clock, p sarama.SyncProducer, msg *sarama.ProducerMessage) (partition int32, offset int64, err error) {
 	if err := Stamp(ctx, clk, msg); err != nil {
 		return -1, -1, err

@@ -16,10 +16,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// client is a sarama producer and consumer with the adapter in between:
-// no header conversion and no topic-ID code of its own.
+// client is a sarama producer and consumer with the adapter in between,
+// written from the package's docs: the client's own configuration, the
+// clock, and nothing else.
 type client struct {
-	admin    sarama.ClusterAdmin
 	producer sarama.SyncProducer
 	consumer sarama.Consumer
 	clk      *clock.Clock
@@ -31,24 +31,23 @@ func newClient(stamp bool) func(context.Context, []string) (adaptertest.Client, 
 		cfg := sarama.NewConfig()
 		cfg.Producer.Return.Successes = true
 		cfg.Producer.RequiredAcks = sarama.WaitForAll
-		cfg.Producer.Partitioner = saramaclock.Murmur2Partitioner
-		cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
-		admin, err := sarama.NewClusterAdmin(addrs, cfg)
+		cfg.Producer.Partitioner = sarama.NewMurmur2Partitioner
+		clk, err := saramaclock.New(addrs, cfg)
 		if err != nil {
 			return nil, err
 		}
 		producer, err := sarama.NewSyncProducer(addrs, cfg)
 		if err != nil {
-			admin.Close()
+			clk.Close()
 			return nil, err
 		}
 		consumer, err := sarama.NewConsumer(addrs, cfg)
 		if err != nil {
 			producer.Close()
-			admin.Close()
+			clk.Close()
 			return nil, err
 		}
-		return &client{admin: admin, producer: producer, consumer: consumer, clk: saramaclock.New(admin), stamp: stamp}, nil
+		return &client{producer: producer, consumer: consumer, clk: clk, stamp: stamp}, nil
 	}
 }
 
@@ -104,43 +103,52 @@ func (c *client) Consume(ctx context.Context, topic string, n int, handle func(k
 }
 
 func (c *client) Close() error {
-	return errors.Join(c.consumer.Close(), c.producer.Close(), c.admin.Close())
+	return errors.Join(c.consumer.Close(), c.producer.Close(), c.clk.Close())
 }
 
 func TestPipeline(t *testing.T) {
 	adaptertest.Test(t, 100, newClient)
 }
 
-func TestMurmur2PartitionerAgreesWithKafka(t *testing.T) {
+// TestMurmur2PartitionersAgreeWithKafka: sarama's own murmur2 partitioner
+// and the deprecated saramaclock.Murmur2Partitioner place every key where
+// franz-go (and so Kafka's Java client and a stage) does.
+func TestMurmur2PartitionersAgreeWithKafka(t *testing.T) {
 	kafka := kgo.StickyKeyPartitioner(nil).ForTopic("t")
-	ours := saramaclock.Murmur2Partitioner("t")
+	partitioners := map[string]sarama.Partitioner{
+		"sarama.NewMurmur2Partitioner":   sarama.NewMurmur2Partitioner("t"),
+		"saramaclock.Murmur2Partitioner": saramaclock.Murmur2Partitioner("t"),
+	}
 	fnv := sarama.NewHashPartitioner("t")
-	fnvDisagrees := 0
+	fnvDisagrees, placements := 0, 0
 	for _, n := range []int32{1, 2, 3, 7, 12, 64} {
-		for i := range 1000 {
+		for i := range 2000 {
 			key := fmt.Appendf(nil, "key-%d", i)
 			if i%97 == 0 {
 				key = key[:i%4] // short keys exercise the hash's tail
 			}
 			want := int32(kafka.Partition(&kgo.Record{Key: key}, int(n)))
 			msg := &sarama.ProducerMessage{Topic: "t", Key: sarama.ByteEncoder(key)}
-			got, err := ours.Partition(msg, n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != want {
-				t.Fatalf("key %q over %d partitions: Murmur2Partitioner chose %d, Kafka's partitioner %d", key, n, got, want)
+			for name, p := range partitioners {
+				got, err := p.Partition(msg, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != want {
+					t.Fatalf("key %q over %d partitions: %s chose %d, Kafka's partitioner %d", key, n, name, got, want)
+				}
 			}
 			if p, _ := fnv.Partition(msg, n); p != want {
 				fnvDisagrees++
 			}
+			placements++
 		}
 	}
-	// The reason the partitioner exists: sarama's default disagrees.
+	// The reason to set one: sarama's default disagrees.
 	if fnvDisagrees == 0 {
 		t.Fatal("sarama's default partitioner agreed with murmur2 on every key; the comparison is vacuous")
 	}
-	t.Logf("sarama's default partitioner disagreed with murmur2 on %d of 6000 placements", fnvDisagrees)
+	t.Logf("both murmur2 partitioners agreed with Kafka's on %d of %d placements; sarama's default disagreed on %d", placements, placements, fnvDisagrees)
 }
 
 // describer answers DescribeTopics from a table.
@@ -164,7 +172,7 @@ func TestLookupAndForget(t *testing.T) {
 		"orders": {Name: "orders", Uuid: sarama.Uuid{7}},
 		"old":    {Name: "old"}, // a cluster that gives no topic ID
 	}
-	clk := saramaclock.New(d)
+	clk := clock.New(nil, clock.TopicIDs(saramaclock.Lookup(d)))
 
 	msg := &sarama.ProducerMessage{Topic: "orders", Headers: []sarama.RecordHeader{{Key: []byte("trace"), Value: []byte("1")}}}
 	if err := saramaclock.Stamp(ctx, clk, msg); err != nil {
@@ -204,7 +212,7 @@ func TestLookupAndForget(t *testing.T) {
 
 func TestObserveReadsConsumerHeaders(t *testing.T) {
 	ctx := context.Background()
-	clk := saramaclock.New(describer{"orders": {Name: "orders", Uuid: sarama.Uuid{7}}, "payments": {Name: "payments", Uuid: sarama.Uuid{8}}})
+	clk := clock.New(nil, clock.TopicIDs(saramaclock.Lookup(describer{"orders": {Name: "orders", Uuid: sarama.Uuid{7}}, "payments": {Name: "payments", Uuid: sarama.Uuid{8}}})))
 	var carried headers.Clock
 	carried.SetOffset(headers.Channel{Topic: headers.TopicID{8}, Partition: 1}, 3)
 	vc, err := headers.AppendVC(nil, &carried)
@@ -250,18 +258,17 @@ func TestAsyncProducerSuccessesFold(t *testing.T) {
 	defer fake.Close()
 	cfg := sarama.NewConfig()
 	cfg.Producer.Return.Successes = true
-	cfg.Producer.Partitioner = saramaclock.Murmur2Partitioner
-	admin, err := sarama.NewClusterAdmin(fake.ListenAddrs(), cfg)
+	cfg.Producer.Partitioner = sarama.NewMurmur2Partitioner
+	clk, err := saramaclock.New(fake.ListenAddrs(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
+	defer clk.Close()
 	p, err := sarama.NewAsyncProducer(fake.ListenAddrs(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	clk := saramaclock.New(admin)
 	var acked *sarama.ProducerMessage
 	for i := range 3 {
 		msg := &sarama.ProducerMessage{Topic: "payments", Key: sarama.StringEncoder(fmt.Sprint("k", i)), Value: sarama.StringEncoder("v")}

@@ -1,0 +1,195 @@
+package saramaclock_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/parsley-go/parsley/adapters/saramaclock"
+	"github.com/parsley-go/parsley/clock"
+	"github.com/parsley-go/parsley/headers"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// cluster is an embedded broker with one-partition topics, and a franz-go
+// client on it for the test's own looking.
+func cluster(t *testing.T, topics ...string) (addrs []string, cl *kgo.Client) {
+	t.Helper()
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topics...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fake.Close)
+	cl, err = kgo.NewClient(kgo.SeedBrokers(fake.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return fake.ListenAddrs(), cl
+}
+
+func producerConfig() *sarama.Config {
+	cfg := sarama.NewConfig()
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg.Producer.Partitioner = sarama.NewMurmur2Partitioner
+	return cfg
+}
+
+// failAfter answers the first n lookups through lookup and fails the rest
+// with errInjected.
+func failAfter(n int32, lookup clock.TopicIDLookup) clock.TopicIDLookup {
+	var calls atomic.Int32
+	return func(ctx context.Context, topic string) (headers.TopicID, error) {
+		if calls.Add(1) > n {
+			return headers.TopicID{}, errInjected
+		}
+		return lookup(ctx, topic)
+	}
+}
+
+var errInjected = errors.New("injected lookup failure")
+
+// TestSendMessageFailsWhenTheFoldFails: the stamp's lookup succeeds, the
+// fold's fails. SendMessage returns the written message's partition and
+// offset with a *clock.NotFoldedError naming them, and the clock claims
+// nothing of it.
+func TestSendMessageFailsWhenTheFoldFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addrs, cl := cluster(t, "payments")
+	cfg := producerConfig()
+	clk, err := saramaclock.New(addrs, cfg,
+		clock.TopicIDs(failAfter(1, clock.AdminLookup(kadm.NewClient(cl)))),
+		clock.TopicIDMaxAge(time.Nanosecond)) // every resolve asks the lookup
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clk.Close()
+	p, err := sarama.NewSyncProducer(addrs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	msg := &sarama.ProducerMessage{Topic: "payments", Key: sarama.StringEncoder("k"), Value: sarama.StringEncoder("v")}
+	partition, offset, err := saramaclock.SendMessage(ctx, clk, p, msg)
+	var nf *clock.NotFoldedError
+	if !errors.As(err, &nf) || !errors.Is(err, errInjected) || !errors.Is(err, clock.ErrNotFolded) {
+		t.Fatalf("SendMessage with a failing fold: %v; want a *clock.NotFoldedError wrapping the lookup's error", err)
+	}
+	if partition != 0 || offset != 0 || nf.Topic != "payments" || nf.Partition != 0 || nf.Offset != 0 {
+		t.Fatalf("SendMessage returned %d@%d, error names %q/%d@%d; want the written payments/0@0", partition, offset, nf.Topic, nf.Partition, nf.Offset)
+	}
+	if !clk.Snapshot().IsEmpty() {
+		t.Fatalf("the clock claims %v after a failed fold", clk.Snapshot())
+	}
+}
+
+// TestTxnAbortIsNeverClaimed: a transactional producer and a plain one
+// share a clock. The aborted transaction's send is never claimed, the plain
+// send made while it was open stays claimed, and a committed transaction's
+// send is claimed once it commits.
+func TestTxnAbortIsNeverClaimed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addrs, _ := cluster(t, "ledger", "audit")
+	clk, err := saramaclock.New(addrs, producerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clk.Close()
+	plain, err := sarama.NewSyncProducer(addrs, producerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	tcfg := producerConfig()
+	tcfg.Producer.Idempotent = true
+	tcfg.Producer.Transaction.ID = "ledger-writer"
+	tcfg.Net.MaxOpenRequests = 1
+	transactional, err := sarama.NewSyncProducer(addrs, tcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer transactional.Close()
+
+	send := func(topic string) *sarama.ProducerMessage {
+		return &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder("k"), Value: sarama.StringEncoder(topic)}
+	}
+	claims := func(topic string) (int64, bool) {
+		t.Helper()
+		id, ok := clk.Resolver().Cached(topic)
+		if !ok {
+			t.Fatalf("topic %q not resolved", topic)
+		}
+		return clk.Snapshot().Offset(headers.Channel{Topic: id})
+	}
+
+	tx, err := saramaclock.BeginTxn(clk, transactional)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, aborted, err := tx.SendMessage(ctx, send("ledger"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := claims("ledger"); ok {
+		t.Fatalf("while the transaction is open the clock claims ledger@%d", o)
+	}
+	_, plainAt, err := saramaclock.SendMessage(ctx, clk, plain, send("audit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tx.SendMessage(ctx, send("ledger")); !errors.Is(err, saramaclock.ErrTxnDone) {
+		t.Fatalf("send through an aborted Txn: %v; want ErrTxnDone", err)
+	}
+	if o, ok := claims("ledger"); ok {
+		t.Fatalf("after the abort the clock claims ledger@%d (the aborted send was at %d)", o, aborted)
+	}
+	if o, ok := claims("audit"); !ok || o != plainAt {
+		t.Fatalf("after the abort the clock claims audit@%d (%v); want the plain send at %d", o, ok, plainAt)
+	}
+
+	tx, err = saramaclock.BeginTxn(clk, transactional)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, committed, err := tx.SendMessage(ctx, send("ledger"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := claims("ledger"); !ok || o != committed {
+		t.Fatalf("after the commit the clock claims ledger@%d (%v); want the committed send at %d", o, ok, committed)
+	}
+	if o, _ := claims("audit"); o != plainAt {
+		t.Fatalf("the commit moved the plain claim to audit@%d; want %d", o, plainAt)
+	}
+
+	// The broker agrees: read_committed, the ledger holds the committed
+	// send only.
+	rc, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics("ledger"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	fs := rc.PollFetches(ctx)
+	if err := fs.Err0(); err != nil {
+		t.Fatal(err)
+	}
+	if recs := fs.Records(); len(recs) != 1 || recs[0].Offset != committed {
+		t.Fatalf("read_committed the ledger holds %d records; want only the committed one at %d", len(recs), committed)
+	}
+}
