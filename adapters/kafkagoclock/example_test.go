@@ -9,23 +9,23 @@ import (
 )
 
 // A payment service on kafka-go: it observes each order it reads and
-// writes a payment stamped with it; the writer's Completion folds each
-// acknowledgement before WriteMessages returns. No header conversion, no
-// topic-ID code. (Not run: it needs a cluster.)
+// writes a payment stamped with it, waiting for each acknowledgement.
+// Beyond the business logic there is the client's own configuration and
+// the clock. (Not run: it needs a cluster.)
 func Example() {
 	ctx := context.Background()
 	brokers := []string{"localhost:9092"}
-	clk, admin, err := kafkagoclock.New(brokers) // topic IDs through franz-go's kadm
+	clk, err := kafkagoclock.New(brokers) // topic IDs through franz-go's kadm; Close closes it
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer admin.Close()
+	defer clk.Close()
 	w := &kafka.Writer{
 		Addr:         kafka.TCP(brokers...),
 		Balancer:     &kafka.Murmur2Balancer{}, // co-partitioned with Kafka's default
 		BatchSize:    1,                        // send-await-fold without waiting for a batch
 		RequiredAcks: kafka.RequireAll,
-		Completion:   kafkagoclock.Completion(clk, nil),
+		Completion:   kafkagoclock.Completion(nil), // hands offsets back to WriteMessage
 	}
 	defer w.Close()
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: "orders", Partition: 0})
@@ -36,15 +36,12 @@ func Example() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		if err := kafkagoclock.Observe(ctx, clk, order); err != nil {
+		if err := kafkagoclock.Observe(ctx, clk, &order); err != nil {
 			log.Fatal(err)
 		}
 		pay := kafka.Message{Topic: "payments", Key: order.Key, Value: []byte("paid")}
-		if err := kafkagoclock.Stamp(ctx, clk, &pay); err != nil {
-			log.Fatal(err)
-		}
-		if err := w.WriteMessages(ctx, pay); err != nil {
-			log.Fatal(err)
+		if _, _, err := kafkagoclock.WriteMessage(ctx, clk, w, &pay); err != nil {
+			log.Fatal(err) // a failed write, or a *clock.NotFoldedError
 		}
 	}
 }

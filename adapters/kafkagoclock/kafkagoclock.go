@@ -3,27 +3,27 @@
 // same stamps a franz-go producer or a Parsley stage writes.
 //
 // kafka-go cannot learn topic IDs: its Metadata requests stop at version 8,
-// and IDs arrived in version 10. A clock from New therefore asks the
-// cluster through a franz-go admin client (kadm), which needs nothing but
-// the seed brokers and shares nothing with the kafka-go Writer and Reader.
+// and IDs arrived in version 10. New therefore makes a franz-go admin
+// client (kadm) from the seed brokers, which shares nothing with the
+// kafka-go Writer and Reader; the clock's Close closes it.
 //
-// kafka-go's WriteMessages returns no offsets; the Writer's Completion
-// callback receives them. Completion folds each acknowledged message, so
-// with a synchronous Writer (the default) a WriteMessages call that
-// returned nil has been folded, and the next stamp claims it. Set
-// BatchSize: 1 for that send-await-fold pattern: the default batching
-// waits up to BatchTimeout (1s) for more messages before sending one.
+// kafka-go's WriteMessages returns no offsets; only the Writer's Completion
+// callback sees them. WriteMessage stamps a message, writes it, and folds
+// it in the caller's goroutine, returning its partition and offset, or the
+// error of the write or of the fold. The Writer's Completion must be
+// Completion(next), which does no folding of its own: it hands each
+// result back to the WriteMessage call waiting for it.
 //
-//	clk, admin, err := kafkagoclock.New(brokers)
-//	defer admin.Close()
+//	clk, err := kafkagoclock.New(brokers)
+//	defer clk.Close()
 //	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Balancer: &kafka.Murmur2Balancer{},
-//		BatchSize: 1, RequiredAcks: kafka.RequireAll}
-//	w.Completion = kafkagoclock.Completion(clk, nil)
+//		BatchSize: 1, RequiredAcks: kafka.RequireAll, Completion: kafkagoclock.Completion(nil)}
 //	...
-//	if err := kafkagoclock.Observe(ctx, clk, consumed); err != nil { ... }
+//	if err := kafkagoclock.Observe(ctx, clk, &consumed); err != nil { ... }
 //	msg := kafka.Message{Topic: "payments", Key: id, Value: v}
-//	if err := kafkagoclock.Stamp(ctx, clk, &msg); err != nil { ... }
-//	if err := w.WriteMessages(ctx, msg); err != nil { ... }
+//	partition, offset, err := kafkagoclock.WriteMessage(ctx, clk, w, &msg)
+//
+// kafka-go has no transactional producer, so there is no Txn here.
 //
 // This package is its own Go module, so the main Parsley module does not
 // depend on kafka-go.
@@ -41,21 +41,31 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// ErrNoTopic is wrapped when a message to stamp names no topic. A Writer
-// with its Topic field set requires messages without one; stamp such
-// messages with clock.AppendStamp(ctx, clk, w.Topic, msg.Headers) instead.
+// ErrNoTopic is wrapped when a message to stamp names no topic, and
+// neither does the Writer it is written through.
 var ErrNoTopic = errors.New("kafkagoclock: message has no topic")
 
-// New returns an empty clock that resolves topic names through a new
-// franz-go admin client for brokers, and that client, which the caller
-// closes when done with the clock. opts are those of clock.New.
-func New(brokers []string, opts ...clock.Option) (*clock.Clock, *kadm.Client, error) {
+// ErrWriter is wrapped when WriteMessage is given a Writer it cannot fold
+// the writes of: an Async one (WriteMessages returns before the
+// acknowledgement), one with RequiredAcks: RequireNone (no offsets come
+// back), or one without a Completion callback.
+var ErrWriter = errors.New("kafkagoclock: writer cannot report what it wrote")
+
+// ErrNoReport is wrapped, in a *clock.NotFoldedError, when a write succeeded
+// but its Completion never reported it: the Writer's Completion is not one
+// that Completion returned.
+var ErrNoReport = errors.New("kafkagoclock: write not reported: set Writer.Completion to kafkagoclock.Completion(next)")
+
+// New returns an empty clock that resolves topic names through a franz-go
+// admin client it makes for brokers. The clock owns that client: its Close
+// closes it. opts are those of clock.New.
+func New(brokers []string, opts ...clock.Option) (*clock.Clock, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
-		return nil, nil, fmt.Errorf("kafkagoclock: admin client: %w", err)
+		return nil, fmt.Errorf("kafkagoclock: admin client for %v: %w", brokers, err)
 	}
-	admin := kadm.NewClient(cl)
-	return clock.New(admin, opts...), admin, nil
+	release := func() error { cl.Close(); return nil }
+	return clock.New(kadm.NewClient(cl), append([]clock.Option{clock.OnClose(release)}, opts...)...), nil
 }
 
 // Stamp appends clk's stamp to msg.Headers, after the message's own
@@ -63,11 +73,21 @@ func New(brokers []string, opts ...clock.Option) (*clock.Clock, *kadm.Client, er
 // already carries a reserved header (vc, vc-sender, vc-seq, parsley.*) is
 // refused with an error wrapping headers.ErrReservedHeader; an unknown
 // topic is a *clock.UnknownTopicError. On error msg is unchanged.
+//
+// A message stamped with Stamp and written with the Writer's own
+// WriteMessages is not folded: use WriteMessage for the sends the next
+// stamp must claim.
 func Stamp(ctx context.Context, clk *clock.Clock, msg *kafka.Message) error {
-	if msg.Topic == "" {
+	return stamp(ctx, clk, msg.Topic, msg)
+}
+
+func stamp(ctx context.Context, clk *clock.Clock, topic string, msg *kafka.Message) error {
+	if topic == "" {
 		return ErrNoTopic
 	}
-	hs, err := clock.AppendStamp(ctx, clk, msg.Topic, msg.Headers)
+	// Clipped, so the stamp never lands in spare capacity another message
+	// shares.
+	hs, err := clock.AppendStamp(ctx, clk, topic, msg.Headers[:len(msg.Headers):len(msg.Headers)])
 	if err != nil {
 		return err
 	}
@@ -75,26 +95,31 @@ func Stamp(ctx context.Context, clk *clock.Clock, msg *kafka.Message) error {
 	return nil
 }
 
-// Observe folds a consumed message into clk: its coordinate and the clock
-// it carries. Its errors are those of clock.Clock.Observe.
-func Observe(ctx context.Context, clk *clock.Clock, msg kafka.Message) error {
-	return clock.ObserveHeaders(ctx, clk, msg.Topic, int32(msg.Partition), msg.Offset, msg.Headers)
+// report carries one message's result from the Writer's Completion back to
+// the WriteMessage call that wrote it, through the message's WriterData.
+type report struct {
+	own       any // the message's own WriterData
+	done      chan struct{}
+	partition int32
+	offset    int64
+	err       error
 }
 
-// Completion returns a kafka.Writer Completion callback that folds every
-// acknowledged message into clk and then calls next (which may be nil). A
-// failed write folds nothing; when it failed because the broker did not
-// know the topic or its ID, clk forgets the topic's cached ID, so the next
-// stamp looks up the current incarnation. If folding fails, next receives
-// that error.
-func Completion(clk *clock.Clock, next func([]kafka.Message, error)) func([]kafka.Message, error) {
+// Completion returns the kafka.Writer Completion callback WriteMessage
+// needs. For each message WriteMessage wrote it hands the write's
+// partition, offset and error back to that call, which folds it; it folds
+// nothing itself, so no error stops here. It then calls next (which may be
+// nil) with every message, each carrying its own WriterData again.
+func Completion(next func([]kafka.Message, error)) func([]kafka.Message, error) {
 	return func(msgs []kafka.Message, err error) {
-		if err == nil {
-			err = fold(clk, msgs)
-		} else if errors.Is(err, kafka.UnknownTopicOrPartition) || errors.Is(err, kafka.UnknownTopicID) {
-			for _, m := range msgs {
-				clk.Resolver().Forget(m.Topic)
+		for i := range msgs {
+			r, ok := msgs[i].WriterData.(*report)
+			if !ok {
+				continue
 			}
+			msgs[i].WriterData = r.own
+			r.partition, r.offset, r.err = int32(msgs[i].Partition), msgs[i].Offset, err
+			close(r.done)
 		}
 		if next != nil {
 			next(msgs, err)
@@ -102,23 +127,71 @@ func Completion(clk *clock.Clock, next func([]kafka.Message, error)) func([]kafk
 	}
 }
 
-func fold(clk *clock.Clock, msgs []kafka.Message) error {
-	// The writer gives the callback no context. The topic was resolved
-	// when the message was stamped, so the lookup is a cache hit unless
-	// the answer expired meanwhile.
-	ctx, cancel := context.WithTimeout(context.Background(), clock.DefaultLookupTimeout)
-	defer cancel()
-	for _, m := range msgs {
-		if err := clk.Produced(ctx, m.Topic, int32(m.Partition), m.Offset); err != nil {
-			return err
-		}
+// WriteMessage stamps msg, writes it through w, waits for the
+// acknowledgement and folds it, so the next stamp claims it: the
+// sequential pattern that orders a producer's sends across topics. It
+// returns the partition and offset the message was written at, and sets
+// them and the stamp in msg; a failed write leaves msg as it was, so it can
+// be written again. w must be synchronous (not Async), ask for acknowledgements
+// (not RequireNone) and have Completion(next) as its Completion; set
+// BatchSize: 1, or each write waits up to BatchTimeout for others.
+//
+// A failed write is its error and folds nothing; when the broker did not
+// know the topic or its ID, clk forgets the topic's cached ID, so the next
+// stamp looks up the current incarnation. A write that succeeded but cannot
+// be folded returns its partition and offset with a *clock.NotFoldedError:
+// the message is written; do not write it again. If ctx ends first the
+// message may still be written, unfolded.
+func WriteMessage(ctx context.Context, clk *clock.Clock, w *kafka.Writer, msg *kafka.Message) (partition int32, offset int64, err error) {
+	switch {
+	case w.Async:
+		return -1, -1, fmt.Errorf("%w: Async is set", ErrWriter)
+	case w.RequiredAcks == kafka.RequireNone:
+		return -1, -1, fmt.Errorf("%w: RequiredAcks is RequireNone", ErrWriter)
+	case w.Completion == nil:
+		return -1, -1, fmt.Errorf("%w: no Completion; set it to kafkagoclock.Completion(nil)", ErrWriter)
 	}
-	return nil
+	topic := msg.Topic
+	if topic == "" {
+		topic = w.Topic
+	}
+	out := *msg
+	if err := stamp(ctx, clk, topic, &out); err != nil {
+		return -1, -1, err
+	}
+	r := &report{own: msg.WriterData, done: make(chan struct{})}
+	out.WriterData = r
+	if err := w.WriteMessages(ctx, out); err != nil {
+		var we kafka.WriteErrors
+		if errors.As(err, &we) && len(we) == 1 && we[0] != nil {
+			err = we[0]
+		}
+		if errors.Is(err, kafka.UnknownTopicOrPartition) || errors.Is(err, kafka.UnknownTopicID) {
+			clk.Resolver().Forget(topic)
+		}
+		return -1, -1, fmt.Errorf("kafkagoclock: write to %q: %w", topic, err)
+	}
+	select {
+	case <-r.done:
+	default:
+		return -1, -1, &clock.NotFoldedError{Topic: topic, Partition: -1, Offset: -1, Err: ErrNoReport}
+	}
+	msg.Headers, msg.Partition, msg.Offset = out.Headers, int(r.partition), r.offset
+	if err := clk.Produced(ctx, topic, r.partition, r.offset); err != nil {
+		return r.partition, r.offset, &clock.NotFoldedError{Topic: topic, Partition: r.partition, Offset: r.offset, Err: err}
+	}
+	return r.partition, r.offset, nil
+}
+
+// Observe folds a consumed message into clk: its coordinate and the clock
+// it carries. Its errors are those of clock.Clock.Observe.
+func Observe(ctx context.Context, clk *clock.Clock, msg *kafka.Message) error {
+	return clock.ObserveHeaders(ctx, clk, msg.Topic, int32(msg.Partition), msg.Offset, msg.Headers)
 }
 
 // ReadStamp decodes a consumed message's causal metadata, for
 // observability.
-func ReadStamp(msg kafka.Message) (*headers.Stamp, error) {
+func ReadStamp(msg *kafka.Message) (*headers.Stamp, error) {
 	s := new(headers.Stamp)
 	if err := headers.ReadStamp(s, msg.Headers); err != nil {
 		return nil, err

@@ -1,0 +1,258 @@
+package kafkagoclock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/parsley-go/parsley/adapters/kafkagoclock"
+	"github.com/parsley-go/parsley/clock"
+	"github.com/parsley-go/parsley/headers"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// cluster is an embedded broker with two-partition topics, and a franz-go
+// admin client on it for the test's own looking.
+func cluster(t *testing.T, topics ...string) ([]string, *kadm.Client) {
+	t.Helper()
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topics...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fake.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(fake.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return fake.ListenAddrs(), kadm.NewClient(cl)
+}
+
+func writer(brokers []string, next func([]kafka.Message, error)) *kafka.Writer {
+	return &kafka.Writer{
+		Addr:         kafka.TCP(brokers...),
+		Balancer:     &kafka.Murmur2Balancer{},
+		BatchSize:    1,
+		RequiredAcks: kafka.RequireAll,
+		Completion:   kafkagoclock.Completion(next),
+	}
+}
+
+// TestWriteMessageFolds: each WriteMessage returns where the message went,
+// sets it in the message, and the next stamp claims it; the Writer's own
+// callback still sees every message with its own WriterData.
+func TestWriteMessageFolds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	brokers, _ := cluster(t, "payments")
+	clk, err := kafkagoclock.New(brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clk.Close()
+	var seen atomic.Int32
+	w := writer(brokers, func(msgs []kafka.Message, err error) {
+		for _, m := range msgs {
+			if m.WriterData != "mine" || err != nil {
+				t.Errorf("the Writer's own callback got WriterData %v, error %v; want its own and none", m.WriterData, err)
+			}
+			seen.Add(1)
+		}
+	})
+	defer w.Close()
+	var prev headers.Coordinate
+	for i, key := range []string{"a", "b", "c", "d"} {
+		msg := kafka.Message{Topic: "payments", Key: []byte(key), Value: []byte("v"), WriterData: "mine"}
+		partition, offset, err := kafkagoclock.WriteMessage(ctx, clk, w, &msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg.Partition != int(partition) || msg.Offset != offset || msg.WriterData != "mine" {
+			t.Fatalf("write %d returned %d@%d; the message says %d@%d, WriterData %v", i, partition, offset, msg.Partition, msg.Offset, msg.WriterData)
+		}
+		id, _ := clk.Resolver().Cached("payments")
+		st, err := kafkagoclock.ReadStamp(&msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 {
+			// The stamp claims the previous write.
+			if o, ok := st.Clock.Offset(headers.Channel{Topic: id, Partition: prev.Partition}); !ok || o < prev.Offset {
+				t.Fatalf("write %d claims payments/%d@%d (%v); want at least the previous write's %d", i, prev.Partition, o, ok, prev.Offset)
+			}
+		}
+		prev = headers.Coordinate{Channel: headers.Channel{Topic: id, Partition: partition}, Offset: offset}
+		if o, ok := clk.Snapshot().Offset(headers.Channel{Topic: id, Partition: partition}); !ok || o != offset {
+			t.Fatalf("after writing payments/%d@%d the clock claims %d (%v) there", partition, offset, o, ok)
+		}
+	}
+	if seen.Load() != 4 {
+		t.Fatalf("the Writer's own callback saw %d messages; want 4", seen.Load())
+	}
+}
+
+// failAfter answers the first n lookups through lookup and fails the rest.
+func failAfter(n int32, lookup clock.TopicIDLookup) clock.TopicIDLookup {
+	var calls atomic.Int32
+	return func(ctx context.Context, topic string) (headers.TopicID, error) {
+		if calls.Add(1) > n {
+			return headers.TopicID{}, errInjected
+		}
+		return lookup(ctx, topic)
+	}
+}
+
+var errInjected = errors.New("injected lookup failure")
+
+// TestWriteMessageFailsWhenTheFoldFails: the stamp's lookup succeeds, the
+// fold's fails. The error reaches the call site as a *clock.NotFoldedError
+// naming where the message was written, and the clock claims nothing.
+func TestWriteMessageFailsWhenTheFoldFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	brokers, adm := cluster(t, "payments")
+	clk, err := kafkagoclock.New(brokers,
+		clock.TopicIDs(failAfter(1, clock.AdminLookup(adm))),
+		clock.TopicIDMaxAge(time.Nanosecond)) // every resolve asks the lookup
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clk.Close()
+	w := writer(brokers, nil)
+	defer w.Close()
+	msg := kafka.Message{Topic: "payments", Key: []byte("k"), Value: []byte("v")}
+	partition, offset, err := kafkagoclock.WriteMessage(ctx, clk, w, &msg)
+	var nf *clock.NotFoldedError
+	if !errors.As(err, &nf) || !errors.Is(err, errInjected) {
+		t.Fatalf("WriteMessage with a failing fold: %v; want a *clock.NotFoldedError wrapping the lookup's error", err)
+	}
+	if offset != 0 || nf.Topic != "payments" || nf.Partition != partition || nf.Offset != 0 {
+		t.Fatalf("WriteMessage returned %d@%d, error names %q/%d@%d; want the written payments/%d@0", partition, offset, nf.Topic, nf.Partition, nf.Offset, partition)
+	}
+	if !clk.Snapshot().IsEmpty() {
+		t.Fatalf("the clock claims %v after a failed fold", clk.Snapshot())
+	}
+}
+
+// TestWriteMessageRefusesWritersItCannotFold: a Writer that would write
+// without reporting offsets is refused before anything is written, and one
+// whose Completion is not the adapter's reports the unfolded write.
+func TestWriteMessageRefusesWritersItCannotFold(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	brokers, adm := cluster(t, "payments")
+	clk, err := kafkagoclock.New(brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clk.Close()
+	for _, tc := range []struct {
+		setting string
+		set     func(*kafka.Writer)
+	}{
+		{"Async", func(w *kafka.Writer) { w.Async = true }},
+		{"RequireNone", func(w *kafka.Writer) { w.RequiredAcks = kafka.RequireNone }},
+		{"Completion", func(w *kafka.Writer) { w.Completion = nil }},
+	} {
+		w := writer(brokers, nil)
+		tc.set(w)
+		msg := kafka.Message{Topic: "payments", Value: []byte("v")}
+		if _, _, err := kafkagoclock.WriteMessage(ctx, clk, w, &msg); !errors.Is(err, kafkagoclock.ErrWriter) || !strings.Contains(err.Error(), tc.setting) {
+			t.Errorf("writer with %s: %v; want ErrWriter naming it", tc.setting, err)
+		}
+		if len(msg.Headers) != 0 {
+			t.Errorf("writer with %s: the refused message was stamped", tc.setting)
+		}
+		w.Close()
+	}
+	ends, err := adm.ListEndOffsets(ctx, "payments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset != 0 {
+			t.Errorf("a refused writer wrote to payments/%d", o.Partition)
+		}
+	})
+
+	w := writer(brokers, nil)
+	w.Completion = func([]kafka.Message, error) {} // not the adapter's
+	defer w.Close()
+	msg := kafka.Message{Topic: "payments", Value: []byte("v")}
+	_, _, err = kafkagoclock.WriteMessage(ctx, clk, w, &msg)
+	if !errors.Is(err, kafkagoclock.ErrNoReport) || !errors.Is(err, clock.ErrNotFolded) {
+		t.Fatalf("a write whose Completion is not the adapter's: %v; want ErrNoReport, ErrNotFolded", err)
+	}
+}
+
+// TestFailedWriteLeavesTheMessageUnstamped: a write the Writer refuses
+// folds nothing and leaves the message as it was, so it can be written
+// again.
+func TestFailedWriteLeavesTheMessageUnstamped(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	brokers, _ := cluster(t, "payments")
+	clk, err := kafkagoclock.New(brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clk.Close()
+	w := writer(brokers, nil)
+	w.BatchBytes = 64
+	defer w.Close()
+	msg := kafka.Message{Topic: "payments", Value: make([]byte, 100), Headers: []kafka.Header{{Key: "trace", Value: []byte("1")}}}
+	if _, _, err := kafkagoclock.WriteMessage(ctx, clk, w, &msg); err == nil {
+		t.Fatal("a message larger than BatchBytes was written")
+	}
+	if len(msg.Headers) != 1 || !clk.Snapshot().IsEmpty() {
+		t.Fatalf("after a failed write the message has headers %v and the clock claims %v; want its own header and nothing", msg.Headers, clk.Snapshot())
+	}
+	w.BatchBytes = 0
+	if _, _, err := kafkagoclock.WriteMessage(ctx, clk, w, &msg); err != nil {
+		t.Fatalf("writing the message again: %v", err)
+	}
+}
+
+func TestStampAndObserve(t *testing.T) {
+	ctx := context.Background()
+	ids := map[string]headers.TopicID{"orders": {4}, "payments": {5}}
+	clk := clock.New(nil, clock.TopicIDs(func(_ context.Context, topic string) (headers.TopicID, error) {
+		if id, ok := ids[topic]; ok {
+			return id, nil
+		}
+		return headers.TopicID{}, &clock.UnknownTopicError{Topic: topic}
+	}))
+	in := kafka.Message{Topic: "orders", Partition: 1, Offset: 6}
+	if err := kafkagoclock.Observe(ctx, clk, &in); err != nil {
+		t.Fatal(err)
+	}
+	out := kafka.Message{Topic: "payments"}
+	if err := kafkagoclock.Stamp(ctx, clk, &out); err != nil {
+		t.Fatal(err)
+	}
+	st, err := kafkagoclock.ReadStamp(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := st.Clock.Offset(headers.Channel{Topic: headers.TopicID{4}, Partition: 1}); !ok || o != 6 {
+		t.Fatalf("the stamp claims orders/1@%d (%v); want the observed 6", o, ok)
+	}
+	var ute *clock.UnknownTopicError
+	if err := kafkagoclock.Observe(ctx, clk, &kafka.Message{Topic: "gone"}); !errors.As(err, &ute) || ute.Topic != "gone" {
+		t.Fatalf("observing a message of a topic that does not resolve: %v; want an *UnknownTopicError naming it", err)
+	}
+	msg := kafka.Message{Value: []byte("x")}
+	if err := kafkagoclock.Stamp(ctx, clk, &msg); !errors.Is(err, kafkagoclock.ErrNoTopic) {
+		t.Fatalf("stamp without a topic: %v; want ErrNoTopic", err)
+	}
+	msg = kafka.Message{Topic: "payments", Headers: []kafka.Header{{Key: "vc-seq"}}}
+	if err := kafkagoclock.Stamp(ctx, clk, &msg); !errors.Is(err, headers.ErrReservedHeader) || len(msg.Headers) != 1 {
+		t.Fatalf("stamp over a reserved header: %v; want ErrReservedHeader and no change", err)
+	}
+}
