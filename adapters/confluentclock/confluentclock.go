@@ -3,18 +3,25 @@
 // producer writes the same stamps a franz-go producer or a Parsley stage
 // writes.
 //
-// A clock from New resolves topic names to topic IDs through the
-// AdminClient's DescribeTopics. Stamp and Observe take confluent's header
-// type as it is; Delivered folds a delivery report, and Produce is the
-// send-await-fold pattern in one call.
+// New takes the producer's ConfigMap and makes an AdminClient of its own
+// for topic-ID lookups (DescribeTopics); the clock's Close closes it.
+// Stamp and Observe take confluent's header type as it is. Produce is the
+// send-await-fold pattern in one call: it returns the partition and offset
+// and writes the delivery report into the message, and fails when the
+// delivery or the fold fails. Delivered folds a delivery report of a
+// pipelined send.
 //
-//	admin, _ := kafka.NewAdminClientFromProducer(p)
-//	clk := confluentclock.New(admin)
-//	// producer config: "partitioner": "murmur2_random" (co-partitioning)
+//	conf := &kafka.ConfigMap{"bootstrap.servers": brokers, "partitioner": "murmur2_random", "acks": "all"}
+//	p, err := kafka.NewProducer(conf)
+//	clk, err := confluentclock.New(conf)
+//	defer clk.Close()
 //	...
 //	if err := confluentclock.Observe(ctx, clk, consumed); err != nil { ... }
 //	msg := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Key: id, Value: v}
-//	if err := confluentclock.Produce(ctx, clk, p, msg); err != nil { ... }
+//	partition, offset, err := confluentclock.Produce(ctx, clk, p, msg)
+//
+// A transactional producer sends through BeginTransaction's Txn, so that an
+// aborted transaction is never claimed.
 //
 // This package is its own Go module and needs cgo (confluent-kafka-go
 // links its bundled librdkafka); the main Parsley module needs neither.
@@ -25,6 +32,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/parsley-go/parsley/clock"
@@ -76,10 +84,34 @@ func unknownTopic(code kafka.ErrorCode) bool {
 	return code == kafka.ErrUnknownTopicOrPart || code == kafka.ErrUnknownTopic || code == kafka.ErrUnknownTopicID
 }
 
-// New returns an empty clock that resolves topic names through admin.
-// opts are those of clock.New; the caller keeps ownership of admin.
-func New(admin TopicDescriber, opts ...clock.Option) *clock.Clock {
-	return clock.New(nil, append([]clock.Option{clock.TopicIDs(Lookup(admin))}, opts...)...)
+// New returns an empty clock that resolves topic names through an
+// AdminClient it makes from conf, typically the producer's own ConfigMap.
+// The clock owns that client: its Close closes it. conf is not modified;
+// the admin client leaves out the settings that would make it a producer
+// of its own (transactional.id, enable.idempotence,
+// transaction.timeout.ms) and the Go client's go.* settings. opts are those
+// of clock.New.
+//
+// To look topics up through an admin client of your own instead (one
+// derived with kafka.NewAdminClientFromProducer, say), use
+// clock.New(nil, clock.TopicIDs(confluentclock.Lookup(admin))).
+func New(conf *kafka.ConfigMap, opts ...clock.Option) (*clock.Clock, error) {
+	ac := kafka.ConfigMap{}
+	if conf != nil {
+		for k, v := range *conf {
+			switch {
+			case strings.HasPrefix(k, "go."), k == "transactional.id", k == "enable.idempotence", k == "transaction.timeout.ms":
+				continue
+			}
+			ac[k] = v
+		}
+	}
+	admin, err := kafka.NewAdminClient(&ac)
+	if err != nil {
+		return nil, fmt.Errorf("confluentclock: admin client for %v: %w", ac["bootstrap.servers"], err)
+	}
+	release := func() error { admin.Close(); return nil }
+	return clock.New(nil, append([]clock.Option{clock.TopicIDs(Lookup(admin)), clock.OnClose(release)}, opts...)...), nil
 }
 
 // Stamp appends clk's stamp to msg.Headers, after the message's own
@@ -93,7 +125,9 @@ func Stamp(ctx context.Context, clk *clock.Clock, msg *kafka.Message) error {
 	if err != nil {
 		return err
 	}
-	hs, err := clock.AppendStamp(ctx, clk, topic, msg.Headers)
+	// Clipped, so the stamp never lands in spare capacity another message
+	// shares.
+	hs, err := clock.AppendStamp(ctx, clk, topic, msg.Headers[:len(msg.Headers):len(msg.Headers)])
 	if err != nil {
 		return err
 	}
@@ -114,10 +148,11 @@ func Observe(ctx context.Context, clk *clock.Clock, msg *kafka.Message) error {
 
 // Delivered takes a delivery report, a *kafka.Message from the delivery
 // channel or the Producer's Events: an acknowledged message is folded into
-// clk, so the next stamp claims it; a failed one folds nothing and is
-// returned as its error, and when the broker did not know the topic clk
-// forgets the topic's cached ID, so the next stamp looks up its current
-// incarnation.
+// clk, so the next stamp claims it, and if that fails the error is a
+// *clock.NotFoldedError naming the message's coordinate. A failed one folds
+// nothing and is returned as its error, and when the broker did not know
+// the topic clk forgets the topic's cached ID, so the next stamp looks up
+// its current incarnation.
 func Delivered(ctx context.Context, clk *clock.Clock, report *kafka.Message) error {
 	topic, err := topicOf(report)
 	if err != nil {
@@ -131,7 +166,10 @@ func Delivered(ctx context.Context, clk *clock.Clock, report *kafka.Message) err
 		}
 		return fmt.Errorf("confluentclock: deliver to %q: %w", topic, tp.Error)
 	}
-	return clk.Produced(ctx, topic, tp.Partition, int64(tp.Offset))
+	if err := clk.Produced(ctx, topic, tp.Partition, int64(tp.Offset)); err != nil {
+		return &clock.NotFoldedError{Topic: topic, Partition: tp.Partition, Offset: int64(tp.Offset), Err: err}
+	}
+	return nil
 }
 
 // Producer is the part of *kafka.Producer that Produce uses.
@@ -141,24 +179,44 @@ type Producer interface {
 
 // Produce stamps msg, sends it through p, waits for its delivery report and
 // folds it, so the next stamp claims it: the sequential pattern that
-// orders a producer's sends across topics. If ctx ends first the message
-// may still be delivered, unfolded: a later stamp then does not claim it.
-func Produce(ctx context.Context, clk *clock.Clock, p Producer, msg *kafka.Message) error {
+// orders a producer's sends across topics. It returns the partition and
+// offset of the delivery and writes the report into msg (TopicPartition,
+// Timestamp), as librdkafka writes it into the report.
+//
+// A failed delivery is its error (also in msg.TopicPartition.Error), folds
+// nothing and leaves msg unstamped, so it can be produced again. A
+// delivered message that cannot be folded returns its partition and
+// offset with a *clock.NotFoldedError: the message is written; do not send
+// it again. If ctx ends first the message may still be delivered,
+// unfolded.
+func Produce(ctx context.Context, clk *clock.Clock, p Producer, msg *kafka.Message) (partition int32, offset int64, err error) {
+	own := msg.Headers
 	if err := Stamp(ctx, clk, msg); err != nil {
-		return err
+		return -1, -1, err
 	}
 	reports := make(chan kafka.Event, 1) // librdkafka never blocks on it
 	if err := p.Produce(msg, reports); err != nil {
-		return err
+		msg.Headers = own
+		return -1, -1, fmt.Errorf("confluentclock: produce to %q: %w", *msg.TopicPartition.Topic, err)
 	}
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return -1, -1, ctx.Err()
 		case e := <-reports:
-			if m, ok := e.(*kafka.Message); ok {
-				return Delivered(ctx, clk, m)
+			m, ok := e.(*kafka.Message)
+			if !ok {
+				continue
 			}
+			msg.TopicPartition, msg.Timestamp, msg.TimestampType = m.TopicPartition, m.Timestamp, m.TimestampType
+			if err := Delivered(ctx, clk, m); err != nil {
+				if m.TopicPartition.Error != nil {
+					msg.Headers = own
+					return -1, -1, err
+				}
+				return m.TopicPartition.Partition, int64(m.TopicPartition.Offset), err
+			}
+			return m.TopicPartition.Partition, int64(m.TopicPartition.Offset), nil
 		}
 	}
 }

@@ -18,34 +18,38 @@ import (
 )
 
 // client is a librdkafka producer and consumer with the adapter in
-// between: no header conversion and no topic-ID code of its own.
+// between, written from the package's docs: the client's own
+// configuration, the clock, and nothing else.
 type client struct {
 	producer *kafka.Producer
-	admin    *kafka.AdminClient
 	brokers  string
 	clk      *clock.Clock
 	stamp    bool
 }
 
+// kfakeConf is what every client on the embedded broker sets: kfake does
+// not take librdkafka's client telemetry (KIP-714).
+func kfakeConf(brokers []string) kafka.ConfigMap {
+	return kafka.ConfigMap{"bootstrap.servers": strings.Join(brokers, ","), "enable.metrics.push": false}
+}
+
 func newClient(stamp bool) func(context.Context, []string) (adaptertest.Client, error) {
 	return func(_ context.Context, brokers []string) (adaptertest.Client, error) {
-		p, err := kafka.NewProducer(&kafka.ConfigMap{
-			"bootstrap.servers":   strings.Join(brokers, ","),
-			"partitioner":         "murmur2_random", // the Java client's: co-partitioning
-			"acks":                "all",
-			"linger.ms":           0,
-			"enable.metrics.push": false,
-		})
+		conf := kfakeConf(brokers)
+		conf["partitioner"] = "murmur2_random" // the Java client's: co-partitioning
+		conf["acks"] = "all"
+		conf["linger.ms"] = 0
+		p, err := kafka.NewProducer(&conf)
 		if err != nil {
 			return nil, err
 		}
 		go drainEvents(p) // logs and errors not tied to one message
-		admin, err := kafka.NewAdminClientFromProducer(p)
+		clk, err := confluentclock.New(&conf)
 		if err != nil {
 			p.Close()
 			return nil, err
 		}
-		return &client{producer: p, admin: admin, brokers: strings.Join(brokers, ","), clk: confluentclock.New(admin), stamp: stamp}, nil
+		return &client{producer: p, brokers: strings.Join(brokers, ","), clk: clk, stamp: stamp}, nil
 	}
 }
 
@@ -58,7 +62,8 @@ func drainEvents(p *kafka.Producer) {
 func (c *client) Produce(ctx context.Context, topic string, key, value []byte) error {
 	msg := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Key: key, Value: value}
 	if c.stamp {
-		return confluentclock.Produce(ctx, c.clk, c.producer, msg)
+		_, _, err := confluentclock.Produce(ctx, c.clk, c.producer, msg)
+		return err
 	}
 	reports := make(chan kafka.Event, 1)
 	if err := c.producer.Produce(msg, reports); err != nil {
@@ -121,10 +126,9 @@ func (c *client) Consume(ctx context.Context, topic string, n int, handle func(k
 }
 
 func (c *client) Close() error {
-	c.admin.Close()
 	c.producer.Flush(1000)
 	c.producer.Close()
-	return nil
+	return c.clk.Close()
 }
 
 func TestPipeline(t *testing.T) {
@@ -194,6 +198,10 @@ func TestDeliveredFoldsOnlyAcknowledgedSends(t *testing.T) {
 	}
 	if err := confluentclock.Delivered(ctx, clk, report(3, nil)); err != nil {
 		t.Fatal(err)
+	}
+	var nf *clock.NotFoldedError
+	if err := confluentclock.Delivered(ctx, clk, report(kafka.OffsetInvalid, nil)); !errors.As(err, &nf) || !errors.Is(err, clock.ErrInvalidCoordinate) || nf.Partition != 2 {
+		t.Fatalf("a report without an offset (acks=0): %v; want a *clock.NotFoldedError naming payments/2", err)
 	}
 	if o, _ := clk.Snapshot().Offset(ch); o != 3 {
 		t.Fatalf("after a delivery at 3 the clock claims %d", o)

@@ -12,23 +12,25 @@ import (
 
 // A payment service on confluent-kafka-go: it observes each order it reads
 // and writes a payment stamped with it, waiting for each delivery report.
-// No header conversion, no topic-ID code. (Not run: it needs a cluster.)
+// Beyond the business logic there is the client's own configuration and
+// the clock. (Not run: it needs a cluster.)
 func Example() {
 	ctx := context.Background()
-	p, err := kafka.NewProducer(&kafka.ConfigMap{
+	conf := &kafka.ConfigMap{
 		"bootstrap.servers": "localhost:9092",
 		"partitioner":       "murmur2_random", // co-partitioned with Kafka's default
 		"acks":              "all",
-	})
+	}
+	p, err := kafka.NewProducer(conf)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer p.Close()
-	admin, err := kafka.NewAdminClientFromProducer(p)
+	clk, err := confluentclock.New(conf) // looks topic IDs up; Close closes its admin client
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer admin.Close()
+	defer clk.Close()
 	c, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": "localhost:9092", "group.id": "payments"})
 	if err != nil {
 		log.Fatal(err)
@@ -38,7 +40,6 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	clk := confluentclock.New(admin)
 	payments := "payments"
 	for {
 		order, err := c.ReadMessage(time.Second)
@@ -53,8 +54,49 @@ func Example() {
 			log.Fatal(err)
 		}
 		pay := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &payments, Partition: kafka.PartitionAny}, Key: order.Key, Value: []byte("paid")}
-		if err := confluentclock.Produce(ctx, clk, p, pay); err != nil {
-			log.Fatal(err)
+		if _, _, err := confluentclock.Produce(ctx, clk, p, pay); err != nil {
+			log.Fatal(err) // a failed delivery, or a *clock.NotFoldedError
 		}
+	}
+}
+
+// A transactional producer sharing its clock: the transaction stamps and
+// folds through its own view, which joins the clock on commit and is
+// dropped on abort. (Not run: it needs a cluster.)
+func ExampleBeginTransaction() {
+	ctx := context.Background()
+	conf := &kafka.ConfigMap{
+		"bootstrap.servers": "localhost:9092",
+		"partitioner":       "murmur2_random",
+		"transactional.id":  "ledger-writer",
+	}
+	p, err := kafka.NewProducer(conf)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.InitTransactions(ctx); err != nil {
+		log.Fatal(err)
+	}
+	clk, err := confluentclock.New(conf) // the admin client leaves transactional.id out
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer clk.Close()
+
+	tx, err := confluentclock.BeginTransaction(clk, p)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ledger := "ledger"
+	entry := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &ledger, Partition: kafka.PartitionAny}, Key: []byte("acct-1"), Value: []byte("debit 10")}
+	if _, _, err := tx.Produce(ctx, entry); err != nil {
+		if aerr := tx.Abort(ctx); aerr != nil { // nothing of it is claimed
+			log.Fatal(aerr)
+		}
+		log.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil { // on success the clock claims the entry
+		log.Fatal(err)
 	}
 }

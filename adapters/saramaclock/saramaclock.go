@@ -136,16 +136,19 @@ func Failed(clk *clock.Clock, topic string, err error) {
 // sequential pattern that orders a producer's sends across topics. p's
 // config must set Producer.Return.Successes, as every SyncProducer's does.
 //
-// A failed send is its error, folded nothing. An acknowledged send that
+// A failed send is its error, folds nothing and leaves msg unstamped, so
+// it can be sent again. An acknowledged send that
 // cannot be folded returns its partition and offset with a
 // *clock.NotFoldedError: the message is written; do not send it again.
 func SendMessage(ctx context.Context, clk *clock.Clock, p sarama.SyncProducer, msg *sarama.ProducerMessage) (partition int32, offset int64, err error) {
+	own := msg.Headers
 	if err := Stamp(ctx, clk, msg); err != nil {
 		return -1, -1, err
 	}
 	partition, offset, err = p.SendMessage(msg)
 	if err != nil {
 		Failed(clk, msg.Topic, err)
+		msg.Headers = own // unstamped, so it can be sent again
 		return partition, offset, err
 	}
 	return partition, offset, Produced(ctx, clk, msg)

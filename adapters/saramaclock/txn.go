@@ -71,14 +71,14 @@ func (t *Txn) Commit() error {
 
 // Abort aborts the transaction (p.AbortTxn) and drops its view of the
 // clock: nothing it sent or observed is claimed, even when the abort
-// itself fails.
+// itself fails (it may be retried).
 func (t *Txn) Abort() error {
 	if t.done {
 		return ErrTxnDone
 	}
-	t.done = true
 	if err := t.p.AbortTxn(); err != nil {
 		return fmt.Errorf("saramaclock: abort transaction: %w", err)
 	}
+	t.done = true
 	return nil
 }

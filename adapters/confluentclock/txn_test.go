@@ -1,0 +1,203 @@
+package confluentclock_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/parsley-go/parsley/adapters/confluentclock"
+	"github.com/parsley-go/parsley/clock"
+	"github.com/parsley-go/parsley/headers"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// cluster is an embedded broker with one-partition topics, and a franz-go
+// client on it for the test's own looking.
+func cluster(t *testing.T, topics ...string) ([]string, *kgo.Client) {
+	t.Helper()
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topics...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fake.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(fake.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return fake.ListenAddrs(), cl
+}
+
+func producer(t *testing.T, conf kafka.ConfigMap) *kafka.Producer {
+	t.Helper()
+	conf["acks"] = "all"
+	conf["linger.ms"] = 0
+	p, err := kafka.NewProducer(&conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go drainEvents(p)
+	t.Cleanup(p.Close)
+	return p
+}
+
+func failAfter(n int32, lookup clock.TopicIDLookup) clock.TopicIDLookup {
+	var calls atomic.Int32
+	return func(ctx context.Context, topic string) (headers.TopicID, error) {
+		if calls.Add(1) > n {
+			return headers.TopicID{}, errInjected
+		}
+		return lookup(ctx, topic)
+	}
+}
+
+var errInjected = errors.New("injected lookup failure")
+
+// TestProduceWritesTheReportBack: Produce returns the delivery's partition
+// and offset and leaves them in the message, where a caller would look.
+// When the fold fails the error reaches the call site as a
+// *clock.NotFoldedError naming the delivered coordinate.
+func TestProduceWritesTheReportBack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addrs, cl := cluster(t, "payments")
+	conf := kfakeConf(addrs)
+	p := producer(t, conf)
+	clk, err := confluentclock.New(&conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clk.Close()
+	topic := "payments"
+	for want := int64(0); want < 2; want++ {
+		msg := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Value: []byte("v")}
+		partition, offset, err := confluentclock.Produce(ctx, clk, p, msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if partition != 0 || offset != want || msg.TopicPartition.Partition != 0 || int64(msg.TopicPartition.Offset) != want || msg.TopicPartition.Error != nil {
+			t.Fatalf("Produce returned %d@%d, message shows %v; want payments/0@%d in both", partition, offset, msg.TopicPartition, want)
+		}
+	}
+
+	failing, err := confluentclock.New(&conf,
+		clock.TopicIDs(failAfter(1, clock.AdminLookup(kadm.NewClient(cl)))),
+		clock.TopicIDMaxAge(time.Nanosecond)) // every resolve asks the lookup
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer failing.Close()
+	msg := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Value: []byte("v")}
+	partition, offset, err := confluentclock.Produce(ctx, failing, p, msg)
+	var nf *clock.NotFoldedError
+	if !errors.As(err, &nf) || !errors.Is(err, errInjected) {
+		t.Fatalf("Produce with a failing fold: %v; want a *clock.NotFoldedError wrapping the lookup's error", err)
+	}
+	if partition != 0 || offset != 2 || nf.Topic != topic || nf.Partition != 0 || nf.Offset != 2 || msg.TopicPartition.Offset != 2 {
+		t.Fatalf("Produce returned %d@%d, error names %q/%d@%d, message %v; want the delivered payments/0@2", partition, offset, nf.Topic, nf.Partition, nf.Offset, msg.TopicPartition)
+	}
+	if !failing.Snapshot().IsEmpty() {
+		t.Fatalf("the clock claims %v after a failed fold", failing.Snapshot())
+	}
+}
+
+// TestTxnAbortIsNeverClaimed: a transactional producer and a plain one
+// share a clock. The aborted transaction's send is never claimed, the plain
+// send made while it was open stays claimed, and a committed transaction's
+// send is claimed once it commits.
+func TestTxnAbortIsNeverClaimed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addrs, _ := cluster(t, "ledger", "audit")
+	plain := producer(t, kfakeConf(addrs))
+	tconf := kfakeConf(addrs)
+	tconf["transactional.id"] = "ledger-writer"
+	transactional := producer(t, tconf)
+	if err := transactional.InitTransactions(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk, err := confluentclock.New(&tconf) // the transactional producer's config: New leaves transactional.id out
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clk.Close()
+
+	send := func(topic string) *kafka.Message {
+		return &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Value: []byte(topic)}
+	}
+	claims := func(topic string) (int64, bool) {
+		t.Helper()
+		id, ok := clk.Resolver().Cached(topic)
+		if !ok {
+			t.Fatalf("topic %q not resolved", topic)
+		}
+		return clk.Snapshot().Offset(headers.Channel{Topic: id})
+	}
+
+	tx, err := confluentclock.BeginTransaction(clk, transactional)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, aborted, err := tx.Produce(ctx, send("ledger"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := claims("ledger"); ok {
+		t.Fatalf("while the transaction is open the clock claims ledger@%d", o)
+	}
+	_, plainAt, err := confluentclock.Produce(ctx, clk, plain, send("audit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Abort(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tx.Produce(ctx, send("ledger")); !errors.Is(err, confluentclock.ErrTxnDone) {
+		t.Fatalf("produce through an aborted Txn: %v; want ErrTxnDone", err)
+	}
+	if o, ok := claims("ledger"); ok {
+		t.Fatalf("after the abort the clock claims ledger@%d (the aborted send was at %d)", o, aborted)
+	}
+	if o, ok := claims("audit"); !ok || o != plainAt {
+		t.Fatalf("after the abort the clock claims audit@%d (%v); want the plain send at %d", o, ok, plainAt)
+	}
+
+	tx, err = confluentclock.BeginTransaction(clk, transactional)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, committed, err := tx.Produce(ctx, send("ledger"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := claims("ledger"); !ok || o != committed {
+		t.Fatalf("after the commit the clock claims ledger@%d (%v); want the committed send at %d", o, ok, committed)
+	}
+	if o, _ := claims("audit"); o != plainAt {
+		t.Fatalf("the commit moved the plain claim to audit@%d; want %d", o, plainAt)
+	}
+
+	// The broker agrees: read_committed, the ledger holds the committed
+	// send only.
+	rc, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics("ledger"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	fs := rc.PollFetches(ctx)
+	if err := fs.Err0(); err != nil {
+		t.Fatal(err)
+	}
+	if recs := fs.Records(); len(recs) != 1 || recs[0].Offset != committed {
+		t.Fatalf("read_committed the ledger holds %d records; want only the committed one at %d", len(recs), committed)
+	}
+}
