@@ -11,26 +11,23 @@ import (
 	"github.com/parsley-go/parsley/adapters/confluentclock"
 	"github.com/parsley-go/parsley/clock"
 	"github.com/parsley-go/parsley/headers"
+	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// cluster is an embedded broker with one-partition topics, and a franz-go
-// client on it for the test's own looking.
+// cluster is an embedded broker with one-partition topics, or the
+// real-Kafka tier's cluster when PARSLEY_TEST_BROKERS names one
+// (docs/testing.md), and a franz-go client on it for the test's own
+// looking.
 func cluster(t *testing.T, topics ...string) ([]string, *kgo.Client) {
 	t.Helper()
-	fake, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topics...))
-	if err != nil {
-		t.Fatal(err)
+	var ts []broker.Topic
+	for _, name := range topics {
+		ts = append(ts, broker.Topic{Name: name})
 	}
-	t.Cleanup(fake.Close)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(fake.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return fake.ListenAddrs(), cl
+	c := broker.New(t, broker.Topics(ts...))
+	return c.Addrs(), c.Client()
 }
 
 func producer(t *testing.T, conf kafka.ConfigMap) *kafka.Producer {
