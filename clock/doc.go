@@ -27,6 +27,11 @@
 // nothing, and its records deliver immediately everywhere: stamp the
 // producers whose order matters, one at a time.
 //
+// A transactional producer stamps and folds through a Fork of its clock
+// and, when the transaction commits, Merges the fork back; an aborted
+// transaction's fork is dropped, so no stamp claims an aborted record, and
+// sends another producer folded into the clock meanwhile stay claimed.
+//
 // Plain consumers need nothing. ReadSender and ReadRecordStamp read a
 // record's metadata for observability.
 //

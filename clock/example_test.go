@@ -145,3 +145,38 @@ func ExampleReadSender() {
 	// 0f1e0000-0000-0000-0000-000000000000 41 true <nil>
 	// false <nil>
 }
+
+// A transaction on a clock a plain producer shares: the transaction folds
+// into a fork, merged on commit and dropped on abort, so the plain send
+// stays claimed and the aborted one never is.
+func ExampleClock_Fork() {
+	ledger := headers.Channel{Topic: headers.TopicID{1}}
+	audit := headers.Channel{Topic: headers.TopicID{2}}
+	shared := clock.New(nil)
+	claims := func() string {
+		var out []string
+		for _, ch := range []headers.Channel{ledger, audit} {
+			if o, ok := shared.Snapshot().Offset(ch); ok {
+				out = append(out, fmt.Sprint(o))
+			} else {
+				out = append(out, "none")
+			}
+		}
+		return "ledger " + out[0] + ", audit " + out[1]
+	}
+
+	tx := shared.Fork()                                                  // BeginTransaction
+	_ = tx.ProducedAt(headers.Coordinate{Channel: ledger, Offset: 0})    // a send in the transaction
+	_ = shared.ProducedAt(headers.Coordinate{Channel: audit, Offset: 5}) // a plain send meanwhile
+	fmt.Println("aborted:", claims())                                    // EndTransaction(TryAbort): drop tx
+
+	tx = shared.Fork()
+	_ = tx.ProducedAt(headers.Coordinate{Channel: ledger, Offset: 2})
+	if err := shared.Merge(tx.Snapshot()); err != nil { // EndTransaction(TryCommit) succeeded
+		log.Fatal(err)
+	}
+	fmt.Println("committed:", claims())
+	// Output:
+	// aborted: ledger none, audit 5
+	// committed: ledger 2, audit 5
+}

@@ -13,13 +13,21 @@ import (
 	"github.com/parsley-go/parsley/headers"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // cluster is an embedded broker with two-partition topics, and a franz-go
 // admin client on it for the test's own looking.
 func cluster(t *testing.T, topics ...string) ([]string, *kadm.Client) {
+	t.Helper()
+	addrs, adm, _ := fakeCluster(t, topics...)
+	return addrs, adm
+}
+
+func fakeCluster(t *testing.T, topics ...string) ([]string, *kadm.Client, *kfake.Cluster) {
 	t.Helper()
 	fake, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topics...))
 	if err != nil {
@@ -31,7 +39,7 @@ func cluster(t *testing.T, topics ...string) ([]string, *kadm.Client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	return fake.ListenAddrs(), kadm.NewClient(cl)
+	return fake.ListenAddrs(), kadm.NewClient(cl), fake
 }
 
 func writer(brokers []string, next func([]kafka.Message, error)) *kafka.Writer {
@@ -254,5 +262,49 @@ func TestStampAndObserve(t *testing.T) {
 	msg = kafka.Message{Topic: "payments", Headers: []kafka.Header{{Key: "vc-seq"}}}
 	if err := kafkagoclock.Stamp(ctx, clk, &msg); !errors.Is(err, headers.ErrReservedHeader) || len(msg.Headers) != 1 {
 		t.Fatalf("stamp over a reserved header: %v; want ErrReservedHeader and no change", err)
+	}
+}
+
+// TestUnknownTopicWriteForgetsTheTopicID: the broker refuses a write with
+// UNKNOWN_TOPIC_OR_PARTITION (the topic was deleted under the writer).
+// WriteMessage returns that error, folds nothing, and the clock forgets the
+// topic's cached ID so the next stamp looks up the current incarnation.
+func TestUnknownTopicWriteForgetsTheTopicID(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	brokers, _, fake := fakeCluster(t, "payments")
+	clk, err := kafkagoclock.New(brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clk.Close()
+	w := writer(brokers, nil)
+	w.MaxAttempts = 1 // the error is retriable; fail at once
+	defer w.Close()
+	fake.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		preq := req.(*kmsg.ProduceRequest)
+		resp := preq.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range preq.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	msg := kafka.Message{Topic: "payments", Key: []byte("k"), Value: []byte("v")}
+	if _, _, err := kafkagoclock.WriteMessage(ctx, clk, w, &msg); !errors.Is(err, kafka.UnknownTopicOrPartition) {
+		t.Fatalf("a write the broker refused as an unknown topic: %v; want kafka.UnknownTopicOrPartition", err)
+	}
+	if _, ok := clk.Resolver().Cached("payments"); ok {
+		t.Fatal("an unknown-topic write error left the cached topic ID in place")
+	}
+	if !clk.Snapshot().IsEmpty() || len(msg.Headers) != 0 {
+		t.Fatalf("after the refused write the clock claims %v and the message has headers %v; want neither", clk.Snapshot(), msg.Headers)
 	}
 }
