@@ -3,11 +3,11 @@ package confluentclock_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/parsley-go/parsley/adapters/adaptertest"
 	"github.com/parsley-go/parsley/adapters/confluentclock"
 	"github.com/parsley-go/parsley/clock"
 	"github.com/parsley-go/parsley/headers"
@@ -43,18 +43,6 @@ func producer(t *testing.T, conf kafka.ConfigMap) *kafka.Producer {
 	return p
 }
 
-func failAfter(n int32, lookup clock.TopicIDLookup) clock.TopicIDLookup {
-	var calls atomic.Int32
-	return func(ctx context.Context, topic string) (headers.TopicID, error) {
-		if calls.Add(1) > n {
-			return headers.TopicID{}, errInjected
-		}
-		return lookup(ctx, topic)
-	}
-}
-
-var errInjected = errors.New("injected lookup failure")
-
 // TestProduceWritesTheReportBack: Produce returns the delivery's partition
 // and offset and leaves them in the message, where a caller would look.
 // When the fold fails the error reaches the call site as a
@@ -83,7 +71,7 @@ func TestProduceWritesTheReportBack(t *testing.T) {
 	}
 
 	failing, err := confluentclock.New(&conf,
-		clock.TopicIDs(failAfter(1, clock.AdminLookup(kadm.NewClient(cl)))),
+		clock.TopicIDs(adaptertest.FailLookupsAfter(1, clock.AdminLookup(kadm.NewClient(cl)))),
 		clock.TopicIDMaxAge(time.Nanosecond)) // every resolve asks the lookup
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +80,7 @@ func TestProduceWritesTheReportBack(t *testing.T) {
 	msg := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Value: []byte("v")}
 	partition, offset, err := confluentclock.Produce(ctx, failing, p, msg)
 	var nf *clock.NotFoldedError
-	if !errors.As(err, &nf) || !errors.Is(err, errInjected) {
+	if !errors.As(err, &nf) || !errors.Is(err, adaptertest.ErrInjected) {
 		t.Fatalf("Produce with a failing fold: %v; want a *clock.NotFoldedError wrapping the lookup's error", err)
 	}
 	if partition != 0 || offset != 2 || nf.Topic != topic || nf.Partition != 0 || nf.Offset != 2 || msg.TopicPartition.Offset != 2 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parsley-go/parsley/adapters/adaptertest"
 	"github.com/parsley-go/parsley/adapters/kafkagoclock"
 	"github.com/parsley-go/parsley/clock"
 	"github.com/parsley-go/parsley/headers"
@@ -105,19 +106,6 @@ func TestWriteMessageFolds(t *testing.T) {
 	}
 }
 
-// failAfter answers the first n lookups through lookup and fails the rest.
-func failAfter(n int32, lookup clock.TopicIDLookup) clock.TopicIDLookup {
-	var calls atomic.Int32
-	return func(ctx context.Context, topic string) (headers.TopicID, error) {
-		if calls.Add(1) > n {
-			return headers.TopicID{}, errInjected
-		}
-		return lookup(ctx, topic)
-	}
-}
-
-var errInjected = errors.New("injected lookup failure")
-
 // TestWriteMessageFailsWhenTheFoldFails: the stamp's lookup succeeds, the
 // fold's fails. The error reaches the call site as a *clock.NotFoldedError
 // naming where the message was written, and the clock claims nothing.
@@ -126,7 +114,7 @@ func TestWriteMessageFailsWhenTheFoldFails(t *testing.T) {
 	defer cancel()
 	brokers, adm := cluster(t, "payments")
 	clk, err := kafkagoclock.New(brokers,
-		clock.TopicIDs(failAfter(1, clock.AdminLookup(adm))),
+		clock.TopicIDs(adaptertest.FailLookupsAfter(1, clock.AdminLookup(adm))),
 		clock.TopicIDMaxAge(time.Nanosecond)) // every resolve asks the lookup
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +125,7 @@ func TestWriteMessageFailsWhenTheFoldFails(t *testing.T) {
 	msg := kafka.Message{Topic: "payments", Key: []byte("k"), Value: []byte("v")}
 	partition, offset, err := kafkagoclock.WriteMessage(ctx, clk, w, &msg)
 	var nf *clock.NotFoldedError
-	if !errors.As(err, &nf) || !errors.Is(err, errInjected) {
+	if !errors.As(err, &nf) || !errors.Is(err, adaptertest.ErrInjected) {
 		t.Fatalf("WriteMessage with a failing fold: %v; want a *clock.NotFoldedError wrapping the lookup's error", err)
 	}
 	if offset != 0 || nf.Topic != "payments" || nf.Partition != partition || nf.Offset != 0 {

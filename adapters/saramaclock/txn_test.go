@@ -3,11 +3,11 @@ package saramaclock_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/parsley-go/parsley/adapters/adaptertest"
 	"github.com/parsley-go/parsley/adapters/saramaclock"
 	"github.com/parsley-go/parsley/clock"
 	"github.com/parsley-go/parsley/headers"
@@ -38,20 +38,6 @@ func producerConfig() *sarama.Config {
 	return cfg
 }
 
-// failAfter answers the first n lookups through lookup and fails the rest
-// with errInjected.
-func failAfter(n int32, lookup clock.TopicIDLookup) clock.TopicIDLookup {
-	var calls atomic.Int32
-	return func(ctx context.Context, topic string) (headers.TopicID, error) {
-		if calls.Add(1) > n {
-			return headers.TopicID{}, errInjected
-		}
-		return lookup(ctx, topic)
-	}
-}
-
-var errInjected = errors.New("injected lookup failure")
-
 // TestSendMessageFailsWhenTheFoldFails: the stamp's lookup succeeds, the
 // fold's fails. SendMessage returns the written message's partition and
 // offset with a *clock.NotFoldedError naming them, and the clock claims
@@ -62,7 +48,7 @@ func TestSendMessageFailsWhenTheFoldFails(t *testing.T) {
 	addrs, cl := cluster(t, "payments")
 	cfg := producerConfig()
 	clk, err := saramaclock.New(addrs, cfg,
-		clock.TopicIDs(failAfter(1, clock.AdminLookup(kadm.NewClient(cl)))),
+		clock.TopicIDs(adaptertest.FailLookupsAfter(1, clock.AdminLookup(kadm.NewClient(cl)))),
 		clock.TopicIDMaxAge(time.Nanosecond)) // every resolve asks the lookup
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +63,7 @@ func TestSendMessageFailsWhenTheFoldFails(t *testing.T) {
 	msg := &sarama.ProducerMessage{Topic: "payments", Key: sarama.StringEncoder("k"), Value: sarama.StringEncoder("v")}
 	partition, offset, err := saramaclock.SendMessage(ctx, clk, p, msg)
 	var nf *clock.NotFoldedError
-	if !errors.As(err, &nf) || !errors.Is(err, errInjected) || !errors.Is(err, clock.ErrNotFolded) {
+	if !errors.As(err, &nf) || !errors.Is(err, adaptertest.ErrInjected) || !errors.Is(err, clock.ErrNotFolded) {
 		t.Fatalf("SendMessage with a failing fold: %v; want a *clock.NotFoldedError wrapping the lookup's error", err)
 	}
 	if partition != 0 || offset != 0 || nf.Topic != "payments" || nf.Partition != 0 || nf.Offset != 0 {
