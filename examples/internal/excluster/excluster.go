@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -126,7 +127,34 @@ func Open(ctx context.Context, out io.Writer, t excli.Target, topics ...Topic) (
 			return nil, err
 		}
 	}
+	if err := c.visible(ctx, topics); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return c, nil
+}
+
+// visible waits until the cluster's metadata lists every topic: on a real
+// cluster a new topic reaches it a moment after it is created, and a stage
+// checks its topology once, at its start.
+func (c *Cluster) visible(ctx context.Context, topics []Topic) error {
+	names := make([]string, len(topics))
+	for i, tp := range topics {
+		names[i] = tp.Name
+	}
+	for {
+		details, err := c.Admin.ListTopics(ctx, names...)
+		if err == nil && !slices.ContainsFunc(names, func(n string) bool {
+			return details[n].Err != nil || len(details[n].Partitions) == 0
+		}) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topics %q not visible in the cluster's metadata: %w", names, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // check compares an existing topic with what the example needs.

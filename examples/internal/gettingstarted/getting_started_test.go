@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // TestGettingStartedRunsTwice assembles the program of "A first stage" in a
@@ -107,8 +109,17 @@ func TestGettingStartedOnKafka(t *testing.T) {
 	if err := c.DeleteTopics(ctx, changelog); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Admin().DeleteGroup(ctx, "settle-app"); err != nil {
-		t.Fatal(err)
+	// The failed run's static member stays until its session times out;
+	// as the page says, the delete is refused until then.
+	for {
+		_, err := c.Admin().DeleteGroup(ctx, "settle-app")
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, kerr.NonEmptyGroup) || ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
 	}
 	if err := os.RemoveAll(filepath.Join(dir, "state")); err != nil {
 		t.Fatal(err)
@@ -186,6 +197,21 @@ func seedSums(t *testing.T, root, dir string) {
 // TestSnippetsCompile builds "A stateful stage" and, next to it as the page
 // says, the test of "Testing your logic", and runs that test: the two
 // blocks form one package without a clash, and the test passes.
+// assemblePage writes getting started's first program to a file and
+// returns the page and the file's path.
+func assemblePage(t *testing.T, root string) (page, program string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "docs", "getting-started.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	program = filepath.Join(t.TempDir(), "main.go")
+	if err := os.WriteFile(program, []byte(codeBlock(t, string(b), "## A first stage", "go")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return string(b), program
+}
+
 func TestSnippetsCompile(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a module; skipped with -short")
@@ -331,4 +357,62 @@ func codeBlock(t *testing.T, page, heading, lang string) string {
 		t.Fatalf("unterminated %s block after %q", lang, heading)
 	}
 	return block + "\n"
+}
+
+// TestREADMEFromAClone runs README's "From a clone" steps in an empty
+// directory with the module proxy off, so that nothing but the clone can
+// serve the module: the clone is this checkout (linked where the page
+// clones it), main.go is getting started's program, and `go build`
+// stands in for the endless `go run .`. It also checks the section's
+// reason: there, `go get` of the module fails.
+func TestREADMEFromAClone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a module; skipped with -short")
+	}
+	root := moduleRoot(t)
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := codeBlock(t, string(readme), "### From a clone", "sh")
+	_, program := assemblePage(t, root)
+	home := t.TempDir()
+	var script []string
+	for l := range strings.Lines(steps) {
+		l = strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(l, "git clone "):
+			l = `mkdir -p "$HOME/src" && ln -s "` + root + `" "$HOME/src/parsley"`
+		case strings.HasPrefix(l, "# write main.go"):
+			l = `cp "` + program + `" main.go`
+		case l == "go run .":
+			l = "go build -o /dev/null ."
+		}
+		script = append(script, l)
+	}
+	if !slices.Contains(script, "go mod tidy") || !slices.Contains(script, "go build -o /dev/null .") {
+		t.Fatalf("README's steps lack go mod tidy or go run .:\n%s", steps)
+	}
+	cmd := exec.Command("sh", "-ec", strings.Join(script, "\n"))
+	// A new HOME would mean a new, empty module cache and build cache.
+	env := append(offline(), "HOME="+home)
+	for _, v := range []string{"GOPATH", "GOMODCACHE", "GOCACHE"} {
+		out, err := exec.Command("go", "env", v).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		env = append(env, v+"="+strings.TrimSpace(string(out)))
+	}
+	cmd.Dir, cmd.Env = home, env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("README's steps failed: %v\n%s\nscript:\n%s", err, out, strings.Join(script, "\n"))
+	}
+
+	dir := t.TempDir()
+	goCmd(t, dir, "mod", "init", "example.com/settle")
+	get := exec.Command("go", "get", "github.com/parsley-go/parsley")
+	get.Dir, get.Env = dir, offline()
+	if out, err := get.CombinedOutput(); err == nil {
+		t.Fatalf("go get of the module succeeded with the proxy off:\n%s", out)
+	}
 }
