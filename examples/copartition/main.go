@@ -137,6 +137,7 @@ func run(ctx context.Context, out io.Writer, t excli.Target, partitioner string,
 		PollInterval:       50 * time.Millisecond,
 		SessionTimeout:     6 * time.Second,
 		RebalanceTimeout:   6 * time.Second,
+		LeaveOnShutdown:    true, // this instance never comes back: its group can go
 		TransactionTimeout: 10 * time.Second,
 		Logger:             slog.New(slog.NewTextHandler(warnings, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}, settlement)

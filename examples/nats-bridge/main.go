@@ -158,7 +158,8 @@ func run(ctx context.Context, out io.Writer, t excli.Target, o options) error {
 		Topics: []string{orders, payments}, Subject: subject,
 		NATSURL: natsURL, Stream: stream,
 		PollInterval: 50 * time.Millisecond, SessionTimeout: 6 * time.Second, TransactionTimeout: 10 * time.Second,
-		Logger: log,
+		LeaveOnShutdown: true, // this instance never comes back: its group can go
+		Logger:          log,
 	})
 	if err != nil {
 		return err
