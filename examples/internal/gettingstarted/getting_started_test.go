@@ -32,6 +32,7 @@ import (
 //
 // It compiles a module (sharing the build cache), so -short skips it.
 func TestGettingStartedRunsTwice(t *testing.T) {
+	skipOnRealKafka(t)
 	if testing.Short() {
 		t.Skip("builds and runs the getting-started program; skipped with -short")
 	}
@@ -224,6 +225,7 @@ func assemblePage(t *testing.T, root string) (page, program string) {
 }
 
 func TestSnippetsCompile(t *testing.T) {
+	skipOnRealKafka(t)
 	if testing.Short() {
 		t.Skip("builds a module; skipped with -short")
 	}
@@ -377,6 +379,7 @@ func codeBlock(t *testing.T, page, heading, lang string) string {
 // stands in for the endless `go run .`. It also checks the section's
 // reason: there, `go get` of the module fails.
 func TestREADMEFromAClone(t *testing.T) {
+	skipOnRealKafka(t)
 	if testing.Short() {
 		t.Skip("builds a module; skipped with -short")
 	}
@@ -425,5 +428,14 @@ func TestREADMEFromAClone(t *testing.T) {
 	get.Dir, get.Env = dir, offline()
 	if out, err := get.CombinedOutput(); err == nil {
 		t.Fatalf("go get of the module succeeded with the proxy off:\n%s", out)
+	}
+}
+
+// skipOnRealKafka skips a test that needs no broker of the tier's: go test
+// ./... runs it, and the real-Kafka tier need not build its modules again.
+func skipOnRealKafka(t *testing.T) {
+	t.Helper()
+	if broker.Real() {
+		t.Skip("runs without a broker, in go test ./...; the real-Kafka tier runs TestGettingStartedOnKafka")
 	}
 }
