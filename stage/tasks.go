@@ -67,8 +67,12 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 		}
 		a.startRestore(t) // restore.go
 	}
+	if heldBack {
+		a.log.Info("stage: partitions held back: a task reading them lacks some of its source partitions here", "partitions", pause)
+	}
 	// Nothing is fetched for a task that restores, nor for the other
-	// stages reading its partitions (they share the group's offsets).
+	// stages reading its partitions (they share the group's offsets). Every
+	// start restores every task, so this is no news: not logged above.
 	for tp := range a.restoringPartitions() {
 		if slices.Contains(assigned[tp.topic], tp.partition) && !slices.Contains(pause[tp.topic], tp.partition) {
 			pause[tp.topic] = append(pause[tp.topic], tp.partition)
@@ -209,7 +213,6 @@ func (a *App) setPaused(cl *kgo.Client, pause map[string][]int32) {
 	}
 	if len(pause) > 0 {
 		cl.PauseFetchPartitions(pause)
-		a.log.Info("stage: partitions held back: a task reading them lacks some of its source partitions here", "partitions", pause)
 	}
 	a.paused = pause
 }

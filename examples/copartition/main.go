@@ -11,7 +11,8 @@
 // consumes it — so the payment settles without it. The stamps were right;
 // the placement was not. The stage logs one WARN per topic pair and counts
 // every such delivery (parsley_cross_task_claims_total), and the observer
-// reports the cross-partition-cause finding.
+// reports the cross-partition-cause finding. The default is fnv: the
+// broken case, which the run says before it starts.
 package main
 
 import (
@@ -29,6 +30,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/clock"
+	"github.com/parsley-go/parsley/examples/internal/excli"
 	"github.com/parsley-go/parsley/examples/internal/excluster"
 	"github.com/parsley-go/parsley/observer"
 	"github.com/parsley-go/parsley/stage"
@@ -36,18 +38,34 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-const app = "copartition"
+// appName is the application ID under the run prefix.
+const appName = "copartition"
 
 func main() {
-	brokers := flag.String("brokers", os.Getenv("PARSLEY_BROKERS"), "comma-separated seed brokers; empty runs the embedded broker")
-	partitioner := flag.String("partitioner", "fnv", "the payment producer's partitioner: murmur2 or fnv")
-	orders := flag.Int("orders", 12, "how many orders to place")
-	flag.Parse()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := run(ctx, os.Stdout, *brokers, *partitioner, *orders); err != nil {
-		fmt.Fprintln(os.Stderr, "copartition:", err)
-		os.Exit(1)
+	os.Exit(excli.Main(command(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+func command() excli.Command {
+	var partitioner string
+	var orders int
+	return excli.Command{
+		Name: "copartition",
+		Summary: "Shows why every producer feeding a stage must partition with murmur2. By default the payment\n" +
+			"producer uses fnv (sarama's default hash): the intended broken case, where payments settle\n" +
+			"without their orders and the stage and the observer say so. --partitioner murmur2 is the fix.",
+		Flags: func(fs *flag.FlagSet) func() error {
+			fs.StringVar(&partitioner, "partitioner", "fnv", "the payment producer's partitioner: murmur2 or fnv")
+			fs.IntVar(&orders, "orders", 12, "how many orders to place (1 to 1000)")
+			return func() error {
+				if _, ok := partitioners[partitioner]; !ok {
+					return fmt.Errorf("%w: invalid --partitioner %q: want murmur2 or fnv", excli.ErrUsage, partitioner)
+				}
+				return excli.IntRange("orders", orders, 1, 1000)
+			}
+		},
+		Run: func(ctx context.Context, out io.Writer, t excli.Target) error {
+			return run(ctx, out, t, partitioner, orders)
+		},
 	}
 }
 
@@ -66,14 +84,20 @@ var partitioners = map[string]func() kgo.Partitioner{
 
 type account struct{ Ordered bool }
 
-func run(ctx context.Context, out io.Writer, brokers, partitioner string, n int) error {
+func run(ctx context.Context, out io.Writer, t excli.Target, partitioner string, n int) error {
 	newPartitioner, ok := partitioners[partitioner]
 	if !ok {
 		return fmt.Errorf("unknown partitioner %q: want murmur2 or fnv", partitioner)
 	}
-	ordersT := stage.NewTopic("orders", stage.String(), stage.String())
-	paymentsT := stage.NewTopic("payments", stage.String(), stage.String())
-	settlementsT := stage.NewTopic("settlements", stage.String(), stage.String())
+	if partitioner == "murmur2" {
+		fmt.Fprintln(out, "payments partitioned with murmur2, like their orders: the correct case, expect no warnings and no findings")
+	} else {
+		fmt.Fprintf(out, "payments partitioned with %s, orders with murmur2: the intended broken case, expect WARN lines, a metric and findings\n(--partitioner murmur2 shows the fix)\n", partitioner)
+	}
+	app := t.Name(appName)
+	ordersT := stage.NewTopic(t.Name("orders"), stage.String(), stage.String())
+	paymentsT := stage.NewTopic(t.Name("payments"), stage.String(), stage.String())
+	settlementsT := stage.NewTopic(t.Name("settlements"), stage.String(), stage.String())
 	b := stage.WithState(stage.Named("settlement"), stage.JSON[account](), account{})
 	stage.OnFold(b, ordersT, func(a account, m stage.Message[string, string]) (stage.Step[account], error) {
 		a.Ordered = true
@@ -88,10 +112,10 @@ func run(ctx context.Context, out io.Writer, brokers, partitioner string, n int)
 	settlement := b.Into(settlementsT).MustBuild()
 
 	const parts = 4
-	cl, err := excluster.Open(ctx, brokers,
-		excluster.Topic{Name: "orders", Partitions: parts},
-		excluster.Topic{Name: "payments", Partitions: parts},
-		excluster.Topic{Name: "settlements", Partitions: parts},
+	cl, err := excluster.Open(ctx, out, t,
+		excluster.Topic{Name: ordersT.Name(), Partitions: parts},
+		excluster.Topic{Name: paymentsT.Name(), Partitions: parts},
+		excluster.Topic{Name: settlementsT.Name(), Partitions: parts},
 		excluster.Topic{Name: stage.ChangelogTopic(app, "settlement"), Partitions: parts, Compact: true},
 	)
 	if err != nil {
@@ -113,6 +137,7 @@ func run(ctx context.Context, out io.Writer, brokers, partitioner string, n int)
 		PollInterval:       50 * time.Millisecond,
 		SessionTimeout:     6 * time.Second,
 		RebalanceTimeout:   6 * time.Second,
+		LeaveOnShutdown:    true, // this instance never comes back: its group can go
 		TransactionTimeout: 10 * time.Second,
 		Logger:             slog.New(slog.NewTextHandler(warnings, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}, settlement)
@@ -126,13 +151,13 @@ func run(ctx context.Context, out io.Writer, brokers, partitioner string, n int)
 	go func() { runErr <- a.Run(runCtx) }()
 	defer func() { stop(); <-runErr }()
 
-	misplaced, err := produce(ctx, cl, newPartitioner(), n)
+	misplaced, err := produce(ctx, cl, newPartitioner(), ordersT.Name(), paymentsT.Name(), n)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "payment producer partitions with %s: %d of %d payments landed on another partition than their order\n", partitioner, misplaced, n)
 
-	settled, err := readAll(ctx, cl, "settlements", 2*n)
+	settled, err := readAll(ctx, cl, settlementsT.Name(), 2*n)
 	if err != nil {
 		return err
 	}
@@ -164,20 +189,20 @@ func run(ctx context.Context, out io.Writer, brokers, partitioner string, n int)
 			fmt.Fprintf(out, "metric: %s{%s} %v\n", f.GetName(), strings.Join(ls, ","), m.GetCounter().GetValue())
 		}
 	}
-	return scan(ctx, out, cl, dir)
+	return scan(ctx, out, cl, dir, ordersT.Name(), paymentsT.Name())
 }
 
 // produce writes n orders with murmur2 and, after each order is
 // acknowledged, its payment with the given partitioner, stamped so that it
 // claims the order. It returns how many payments landed on another
 // partition number than their order.
-func produce(ctx context.Context, cl *excluster.Cluster, payments kgo.Partitioner, n int) (int, error) {
+func produce(ctx context.Context, cl *excluster.Cluster, partitioner kgo.Partitioner, orders, payments string, n int) (int, error) {
 	orderer, err := cl.NewClient()
 	if err != nil {
 		return 0, err
 	}
 	defer orderer.Close()
-	payer, err := cl.NewClient(kgo.RecordPartitioner(payments))
+	payer, err := cl.NewClient(kgo.RecordPartitioner(partitioner))
 	if err != nil {
 		return 0, err
 	}
@@ -195,11 +220,11 @@ func produce(ctx context.Context, cl *excluster.Cluster, payments kgo.Partitione
 	misplaced := 0
 	for i := 1; i <= n; i++ {
 		id := []byte(fmt.Sprintf("o-%d", i))
-		order := &kgo.Record{Topic: "orders", Key: id, Value: []byte("order")}
+		order := &kgo.Record{Topic: orders, Key: id, Value: []byte("order")}
 		if err := send(orderer, order); err != nil {
 			return 0, err
 		}
-		pay := &kgo.Record{Topic: "payments", Key: id, Value: []byte("payment")}
+		pay := &kgo.Record{Topic: payments, Key: id, Value: []byte("payment")}
 		if err := send(payer, pay); err != nil {
 			return 0, err
 		}
@@ -232,13 +257,13 @@ func readAll(ctx context.Context, cl *excluster.Cluster, topic string, want int)
 }
 
 // scan runs the observer over the inputs and prints its findings.
-func scan(ctx context.Context, out io.Writer, cl *excluster.Cluster, dir string) error {
+func scan(ctx context.Context, out io.Writer, cl *excluster.Cluster, dir string, topics ...string) error {
 	st, err := observer.OpenStore(ctx, filepath.Join(dir, "observer.db"))
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	o, err := observer.New(observer.Config{Brokers: cl.Addrs, Topics: []string{"orders", "payments"},
+	o, err := observer.New(observer.Config{Brokers: cl.Addrs, Topics: topics,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st)
 	if err != nil {
 		return err

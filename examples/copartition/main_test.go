@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/parsley-go/parsley/examples/internal/excli"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ func TestCopartition(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
 			var out bytes.Buffer
-			if err := run(ctx, &out, "", tc.partitioner, 12); err != nil {
+			if err := run(ctx, &out, excli.Target{Prefix: "t-"}, tc.partitioner, 12); err != nil {
 				t.Fatalf("run: %v\n%s", err, out.String())
 			}
 			text := out.String()
@@ -39,6 +40,9 @@ func TestCopartition(t *testing.T) {
 			lost := !strings.Contains(text, "settlement stage: 0 payments settled without their order")
 			if lost != tc.loud {
 				t.Errorf("%s: payments settled without their order = %v, want %v:\n%s", tc.partitioner, lost, tc.loud, text)
+			}
+			if broken := strings.Contains(text, "the intended broken case"); broken != tc.loud {
+				t.Errorf("%s: output says it is the intended broken case = %v, want %v:\n%s", tc.partitioner, broken, tc.loud, text)
 			}
 			if !strings.Contains(text, signs[3]) {
 				t.Errorf("output lacks the settlement count:\n%s", text)

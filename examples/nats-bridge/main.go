@@ -43,9 +43,10 @@ func main() {
 	os.Exit(excli.Main(command(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
 
+// The bridge's group and the JetStream stream, under the run prefix.
 const (
-	group  = "nats-bridge-example"
-	stream = "ORDERS"
+	groupName  = "nats-bridge-example"
+	streamName = "ORDERS"
 )
 
 // options are the example's own flags.
@@ -71,15 +72,19 @@ func command() excli.Command {
 				return excli.IntRange("orders", o.orders, 1, 1000)
 			}
 		},
-		Run: func(ctx context.Context, out io.Writer, brokers string) error { return run(ctx, out, brokers, o) },
+		Run: func(ctx context.Context, out io.Writer, t excli.Target) error { return run(ctx, out, t, o) },
 	}
 }
 
-func run(ctx context.Context, out io.Writer, brokers string, o options) error {
+func run(ctx context.Context, out io.Writer, t excli.Target, o options) error {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	kafka, err := excluster.Open(ctx, brokers,
-		excluster.Topic{Name: "orders", Partitions: 1},
-		excluster.Topic{Name: "payments", Partitions: 1},
+	group, orders, payments := t.Name(groupName), t.Name("orders"), t.Name("payments")
+	// NATS names take no '.' in a stream and no empty subject token.
+	natsPrefix := strings.ReplaceAll(t.Prefix, ".", "_")
+	stream, subjects := natsPrefix+streamName, natsPrefix+"shop"
+	kafka, err := excluster.Open(ctx, out, t,
+		excluster.Topic{Name: orders, Partitions: 1},
+		excluster.Topic{Name: payments, Partitions: 1},
 		excluster.Topic{Name: bridge.ChangelogTopic(group, "bridge"), Partitions: 1, Compact: true},
 	)
 	if err != nil {
@@ -130,20 +135,31 @@ func run(ctx context.Context, out io.Writer, brokers string, o options) error {
 	if err != nil {
 		return err
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{"shop.>"}, Duplicates: 2 * time.Minute, AllowAtomicPublish: true}); err != nil {
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subjects + ".>"}, Duplicates: 2 * time.Minute, AllowAtomicPublish: true}); err != nil {
 		return fmt.Errorf("create stream: %w", err)
 	}
+	if o.nats != "" && t.Prefix != "" && !t.Chosen {
+		// Like the topics of a generated prefix, its stream goes with it.
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.Background(), excluster.ConnectTimeout)
+			defer cancel()
+			if err := js.DeleteStream(dctx, stream); err != nil {
+				fmt.Fprintf(out, "could not delete stream %s: %v\n", stream, err)
+			}
+		}()
+	}
 
-	subject, err := bridge.Template("shop.{topic}.{key}")
+	subject, err := bridge.Template(subjects + ".{topic}.{key}")
 	if err != nil {
 		return err
 	}
 	b, err := bridge.New(bridge.Config{
 		Brokers: seeds, Group: group, InstanceID: "example-1", StateDir: stateDir,
-		Topics: []string{"orders", "payments"}, Subject: subject,
+		Topics: []string{orders, payments}, Subject: subject,
 		NATSURL: natsURL, Stream: stream,
 		PollInterval: 50 * time.Millisecond, SessionTimeout: 6 * time.Second, TransactionTimeout: 10 * time.Second,
-		Logger: log,
+		LeaveOnShutdown: true, // this instance never comes back: its group can go
+		Logger:          log,
 	})
 	if err != nil {
 		return err
@@ -153,7 +169,7 @@ func run(ctx context.Context, out io.Writer, brokers string, o options) error {
 	go func() { done <- b.Run(bctx) }()
 	defer func() { stop(); <-done }()
 
-	if err := writeHistory(ctx, seeds, admin, o.orders); err != nil {
+	if err := writeHistory(ctx, seeds, admin, group, orders, payments, o.orders); err != nil {
 		return err
 	}
 	want := 2 * o.orders
@@ -195,7 +211,7 @@ func run(ctx context.Context, out io.Writer, brokers string, o options) error {
 
 // writeHistory writes each order in a transaction that stays open while
 // its payment, stamped as caused by the order, is written and visible.
-func writeHistory(ctx context.Context, seeds []string, admin *kadm.Client, n int) error {
+func writeHistory(ctx context.Context, seeds []string, admin *kadm.Client, group, orders, payments string, n int) error {
 	tx, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.TransactionalID(group+"-writer"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		return err
@@ -212,14 +228,14 @@ func writeHistory(ctx context.Context, seeds []string, admin *kadm.Client, n int
 		if err := tx.BeginTransaction(); err != nil {
 			return err
 		}
-		order := &kgo.Record{Topic: "orders", Key: []byte(key), Value: fmt.Appendf(nil, "order %s", key)}
+		order := &kgo.Record{Topic: orders, Key: []byte(key), Value: fmt.Appendf(nil, "order %s", key)}
 		if err := tx.ProduceSync(ctx, order).FirstErr(); err != nil {
 			return err
 		}
 		if err := clk.RecordProduced(order); err != nil {
 			return err
 		}
-		pay := &kgo.Record{Topic: "payments", Key: []byte(key), Value: fmt.Appendf(nil, "payment for %s", key)}
+		pay := &kgo.Record{Topic: payments, Key: []byte(key), Value: fmt.Appendf(nil, "payment for %s", key)}
 		if err := clk.Stamp(ctx, pay); err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/parsley-go/parsley/examples/internal/excli"
 	"regexp"
 	"strings"
 	"testing"
@@ -18,7 +19,7 @@ func TestRunsOnEmbeddedBrokers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	if err := run(ctx, &out, "", options{orders: 4, stateDir: t.TempDir()}); err != nil {
+	if err := run(ctx, &out, excli.Target{Prefix: "t.x-"}, options{orders: 4, stateDir: t.TempDir()}); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
 	t.Log("\n" + out.String())

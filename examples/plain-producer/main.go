@@ -41,12 +41,12 @@ func command() excli.Command {
 				return nil
 			}
 		},
-		Run:     func(ctx context.Context, out io.Writer, brokers string) error { return run(ctx, out, brokers, dialect) },
+		Run:     func(ctx context.Context, out io.Writer, t excli.Target) error { return run(ctx, out, t, dialect) },
 		Timeout: time.Minute,
 	}
 }
 
-func run(ctx context.Context, out io.Writer, brokers, dialect string) error {
+func run(ctx context.Context, out io.Writer, t excli.Target, dialect string) error {
 	var d headers.Dialect
 	switch dialect {
 	case "vc":
@@ -56,22 +56,23 @@ func run(ctx context.Context, out io.Writer, brokers, dialect string) error {
 	default:
 		return fmt.Errorf("unknown dialect %q: want vc or causes", dialect)
 	}
-	cl, err := excluster.Open(ctx, brokers,
-		excluster.Topic{Name: "signups", Partitions: 1},
-		excluster.Topic{Name: "profiles", Partitions: 1},
-		excluster.Topic{Name: "welcomes", Partitions: 1})
+	signups, profiles, welcomes := t.Name("signups"), t.Name("profiles"), t.Name("welcomes")
+	cl, err := excluster.Open(ctx, out, t,
+		excluster.Topic{Name: signups, Partitions: 1},
+		excluster.Topic{Name: profiles, Partitions: 1},
+		excluster.Topic{Name: welcomes, Partitions: 1})
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
 	names := map[headers.TopicID]string{}
 	res := clock.NewResolver(cl.Admin, clock.DefaultTopicIDMaxAge)
-	for _, t := range []string{"signups", "profiles", "welcomes"} {
-		id, err := res.TopicID(ctx, t)
+	for _, name := range []string{signups, profiles, welcomes} {
+		id, err := res.TopicID(ctx, name)
 		if err != nil {
 			return err
 		}
-		names[id] = t
+		names[id] = name
 	}
 
 	// A sequential producer: send, wait for the acknowledgement, fold it.
@@ -83,8 +84,8 @@ func run(ctx context.Context, out io.Writer, brokers, dialect string) error {
 	defer prod.Close()
 	clk := clock.New(cl.Admin, clock.Dialect(d))
 	for _, r := range []*kgo.Record{
-		{Topic: "signups", Key: []byte("ada"), Value: []byte("signed up")},
-		{Topic: "profiles", Key: []byte("ada"), Value: []byte("profile created")},
+		{Topic: signups, Key: []byte("ada"), Value: []byte("signed up")},
+		{Topic: profiles, Key: []byte("ada"), Value: []byte("profile created")},
 	} {
 		if err := clk.Stamp(ctx, r); err != nil {
 			return err
@@ -99,7 +100,7 @@ func run(ctx context.Context, out io.Writer, brokers, dialect string) error {
 	}
 
 	// A consumer that produces: fold each consumed record, then stamp.
-	cons, err := cl.NewClient(kgo.ConsumeTopics("profiles"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	cons, err := cl.NewClient(kgo.ConsumeTopics(profiles), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		return err
@@ -119,7 +120,7 @@ func run(ctx context.Context, out io.Writer, brokers, dialect string) error {
 	if err := welcomer.Observe(in); err != nil {
 		return err
 	}
-	w := &kgo.Record{Topic: "welcomes", Key: in.Key, Value: []byte("welcome, " + string(in.Key))}
+	w := &kgo.Record{Topic: welcomes, Key: in.Key, Value: []byte("welcome, " + string(in.Key))}
 	if err := welcomer.Stamp(ctx, w); err != nil {
 		return err
 	}

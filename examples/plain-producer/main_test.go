@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/parsley-go/parsley/examples/internal/excli"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ func TestPlainProducer(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			var out bytes.Buffer
-			if err := run(ctx, &out, "", tc.dialect); err != nil {
+			if err := run(ctx, &out, excli.Target{}, tc.dialect); err != nil {
 				t.Fatalf("run: %v\n%s", err, out.String())
 			}
 			lines := strings.Split(strings.TrimSpace(out.String()), "\n")

@@ -35,7 +35,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-const app = "quickstart"
+// appName is the application ID under the run prefix.
+const appName = "quickstart"
 
 func main() {
 	os.Exit(excli.Main(command(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
@@ -50,7 +51,7 @@ func command() excli.Command {
 			fs.IntVar(&orders, "orders", 5, "how many orders to place (1 to 1000)")
 			return func() error { return excli.IntRange("orders", orders, 1, 1000) }
 		},
-		Run: func(ctx context.Context, out io.Writer, brokers string) error { return run(ctx, out, brokers, orders) },
+		Run: func(ctx context.Context, out io.Writer, t excli.Target) error { return run(ctx, out, t, orders) },
 	}
 }
 
@@ -59,11 +60,12 @@ type account struct {
 	Paid    bool
 }
 
-func run(ctx context.Context, out io.Writer, brokers string, n int) error {
-	ordersT := stage.NewTopic("orders", stage.String(), stage.String())
-	paymentsT := stage.NewTopic("payments", stage.String(), stage.String())
-	settlementsT := stage.NewTopic("settlements", stage.String(), stage.String())
-	notificationsT := stage.NewTopic("notifications", stage.String(), stage.String())
+func run(ctx context.Context, out io.Writer, t excli.Target, n int) error {
+	app := t.Name(appName)
+	ordersT := stage.NewTopic(t.Name("orders"), stage.String(), stage.String())
+	paymentsT := stage.NewTopic(t.Name("payments"), stage.String(), stage.String())
+	settlementsT := stage.NewTopic(t.Name("settlements"), stage.String(), stage.String())
+	notificationsT := stage.NewTopic(t.Name("notifications"), stage.String(), stage.String())
 
 	// settlement folds orders and payments per order ID. A payment
 	// delivered before its order would settle as "EARLY".
@@ -86,11 +88,11 @@ func run(ctx context.Context, out io.Writer, brokers string, n int) error {
 	}).Into(notificationsT).MustBuild()
 
 	const parts = 2
-	cl, err := excluster.Open(ctx, brokers,
-		excluster.Topic{Name: "orders", Partitions: parts},
-		excluster.Topic{Name: "payments", Partitions: parts},
-		excluster.Topic{Name: "settlements", Partitions: parts},
-		excluster.Topic{Name: "notifications", Partitions: parts},
+	cl, err := excluster.Open(ctx, out, t,
+		excluster.Topic{Name: ordersT.Name(), Partitions: parts},
+		excluster.Topic{Name: paymentsT.Name(), Partitions: parts},
+		excluster.Topic{Name: settlementsT.Name(), Partitions: parts},
+		excluster.Topic{Name: notificationsT.Name(), Partitions: parts},
 		excluster.Topic{Name: stage.ChangelogTopic(app, "settlement"), Partitions: parts, Compact: true},
 		excluster.Topic{Name: stage.ChangelogTopic(app, "notify"), Partitions: parts, Compact: true},
 	)
@@ -118,6 +120,7 @@ func run(ctx context.Context, out io.Writer, brokers string, n int) error {
 		PollInterval:       50 * time.Millisecond,
 		SessionTimeout:     6 * time.Second,
 		RebalanceTimeout:   6 * time.Second,
+		LeaveOnShutdown:    true, // this instance never comes back: its group can go
 		TransactionTimeout: 10 * time.Second,
 		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, settlement, notify)
@@ -129,12 +132,12 @@ func run(ctx context.Context, out io.Writer, brokers string, n int) error {
 	go func() { runErr <- a.Run(runCtx) }()
 	defer func() { stop(); <-runErr }()
 
-	if err := produce(ctx, out, cl, a, n); err != nil {
+	if err := produce(ctx, out, cl, a, app, ordersT.Name(), paymentsT.Name(), n); err != nil {
 		return err
 	}
 
 	// Every order yields two settlements and two notifications.
-	got, err := readCommitted(ctx, cl, "notifications", 2*n)
+	got, err := readCommitted(ctx, cl, notificationsT.Name(), 2*n)
 	if err != nil {
 		return err
 	}
@@ -151,14 +154,14 @@ func run(ctx context.Context, out io.Writer, brokers string, n int) error {
 	}
 	fmt.Fprintf(out, "causal order held: all %d payments were delivered after their orders\n", n)
 
-	return scan(ctx, out, cl, dir)
+	return scan(ctx, out, cl, dir, ordersT.Name(), paymentsT.Name(), settlementsT.Name(), notificationsT.Name())
 }
 
 // produce places n orders. Each payment is stamped with the producer's
 // clock after its order was acknowledged, so it claims the order. The first
 // order stays in an open transaction for a moment, so its payment is
 // visible to the settlement stage first and must be held.
-func produce(ctx context.Context, out io.Writer, cl *excluster.Cluster, a *stage.App, n int) error {
+func produce(ctx context.Context, out io.Writer, cl *excluster.Cluster, a *stage.App, app, orders, payments string, n int) error {
 	txn, err := cl.NewClient(kgo.TransactionalID(app + "-order-writer"))
 	if err != nil {
 		return err
@@ -176,7 +179,7 @@ func produce(ctx context.Context, out io.Writer, cl *excluster.Cluster, a *stage
 		if err := txn.BeginTransaction(); err != nil {
 			return err
 		}
-		order := &kgo.Record{Topic: "orders", Key: []byte(id), Value: []byte(fmt.Sprintf("#%d", i))}
+		order := &kgo.Record{Topic: orders, Key: []byte(id), Value: []byte(fmt.Sprintf("#%d", i))}
 		if err := clk.Stamp(ctx, order); err != nil {
 			return err
 		}
@@ -186,7 +189,7 @@ func produce(ctx context.Context, out io.Writer, cl *excluster.Cluster, a *stage
 		if err := clk.RecordProduced(order); err != nil {
 			return err
 		}
-		pay := &kgo.Record{Topic: "payments", Key: []byte(id), Value: []byte(fmt.Sprintf("$%d", 10*i))}
+		pay := &kgo.Record{Topic: payments, Key: []byte(id), Value: []byte(fmt.Sprintf("$%d", 10*i))}
 		if err := clk.Stamp(ctx, pay); err != nil {
 			return err
 		}
@@ -197,8 +200,8 @@ func produce(ctx context.Context, out io.Writer, cl *excluster.Cluster, a *stage
 			return err
 		}
 		if i == 1 {
-			fmt.Fprintf(out, "producer: order %s is in an open transaction; its payment (claiming orders/%d@%d) is already visible\n", id, order.Partition, order.Offset)
-			if err := waitForHold(ctx, out, a); err != nil {
+			fmt.Fprintf(out, "producer: order %s is in an open transaction; its payment (claiming %s/%d@%d) is already visible\n", id, orders, order.Partition, order.Offset)
+			if err := waitForHold(ctx, out, a, payments); err != nil {
 				return err
 			}
 		}
@@ -212,11 +215,11 @@ func produce(ctx context.Context, out io.Writer, cl *excluster.Cluster, a *stage
 
 // waitForHold polls the application's hold diagnosis until the settlement
 // stage reports the early payment held, and prints why it is held.
-func waitForHold(ctx context.Context, out io.Writer, a *stage.App) error {
+func waitForHold(ctx context.Context, out io.Writer, a *stage.App, payments string) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, h := range a.ExplainHolds() {
-			if h.Stage == "settlement" && h.Topic == "payments" {
+			if h.Stage == "settlement" && h.Topic == payments {
 				fmt.Fprintf(out, "settlement/%d holds %s/%d@%d: %s\n", h.Partition, h.Topic, h.Coordinate.Partition, h.Offset, h.Diagnosis)
 				return nil
 			}
@@ -261,13 +264,13 @@ func readCommitted(ctx context.Context, cl *excluster.Cluster, topic string, wan
 }
 
 // scan runs the observer once over every topic and prints its findings.
-func scan(ctx context.Context, out io.Writer, cl *excluster.Cluster, dir string) error {
+func scan(ctx context.Context, out io.Writer, cl *excluster.Cluster, dir string, topics ...string) error {
 	st, err := observer.OpenStore(ctx, filepath.Join(dir, "observer.db"))
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	o, err := observer.New(observer.Config{Brokers: cl.Addrs, Topics: []string{"orders", "payments", "settlements", "notifications"},
+	o, err := observer.New(observer.Config{Brokers: cl.Addrs, Topics: topics,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st)
 	if err != nil {
 		return err

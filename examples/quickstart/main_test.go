@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parsley-go/parsley/examples/internal/excli"
 	"github.com/parsley-go/parsley/examples/internal/extest"
 )
 
@@ -17,7 +18,7 @@ func TestQuickstart(t *testing.T) {
 	defer cancel()
 	var out bytes.Buffer
 	const n = 4
-	if err := run(ctx, &out, "", n); err != nil {
+	if err := run(ctx, &out, excli.Target{}, n); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
 	text := out.String()

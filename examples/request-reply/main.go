@@ -23,7 +23,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-const app = "request-reply"
+// appName is the application ID under the run prefix.
+const appName = "request-reply"
 
 func main() {
 	os.Exit(excli.Main(command(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
@@ -38,15 +39,16 @@ func command() excli.Command {
 			fs.IntVar(&n, "requests", 6, "how many transfer requests to send (1 to 1000)")
 			return func() error { return excli.IntRange("requests", n, 1, 1000) }
 		},
-		Run: func(ctx context.Context, out io.Writer, brokers string) error { return run(ctx, out, brokers, n) },
+		Run: func(ctx context.Context, out io.Writer, t excli.Target) error { return run(ctx, out, t, n) },
 	}
 }
 
-func run(ctx context.Context, out io.Writer, brokers string, n int) error {
-	transfers := stage.NewTopic("transfers", stage.String(), stage.Int64())
-	ledger := stage.NewTopic("ledger", stage.String(), stage.String())
-	replies := stage.NewTopic("replies", stage.String(), stage.String())
-	auditLog := stage.NewTopic("audit-log", stage.String(), stage.String())
+func run(ctx context.Context, out io.Writer, t excli.Target, n int) error {
+	app := t.Name(appName)
+	transfers := stage.NewTopic(t.Name("transfers"), stage.String(), stage.Int64())
+	ledger := stage.NewTopic(t.Name("ledger"), stage.String(), stage.String())
+	replies := stage.NewTopic(t.Name("replies"), stage.String(), stage.String())
+	auditLog := stage.NewTopic(t.Name("audit-log"), stage.String(), stage.String())
 
 	bank := stage.On(stage.Named("bank"), transfers, func(m stage.Message[string, int64]) ([]stage.Emission, error) {
 		return []stage.Emission{
@@ -65,11 +67,11 @@ func run(ctx context.Context, out io.Writer, brokers string, n int) error {
 	audit := ab.Into(auditLog).MustBuild()
 
 	const parts = 2
-	cl, err := excluster.Open(ctx, brokers,
-		excluster.Topic{Name: "transfers", Partitions: parts},
-		excluster.Topic{Name: "ledger", Partitions: parts},
-		excluster.Topic{Name: "replies", Partitions: parts},
-		excluster.Topic{Name: "audit-log", Partitions: parts},
+	cl, err := excluster.Open(ctx, out, t,
+		excluster.Topic{Name: transfers.Name(), Partitions: parts},
+		excluster.Topic{Name: ledger.Name(), Partitions: parts},
+		excluster.Topic{Name: replies.Name(), Partitions: parts},
+		excluster.Topic{Name: auditLog.Name(), Partitions: parts},
 		excluster.Topic{Name: stage.ChangelogTopic(app, "bank"), Partitions: parts, Compact: true},
 		excluster.Topic{Name: stage.ChangelogTopic(app, "audit"), Partitions: parts, Compact: true},
 	)
@@ -84,7 +86,7 @@ func run(ctx context.Context, out io.Writer, brokers string, n int) error {
 	defer stop()
 
 	// The requester is a plain client: it sends requests and reads replies.
-	req, err := cl.NewClient(kgo.ConsumeTopics("replies"), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	req, err := cl.NewClient(kgo.ConsumeTopics(replies.Name()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		return err
@@ -92,7 +94,7 @@ func run(ctx context.Context, out io.Writer, brokers string, n int) error {
 	defer req.Close()
 	for i := 1; i <= n; i++ {
 		v, _ := stage.Int64().Encode(int64(100 * i))
-		r := &kgo.Record{Topic: "transfers", Key: []byte(fmt.Sprintf("t-%d", i)), Value: v}
+		r := &kgo.Record{Topic: transfers.Name(), Key: []byte(fmt.Sprintf("t-%d", i)), Value: v}
 		if err := req.ProduceSync(ctx, r).FirstErr(); err != nil {
 			return err
 		}
@@ -111,7 +113,7 @@ func run(ctx context.Context, out io.Writer, brokers string, n int) error {
 	// The audit stage saw each ledger entry before its reply.
 	seenLedger := map[string]bool{}
 	got := 0
-	err = cl.Consume(ctx, "audit-log", func(r *kgo.Record) (bool, error) {
+	err = cl.Consume(ctx, auditLog.Name(), func(r *kgo.Record) (bool, error) {
 		got++
 		k, v := string(r.Key), string(r.Value)
 		fmt.Fprintf(out, "audit: %s %s\n", k, v)

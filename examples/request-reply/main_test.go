@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/parsley-go/parsley/examples/internal/excli"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ func TestRequestReply(t *testing.T) {
 	defer cancel()
 	var out bytes.Buffer
 	const n = 6
-	if err := run(ctx, &out, "", n); err != nil {
+	if err := run(ctx, &out, excli.Target{Prefix: "t."}, n); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
 	text := out.String()

@@ -30,7 +30,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-const app = "settlements"
+// appName is the application ID under the run prefix.
+const appName = "settlements"
 
 func main() {
 	os.Exit(excli.Main(command(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
@@ -45,7 +46,7 @@ func command() excli.Command {
 			fs.IntVar(&n, "invoices", 30, "how many invoices to write (1 to 10000)")
 			return func() error { return excli.IntRange("invoices", n, 1, 10000) }
 		},
-		Run: func(ctx context.Context, out io.Writer, brokers string) error { return run(ctx, out, brokers, n) },
+		Run: func(ctx context.Context, out io.Writer, t excli.Target) error { return run(ctx, out, t, n) },
 	}
 }
 
@@ -54,11 +55,12 @@ type account struct {
 	Invoiced, Paid, Refunded bool
 }
 
-func run(ctx context.Context, out io.Writer, brokers string, n int) error {
-	invoices := stage.NewTopic("invoices", stage.String(), stage.Int64())
-	payments := stage.NewTopic("payments", stage.String(), stage.Int64())
-	refunds := stage.NewTopic("refunds", stage.String(), stage.Int64())
-	balances := stage.NewTopic("balances", stage.String(), stage.String())
+func run(ctx context.Context, out io.Writer, t excli.Target, n int) error {
+	app := t.Name(appName)
+	invoices := stage.NewTopic(t.Name("invoices"), stage.String(), stage.Int64())
+	payments := stage.NewTopic(t.Name("payments"), stage.String(), stage.Int64())
+	refunds := stage.NewTopic(t.Name("refunds"), stage.String(), stage.Int64())
+	balances := stage.NewTopic(t.Name("balances"), stage.String(), stage.String())
 
 	b := stage.WithState(stage.Named("ledger"), stage.JSON[account](), account{})
 	stage.OnFold(b, invoices, func(s account, m stage.Message[string, int64]) (stage.Step[account], error) {
@@ -82,11 +84,11 @@ func run(ctx context.Context, out io.Writer, brokers string, n int) error {
 	ledger := b.Into(balances).MustBuild()
 
 	const parts = 3
-	cl, err := excluster.Open(ctx, brokers,
-		excluster.Topic{Name: "invoices", Partitions: parts},
-		excluster.Topic{Name: "payments", Partitions: parts},
-		excluster.Topic{Name: "refunds", Partitions: parts},
-		excluster.Topic{Name: "balances", Partitions: parts},
+	cl, err := excluster.Open(ctx, out, t,
+		excluster.Topic{Name: invoices.Name(), Partitions: parts},
+		excluster.Topic{Name: payments.Name(), Partitions: parts},
+		excluster.Topic{Name: refunds.Name(), Partitions: parts},
+		excluster.Topic{Name: balances.Name(), Partitions: parts},
 		excluster.Topic{Name: stage.ChangelogTopic(app, "ledger"), Partitions: parts, Compact: true},
 	)
 	if err != nil {
@@ -94,14 +96,14 @@ func run(ctx context.Context, out io.Writer, brokers string, n int) error {
 	}
 	defer cl.Close()
 
-	if err := billing(ctx, cl, n); err != nil {
+	if err := billing(ctx, cl, invoices.Name(), n); err != nil {
 		return fmt.Errorf("billing: %w", err)
 	}
-	paid, err := relay(ctx, cl, "invoices", "payments", n, func(r *kgo.Record) bool { return true })
+	paid, err := relay(ctx, cl, invoices.Name(), payments.Name(), n, func(r *kgo.Record) bool { return true })
 	if err != nil {
 		return fmt.Errorf("payer: %w", err)
 	}
-	refunded, err := relay(ctx, cl, "payments", "refunds", paid, func(r *kgo.Record) bool {
+	refunded, err := relay(ctx, cl, payments.Name(), refunds.Name(), paid, func(r *kgo.Record) bool {
 		var i int
 		fmt.Sscanf(string(r.Key), "inv-%d", &i)
 		return i%2 == 0
@@ -121,7 +123,7 @@ func run(ctx context.Context, out io.Writer, brokers string, n int) error {
 	last := map[string]string{}
 	violations := 0
 	got := 0
-	err = cl.Consume(ctx, "balances", func(r *kgo.Record) (bool, error) {
+	err = cl.Consume(ctx, balances.Name(), func(r *kgo.Record) (bool, error) {
 		got++
 		last[string(r.Key)] = string(r.Value)
 		if strings.HasPrefix(string(r.Value), "VIOLATION") {
@@ -144,7 +146,7 @@ func run(ctx context.Context, out io.Writer, brokers string, n int) error {
 }
 
 // billing writes n invoices from a sequential, stamped producer.
-func billing(ctx context.Context, cl *excluster.Cluster, n int) error {
+func billing(ctx context.Context, cl *excluster.Cluster, invoices string, n int) error {
 	p, err := cl.NewClient()
 	if err != nil {
 		return err
@@ -153,7 +155,7 @@ func billing(ctx context.Context, cl *excluster.Cluster, n int) error {
 	clk := clock.New(cl.Admin)
 	for i := 1; i <= n; i++ {
 		v, _ := stage.Int64().Encode(int64(10 * i))
-		r := &kgo.Record{Topic: "invoices", Key: []byte(fmt.Sprintf("inv-%d", i)), Value: v}
+		r := &kgo.Record{Topic: invoices, Key: []byte(fmt.Sprintf("inv-%d", i)), Value: v}
 		if err := clk.Stamp(ctx, r); err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/parsley-go/parsley/examples/internal/excli"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ func TestSettlements(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	if err := run(ctx, &out, "", 20); err != nil {
+	if err := run(ctx, &out, excli.Target{Prefix: "t."}, 20); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
 	text := out.String()

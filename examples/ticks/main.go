@@ -27,7 +27,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-const app = "ticks"
+// appName is the application ID under the run prefix.
+const appName = "ticks"
 
 func main() {
 	os.Exit(excli.Main(command(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
@@ -46,17 +47,18 @@ func command() excli.Command {
 				return errors.Join(excli.DurationRange("every", every, 10*time.Millisecond, time.Minute), excli.IntRange("windows", windows, 1, 100))
 			}
 		},
-		Run: func(ctx context.Context, out io.Writer, brokers string) error {
-			return run(ctx, out, brokers, every, windows)
+		Run: func(ctx context.Context, out io.Writer, t excli.Target) error {
+			return run(ctx, out, t, every, windows)
 		},
 	}
 }
 
-func run(ctx context.Context, out io.Writer, brokers string, every time.Duration, windows int) error {
-	sales := stage.NewTopic("sales", stage.String(), stage.Int64())
-	totals := stage.NewTopic("totals", stage.String(), stage.Int64())
-	reports := stage.NewTopic("window-reports", stage.String(), stage.String())
-	auditLog := stage.NewTopic("audit-log", stage.String(), stage.String())
+func run(ctx context.Context, out io.Writer, t excli.Target, every time.Duration, windows int) error {
+	app := t.Name(appName)
+	sales := stage.NewTopic(t.Name("sales"), stage.String(), stage.Int64())
+	totals := stage.NewTopic(t.Name("totals"), stage.String(), stage.Int64())
+	reports := stage.NewTopic(t.Name("window-reports"), stage.String(), stage.String())
+	auditLog := stage.NewTopic(t.Name("audit-log"), stage.String(), stage.String())
 
 	// One state type serves every till's total and the tick slot's window
 	// count: the tick slot is distinct from every key.
@@ -81,11 +83,11 @@ func run(ctx context.Context, out io.Writer, brokers string, every time.Duration
 	audit := ab.Into(auditLog).MustBuild()
 
 	// One partition keeps the printed story in one order.
-	cl, err := excluster.Open(ctx, brokers,
-		excluster.Topic{Name: "sales", Partitions: 1},
-		excluster.Topic{Name: "totals", Partitions: 1},
-		excluster.Topic{Name: "window-reports", Partitions: 1},
-		excluster.Topic{Name: "audit-log", Partitions: 1},
+	cl, err := excluster.Open(ctx, out, t,
+		excluster.Topic{Name: sales.Name(), Partitions: 1},
+		excluster.Topic{Name: totals.Name(), Partitions: 1},
+		excluster.Topic{Name: reports.Name(), Partitions: 1},
+		excluster.Topic{Name: auditLog.Name(), Partitions: 1},
 		excluster.Topic{Name: stage.TickTopic(app, "tills"), Partitions: 1},
 		excluster.Topic{Name: stage.ChangelogTopic(app, "tills"), Partitions: 1, Compact: true},
 		excluster.Topic{Name: stage.ChangelogTopic(app, "audit"), Partitions: 1, Compact: true},
@@ -110,7 +112,7 @@ func run(ctx context.Context, out io.Writer, brokers string, every time.Duration
 	for w := 0; w < windows; w++ {
 		for _, till := range []string{"north", "south"} {
 			v, _ := stage.Int64().Encode(int64(10 + w))
-			if err := p.ProduceSync(ctx, &kgo.Record{Topic: "sales", Key: []byte(till), Value: v}).FirstErr(); err != nil {
+			if err := p.ProduceSync(ctx, &kgo.Record{Topic: sales.Name(), Key: []byte(till), Value: v}).FirstErr(); err != nil {
 				return err
 			}
 			sent++
@@ -119,7 +121,7 @@ func run(ctx context.Context, out io.Writer, brokers string, every time.Duration
 	}
 
 	totalsSeen, windowsSeen := 0, 0
-	err = cl.Consume(ctx, "audit-log", func(r *kgo.Record) (bool, error) {
+	err = cl.Consume(ctx, auditLog.Name(), func(r *kgo.Record) (bool, error) {
 		v := string(r.Value)
 		if strings.HasPrefix(v, "window ") {
 			windowsSeen++

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/parsley-go/parsley/examples/internal/excli"
 	"regexp"
 	"strconv"
 	"strings"
@@ -19,7 +20,7 @@ func TestTicks(t *testing.T) {
 	defer cancel()
 	var out bytes.Buffer
 	const windows = 3
-	if err := run(ctx, &out, "", 150*time.Millisecond, windows); err != nil {
+	if err := run(ctx, &out, excli.Target{Prefix: "t."}, 150*time.Millisecond, windows); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
 	text := out.String()
