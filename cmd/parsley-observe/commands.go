@@ -77,7 +77,7 @@ func app() *cli.App {
 		// main prints every error, so each gets the same prefix; urfave/cli
 		// would print an ExitCoder's message bare and exit itself.
 		ExitErrHandler: func(*cli.Context, error) {},
-		Flags:        []cli.Flag{&cli.BoolFlag{Name: "version", Aliases: []string{"V"}, Usage: "print the version and exit"}},
+		Flags:          []cli.Flag{&cli.BoolFlag{Name: "version", Aliases: []string{"V"}, Usage: "print the version and exit"}},
 		Action: func(c *cli.Context) error {
 			if c.Bool("version") {
 				fmt.Fprintln(c.App.Writer, buildinfo.String("parsley-observe"))
