@@ -3,6 +3,7 @@ module github.com/parsley-go/parsley
 go 1.26.0
 
 require (
+	github.com/BurntSushi/toml v1.5.0
 	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/chromedp/cdproto v0.160.1
 	github.com/chromedp/chromedp v0.23.1
@@ -18,6 +19,7 @@ require (
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 	github.com/urfave/cli/v2 v2.27.7
+	gopkg.in/yaml.v3 v3.0.1
 	modernc.org/sqlite v1.62.0
 )
 

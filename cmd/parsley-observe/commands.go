@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -58,8 +57,11 @@ func limitFlag() cli.Flag {
 	return &cli.IntFlag{Name: "limit", Value: 5000, Usage: "maximum records in the graph (at least 1)"}
 }
 
-func dbFlag(required bool) *cli.StringFlag {
-	return &cli.StringFlag{Name: "db", Required: required, EnvVars: []string{"PARSLEY_OBSERVER_DB"}, Usage: "SQLite store path"}
+// dbFlag is --db. The read commands check it is set themselves rather
+// than mark it Required: urfave/cli checks required flags before the
+// config file is applied, so a Required flag could not come from there.
+func dbFlag() *cli.StringFlag {
+	return &cli.StringFlag{Name: "db", EnvVars: []string{"PARSLEY_OBSERVER_DB"}, Usage: "SQLite store path"}
 }
 
 // usageError makes a command-line parse error exit 2, as the other usage
@@ -72,7 +74,10 @@ func app() *cli.App {
 		Usage:        "rebuild causal graphs from Parsley-stamped Kafka topics and flag stamp gaps and late-joiner windows",
 		HideVersion:  true,
 		OnUsageError: usageError,
-		Flags:        []cli.Flag{&cli.BoolFlag{Name: "version", Aliases: []string{"V"}, Usage: "print the version and exit"}},
+		// main prints every error, so each gets the same prefix; urfave/cli
+		// would print an ExitCoder's message bare and exit itself.
+		ExitErrHandler: func(*cli.Context, error) {},
+		Flags:          []cli.Flag{&cli.BoolFlag{Name: "version", Aliases: []string{"V"}, Usage: "print the version and exit"}},
 		Action: func(c *cli.Context) error {
 			if c.Bool("version") {
 				fmt.Fprintln(c.App.Writer, buildinfo.String("parsley-observe"))
@@ -86,10 +91,12 @@ func app() *cli.App {
 		},
 		Commands: []*cli.Command{
 			{
-				Name: "serve", Usage: "tail topics and serve the web UI, JSON API, /metrics and /healthz",
+				Name: "serve", Usage: "tail topics and serve the web UI, JSON API, /metrics, /livez and /readyz",
 				Flags: []cli.Flag{brokersFlag(), topicsFlag(), patternFlag(), fromFlag(), uncommittedFlag(),
 					&cli.StringFlag{Name: "db", Value: "observer.db", EnvVars: []string{"PARSLEY_OBSERVER_DB"}, Usage: "SQLite store path; kept across restarts"},
 					&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", Usage: "HTTP listen address"},
+					&cli.StringFlag{Name: "http-tls-cert", Usage: "serve HTTPS with this PEM certificate (chain), reloaded when the file changes (with --http-tls-key)"},
+					&cli.StringFlag{Name: "http-tls-key", Usage: "PEM private key of --http-tls-cert"},
 					&cli.BoolFlag{Name: "no-payloads", Usage: "never show record keys, values or headers in the UI (for sensitive payloads)"},
 					&cli.DurationFlag{Name: "refresh", Value: 10 * time.Second, Usage: "how often to probe the cluster (health, new topics, lag); bounds how long a lost cluster goes unreported"},
 					&cli.DurationFlag{Name: "max-age", Usage: "prune records older than this (0: keep)"},
@@ -98,7 +105,7 @@ func app() *cli.App {
 			},
 			{
 				Name: "scan", Usage: "read the topics once, print findings, exit 1 if any is at or above --fail-on",
-				Flags: []cli.Flag{brokersFlag(), topicsFlag(), patternFlag(), fromFlag(), uncommittedFlag(), dbFlag(false),
+				Flags: []cli.Flag{brokersFlag(), topicsFlag(), patternFlag(), fromFlag(), uncommittedFlag(), dbFlag(),
 					&cli.StringFlag{Name: "fail-on", Value: "warning", Usage: "lowest severity that fails the scan: info, warning or error"},
 					&cli.StringFlag{Name: "format", Value: "text", Usage: "text or json"},
 					&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "give up after this long"}},
@@ -106,12 +113,12 @@ func app() *cli.App {
 			},
 			{
 				Name: "explain", Usage: "print a record's ancestry (or descendants) as a tree", ArgsUsage: "TOPIC/PARTITION@OFFSET",
-				Flags:  []cli.Flag{dbFlag(true), depthFlag(), limitFlag(), &cli.BoolFlag{Name: "descendants", Usage: "walk what the record caused instead"}},
+				Flags:  []cli.Flag{dbFlag(), depthFlag(), limitFlag(), &cli.BoolFlag{Name: "descendants", Usage: "walk what the record caused instead"}},
 				Action: explain,
 			},
 			{
 				Name: "graph", Usage: "write a record's ancestry or descendants as DOT or JSON", ArgsUsage: "TOPIC/PARTITION@OFFSET",
-				Flags: []cli.Flag{dbFlag(true), depthFlag(), limitFlag(),
+				Flags: []cli.Flag{dbFlag(), depthFlag(), limitFlag(),
 					&cli.StringFlag{Name: "format", Value: "dot", Usage: "dot or json"},
 					&cli.StringFlag{Name: "direction", Value: "ancestry", Usage: "ancestry, descendants or both"}},
 				Action: graph,
@@ -133,6 +140,7 @@ func app() *cli.App {
 	for _, c := range a.Commands {
 		c.OnUsageError = usageError
 	}
+	finishFlags(a)
 	return a
 }
 
@@ -156,13 +164,17 @@ func config(c *cli.Context) (observer.Config, error) {
 	if err != nil {
 		return observer.Config{}, err
 	}
+	opts, err := clientOpts(c)
+	if err != nil {
+		return observer.Config{}, err
+	}
 	// serve reports its progress; the one-shot commands only what goes wrong.
 	level := slog.LevelWarn
 	if c.Command.Name == "serve" {
 		level = slog.LevelInfo
 	}
 	cfg := observer.Config{Brokers: seeds, Topics: c.StringSlice("topics"), ReadUncommitted: c.Bool("read-uncommitted"),
-		Logger: slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))}
+		ClientOpts: opts, Logger: newLogger(c, level)}
 	if p := c.String("pattern"); p != "" {
 		if cfg.Pattern, err = regexp.Compile(p); err != nil {
 			return cfg, cli.Exit(fmt.Sprintf("--pattern %q: %v", p, err), 2)
@@ -211,6 +223,9 @@ func openStore(c *cli.Context) (*observer.Store, func(), error) {
 // writes nothing to the file and refuses one that is not an observer store.
 func openStoreReadOnly(c *cli.Context) (*observer.Store, error) {
 	path := c.String("db")
+	if path == "" {
+		return nil, cli.Exit("--db: required: the store path (set --db, PARSLEY_OBSERVER_DB or db in the --config file)", 2)
+	}
 	st, err := observer.OpenStoreReadOnly(c.Context, path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, cli.Exit(fmt.Sprintf("--db %s: no such file (build one with `parsley-observe scan --db` or `serve --db`)", path), 2)
@@ -291,6 +306,8 @@ func scan(c *cli.Context) error {
 	return nil
 }
 
+// serve checks every flag, then binds the listener, and only then creates
+// or opens the store: a bad flag or a taken port leaves no file behind.
 func serve(c *cli.Context) error {
 	cfg, err := config(c)
 	if err != nil {
@@ -300,7 +317,21 @@ func serve(c *cli.Context) error {
 	if cfg.Refresh <= 0 {
 		return cli.Exit(fmt.Sprintf("--refresh %v: want a positive duration", cfg.Refresh), 2)
 	}
+	if cfg.MaxAge < 0 {
+		return cli.Exit(fmt.Sprintf("--max-age %v: want a positive duration, or 0 to keep records of any age", cfg.MaxAge), 2)
+	}
+	if cfg.MaxRecords < 0 {
+		return cli.Exit(fmt.Sprintf("--max-records %d: want a positive count, or 0 to keep any number", cfg.MaxRecords), 2)
+	}
 	path := c.String("db")
+	if path == "" {
+		return cli.Exit("--db: want a store path", 2)
+	}
+	ln, err := listen(c)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 	st, err := observer.OpenStore(c.Context, path)
 	if err != nil {
 		return err
@@ -312,15 +343,17 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	defer o.Close()
-	return runServer(c.Context, c.String("listen"), o, !c.Bool("no-payloads"), c.App.Writer)
+	return runServer(c.Context, ln, o, !c.Bool("no-payloads"), c.App.Writer, cfg.Logger)
 }
 
-// runServer serves o's store while o tails, until ctx ends or either
-// fails; payloads says whether record pages preview keys and values. It returns only after both have stopped, so the caller's deferred
-// closes of the observer and its store never race the ingest.
-func runServer(ctx context.Context, addr string, o *observer.Observer, payloads bool, out io.Writer) error {
+// runServer serves o's store on ln while o tails, until ctx ends or
+// either fails; payloads says whether record pages preview keys and
+// values. It returns only after both have stopped, so the caller's
+// deferred closes of the observer and its store never race the ingest.
+func runServer(ctx context.Context, ln *listener, o *observer.Observer, payloads bool, out io.Writer, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(o.Collector())
+	registerProcessMetrics(reg)
 	var payload func(context.Context, headers.Coordinate) (*observer.Payload, error)
 	if payloads {
 		payload = o.Payload
@@ -329,16 +362,21 @@ func runServer(ctx context.Context, addr string, o *observer.Observer, payloads 
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(out, "parsley-observe: serving http://%s/\n", ln.Addr())
+	// The server's own complaints (failed handshakes, bad requests) go to
+	// the command's log, in its format.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: ln.tls,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	fmt.Fprintf(out, "parsley-observe: serving %s\n", ln.URL())
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	serveErr, runErr := make(chan error, 1), make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() {
+		if ln.tls != nil {
+			serveErr <- srv.ServeTLS(ln, "", "")
+		} else {
+			serveErr <- srv.Serve(ln)
+		}
+	}()
 	go func() { runErr <- o.Run(ctx) }()
 	var served, ingested bool
 	select {
@@ -452,15 +490,19 @@ func decode(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
+		opts, err := clientOpts(c)
+		if err != nil {
+			return err
+		}
 		ref, err := observer.ParseRef(coord)
 		if err != nil {
 			return cli.Exit(err.Error(), 2)
 		}
-		rec, err := observer.FetchRecord(c.Context, seeds, ref)
+		rec, err := observer.FetchRecord(c.Context, seeds, ref, opts...)
 		if err != nil {
 			return err
 		}
-		names, err := observer.ListNames(c.Context, seeds)
+		names, err := observer.ListNames(c.Context, seeds, opts...)
 		if err != nil {
 			return err
 		}
@@ -494,6 +536,12 @@ func decode(c *cli.Context) error {
 
 func demo(c *cli.Context) error {
 	ctx := c.Context
+	log := newLogger(c, slog.LevelInfo)
+	ln, err := listen(c)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 	cl, err := broker.Start(ctx)
 	if err != nil {
 		return err
@@ -526,7 +574,7 @@ func demo(c *cli.Context) error {
 		return err
 	}
 	defer st.Close()
-	o, err := observer.New(observer.Config{Brokers: cl.Addrs(), Pattern: regexp.MustCompile(".*")}, st)
+	o, err := observer.New(observer.Config{Brokers: cl.Addrs(), Pattern: regexp.MustCompile(".*"), Logger: log}, st)
 	if err != nil {
 		return err
 	}
@@ -547,12 +595,12 @@ func demo(c *cli.Context) error {
 				return
 			case <-tick.C:
 				if _, err := pipe.Step(ctx); err != nil && ctx.Err() == nil {
-					fmt.Fprintln(c.App.ErrWriter, "parsley-observe demo:", err)
+					log.Error("demo pipeline step", "err", err)
 				}
 			}
 		}
 	})
 	defer wg.Wait()
 	defer stop()
-	return runServer(ctx, c.String("listen"), o, true, c.App.Writer)
+	return runServer(ctx, ln, o, true, c.App.Writer, log)
 }

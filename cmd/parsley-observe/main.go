@@ -1,15 +1,18 @@
 // Command parsley-observe tails Kafka topics, rebuilds the causal graph
 // from Parsley stamps, and reports what will make consumers hold or wedge.
 //
-//	parsley-observe serve   --brokers HOST:PORT --pattern '.*'     web UI, JSON API, /metrics, /healthz
+//	parsley-observe serve   --brokers HOST:PORT --pattern '.*'     web UI, JSON API, /metrics, /livez, /readyz
 //	parsley-observe scan    --brokers HOST:PORT --topics a,b       one pass; exit 1 on findings (for CI)
 //	parsley-observe explain --db observer.db orders/0@42           ancestry as a tree
 //	parsley-observe graph   --db observer.db --format dot orders/0@42
 //	parsley-observe decode  0100000001...                          a stamp value, hex or base64
 //	parsley-observe demo                                           embedded broker, faulty topology, UI
 //
-// Brokers come from --brokers or PARSLEY_BROKERS. Exit status: 0 success
-// (and, for scan, no finding at or above --fail-on), 1 findings, 2 error.
+// Every flag has a PARSLEY_<FLAG> environment variable (brokers:
+// PARSLEY_BROKERS, db: PARSLEY_OBSERVER_DB) and can come from a YAML or TOML
+// --config file; the commands that talk to Kafka take TLS and SASL flags
+// (flags.go shapes them all). Exit status: 0 success (and, for scan, no
+// finding at or above --fail-on), 1 findings, 2 error.
 package main
 
 import (

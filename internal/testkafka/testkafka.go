@@ -55,6 +55,14 @@ type Config struct {
 	Props map[string]string
 	// Dir is where node directories go (default os.TempDir()).
 	Dir string
+	// SASLSSL adds a SASL_SSL listener to every node beside the plaintext
+	// one (which brokers still use among themselves and tests still use
+	// by default): TLS with a client certificate required, and SASL
+	// PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER (Kafka's
+	// unsecured validator). Its keys and authority are made with the
+	// JDK's keytool at start, its SCRAM users through the admin API;
+	// Cluster.Secure describes it.
+	SASLSSL bool
 }
 
 // Cluster is a running set of Kafka nodes.
@@ -65,6 +73,9 @@ type Cluster struct {
 	nodes     []*node
 	clusterID string
 
+	secure      *Secure // with Config.SASLSSL
+	secureFiles *secureFiles
+
 	mu     sync.Mutex
 	closed bool
 }
@@ -73,6 +84,7 @@ type node struct {
 	id       int
 	port     int // client listener
 	ctrlPort int // controller listener
+	saslPort int // SASL_SSL listener, with Config.SASLSSL
 	dir      string
 	props    string // path of server.properties
 	logPath  string
@@ -117,18 +129,33 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			c.Close()
 		}
 	}()
-	ports, err := freePorts(2 * cfg.Nodes)
+	perNode := 2
+	if cfg.SASLSSL {
+		perNode = 3
+	}
+	ports, err := freePorts(perNode * cfg.Nodes)
 	if err != nil {
 		return nil, err
 	}
 	for i := range cfg.Nodes {
-		n := &node{id: i + 1, port: ports[2*i], ctrlPort: ports[2*i+1], dir: filepath.Join(root, "node"+strconv.Itoa(i+1))}
+		n := &node{id: i + 1, port: ports[perNode*i], ctrlPort: ports[perNode*i+1], dir: filepath.Join(root, "node"+strconv.Itoa(i+1))}
+		if cfg.SASLSSL {
+			n.saslPort = ports[perNode*i+2]
+		}
 		n.props = filepath.Join(n.dir, "server.properties")
 		n.logPath = filepath.Join(n.dir, "broker.log")
 		c.nodes = append(c.nodes, n)
 	}
 	if err := os.WriteFile(filepath.Join(root, "log4j2.properties"), []byte(log4j2Config), 0o644); err != nil {
 		return nil, fmt.Errorf("testkafka: %w", err)
+	}
+	if cfg.SASLSSL {
+		if c.secureFiles, c.secure, err = c.makeSecure(ctx); err != nil {
+			return nil, err
+		}
+		for _, n := range c.nodes {
+			c.secure.Addrs = append(c.secure.Addrs, "127.0.0.1:"+strconv.Itoa(n.saslPort))
+		}
 	}
 	for _, n := range c.nodes {
 		if err := os.MkdirAll(filepath.Join(n.dir, "data"), 0o755); err != nil {
@@ -156,6 +183,11 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}
 	if err := c.WaitServing(ctx); err != nil {
 		return nil, err
+	}
+	if cfg.SASLSSL {
+		if err := c.addSCRAMUsers(ctx); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
 }
@@ -345,15 +377,22 @@ func (c *Cluster) serverProperties(n *node) string {
 		voters = append(voters, fmt.Sprintf("%d@127.0.0.1:%d", m.id, m.ctrlPort))
 	}
 	rf := min(c.cfg.Nodes, 3)
+	listeners := []string{fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", n.port), fmt.Sprintf("CONTROLLER://127.0.0.1:%d", n.ctrlPort)}
+	advertised := []string{"PLAINTEXT://" + n.addr()}
+	protocols := []string{"PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"}
+	if c.cfg.SASLSSL {
+		sasl := fmt.Sprintf("SASL_SSL://127.0.0.1:%d", n.saslPort)
+		listeners, advertised, protocols = append(listeners, sasl), append(advertised, sasl), append(protocols, "SASL_SSL:SASL_SSL")
+	}
 	props := [][2]string{
 		{"process.roles", "broker,controller"},
 		{"node.id", strconv.Itoa(n.id)},
 		{"controller.quorum.voters", strings.Join(voters, ",")},
-		{"listeners", fmt.Sprintf("PLAINTEXT://127.0.0.1:%d,CONTROLLER://127.0.0.1:%d", n.port, n.ctrlPort)},
-		{"advertised.listeners", "PLAINTEXT://" + n.addr()},
+		{"listeners", listenerList(listeners...)},
+		{"advertised.listeners", listenerList(advertised...)},
 		{"controller.listener.names", "CONTROLLER"},
 		{"inter.broker.listener.name", "PLAINTEXT"},
-		{"listener.security.protocol.map", "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"},
+		{"listener.security.protocol.map", listenerList(protocols...)},
 		{"log.dirs", filepath.Join(n.dir, "data")},
 		// kfake does not create topics on first use either; a test that
 		// forgets a topic should fail the same way on both.
@@ -382,6 +421,9 @@ func (c *Cluster) serverProperties(n *node) string {
 		{"log.cleaner.dedupe.buffer.size", strconv.Itoa(8 << 20)},
 		// Small segments keep the disk use of a soak modest.
 		{"log.segment.bytes", strconv.Itoa(16 << 20)},
+	}
+	if c.cfg.SASLSSL {
+		props = append(props, c.secureProperties()...)
 	}
 	var b strings.Builder
 	for _, kv := range props {

@@ -2,6 +2,7 @@ package testkafka
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"os"
 	"os/exec"
@@ -150,4 +151,50 @@ func partitionLeader(ctx context.Context, t *testing.T, adm *kadm.Client, topic 
 		t.Fatalf("no partition 0 of %s in metadata", topic)
 	}
 	return p.Leader
+}
+
+// TestServerPropertiesWithSASLSSL: the option adds the SASL_SSL listener
+// beside the plaintext one, which brokers keep among themselves, requires
+// client certificates and enables every mechanism; without the option
+// nothing of it appears.
+func TestServerPropertiesWithSASLSSL(t *testing.T) {
+	n := &node{id: 1, port: 9000, ctrlPort: 9100, saslPort: 9200, dir: "/d"}
+	c := &Cluster{cfg: Config{Nodes: 1, MinInsyncReplicas: 1, SASLSSL: true}, nodes: []*node{n},
+		secureFiles: &secureFiles{keystore: "/s/broker.p12", truststore: "/s/trust.p12", storePass: "pw"},
+		secure:      &Secure{Users: map[string]User{"PLAIN": {Name: "p", Password: "q"}}}}
+	p := c.serverProperties(n)
+	for _, want := range []string{
+		"listeners=PLAINTEXT://127.0.0.1:9000,CONTROLLER://127.0.0.1:9100,SASL_SSL://127.0.0.1:9200\n",
+		"advertised.listeners=PLAINTEXT://127.0.0.1:9000,SASL_SSL://127.0.0.1:9200\n",
+		"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL\n",
+		"inter.broker.listener.name=PLAINTEXT\n",
+		"sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER\n",
+		"listener.name.sasl_ssl.ssl.client.auth=required\n",
+		"listener.name.sasl_ssl.ssl.keystore.location=/s/broker.p12\n",
+		`listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_p="q";` + "\n",
+	} {
+		if !strings.Contains(p, want) {
+			t.Errorf("server.properties lacks %q:\n%s", want, p)
+		}
+	}
+	c.cfg.SASLSSL = false
+	if p := c.serverProperties(n); strings.Contains(p, "SASL") || strings.Contains(p, "ssl.") {
+		t.Errorf("without SASLSSL, server.properties mentions SASL or SSL:\n%s", p)
+	}
+}
+
+// TestUnsecuredJWT: the OAUTHBEARER token is an unsigned JWT with the
+// claims Kafka's unsecured validator requires.
+func TestUnsecuredJWT(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	parts := strings.Split(unsecuredJWT("parsley", now), ".")
+	if len(parts) != 3 || parts[2] != "" {
+		t.Fatalf("token %q: want header.claims. with an empty signature", parts)
+	}
+	for i, want := range []string{`{"alg":"none"}`, `{"exp":1700172800,"iat":1700000000,"sub":"parsley"}`} {
+		b, err := base64.RawURLEncoding.DecodeString(parts[i])
+		if err != nil || string(b) != want {
+			t.Errorf("part %d = %q (%v), want %s", i, b, err, want)
+		}
+	}
 }

@@ -58,7 +58,7 @@ type Config struct {
 	Payload func(context.Context, headers.Coordinate) (*observer.Payload, error)
 }
 
-// Server serves the web UI, the JSON API, /metrics and /healthz over a
+// Server serves the web UI, the JSON API, /metrics and /livez over a
 // store. It only reads.
 type Server struct {
 	store    *observer.Store
@@ -105,7 +105,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Gatherer != nil {
 		s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
-	s.mux.HandleFunc("GET /healthz", s.healthz)
+	// /livez as the stages name it; /healthz is kept for probes set up
+	// before the name changed.
+	s.mux.HandleFunc("GET /livez", s.livez)
+	s.mux.HandleFunc("GET /healthz", s.livez)
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.HandleFunc("GET /api/health", s.apiHealth)
 	s.mux.HandleFunc("GET /api/findings", s.apiFindings)
@@ -160,7 +163,9 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc.Encode(v)
 }
 
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+// livez answers 200 while the store answers: a lost cluster is not a
+// reason to restart the observer (/readyz says it), a dead store is.
+func (s *Server) livez(w http.ResponseWriter, r *http.Request) {
 	if err := s.store.Ping(r.Context()); err != nil {
 		http.Error(w, "store: "+err.Error(), http.StatusServiceUnavailable)
 		return

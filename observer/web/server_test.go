@@ -97,8 +97,10 @@ func TestServerAndReadOnly(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `parsley_observer_findings_by_severity{severity="error"} 4`) || !strings.Contains(body, `parsley_observer_findings{code="unsettleable-claim"} 3`) || !strings.Contains(body, "parsley_observer_records_ingested_total") {
 		t.Errorf("/metrics: %d\n%s", code, body)
 	}
-	if code, body := get(t, srv, "/healthz"); code != 200 || body != "ok\n" {
-		t.Errorf("/healthz: %d %q", code, body)
+	for _, path := range []string{"/livez", "/healthz"} {
+		if code, body := get(t, srv, path); code != 200 || body != "ok\n" {
+			t.Errorf("%s: %d %q", path, code, body)
+		}
 	}
 	code, body = get(t, srv, "/")
 	if code != 200 || strings.Count(body, `<tr class="finding"`) != len(want) {
