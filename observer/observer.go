@@ -61,6 +61,9 @@ type Config struct {
 	// Findings detected at ingest outlive the records they name.
 	MaxAge     time.Duration
 	MaxRecords int64
+	// ClosedRetention is how long resolved findings are kept, with their
+	// history, before they are deleted; zero keeps them.
+	ClosedRetention time.Duration
 	// Refresh is how often Run probes the cluster — topic metadata, new
 	// matching topics and partitions, end offsets — (default 10s), which
 	// bounds how long a lost cluster goes unreported; while the cluster
@@ -615,8 +618,10 @@ func ListOffsets(ctx context.Context, admin *kadm.Client) (map[headers.Channel]C
 	return out, nil
 }
 
-// Findings evaluates every finding against the brokers' current offsets
-// and publishes the counts per code as metrics. It is the one path that
+// Findings evaluates every finding against the brokers' current offsets,
+// records the evaluation (new findings open, gone ones resolved, resolved
+// ones past Config.ClosedRetention dropped) and publishes the counts of
+// open findings as metrics. It is the one path that
 // does both: Run's periodic evaluation and the web server call it.
 func (o *Observer) Findings(ctx context.Context) ([]Finding, error) {
 	offs, err := o.Offsets(ctx)
@@ -626,7 +631,7 @@ func (o *Observer) Findings(ctx context.Context) ([]Finding, error) {
 		}
 		return nil, fmt.Errorf("%w: %w", ErrClusterUnavailable, err)
 	}
-	fs, err := o.store.Findings(ctx, offs)
+	fs, err := o.store.evaluate(ctx, offs, time.Now(), o.cfg.ClosedRetention)
 	if err != nil {
 		return nil, err
 	}

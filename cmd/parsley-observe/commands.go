@@ -265,9 +265,11 @@ func scan(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	// Acknowledged and resolved findings (a --db kept across scans) do
+	// not fail the scan; they are listed with their state.
 	failed := 0
 	for _, f := range fs {
-		if f.Severity >= failOn {
+		if f.Open() && f.Severity >= failOn {
 			failed++
 		}
 	}
@@ -281,9 +283,15 @@ func scan(c *cli.Context) error {
 		enc.Encode(fs)
 	} else {
 		for _, f := range fs {
-			fmt.Fprintf(w, "%-7s %-23s %s\n        coordinates: %s\n        action: %s\n", f.Severity, f.Code, f.Summary, strings.Join(f.Names, " "), f.Action)
+			fmt.Fprintf(w, "%-7s %-23s #%d %s\n        coordinates: %s\n        action: %s\n", f.Severity, f.Code, f.ID, f.Summary, strings.Join(f.Names, " "), f.Action)
+			switch {
+			case f.Resolved != nil:
+				fmt.Fprintf(w, "        resolved %s: %s\n", f.Resolved.At.Format(time.RFC3339), f.Resolved.Why)
+			case f.Ack != nil:
+				fmt.Fprintf(w, "        acknowledged by %s %s: %s\n", f.Ack.By, f.Ack.At.Format(time.RFC3339), f.Ack.Reason)
+			}
 		}
-		fmt.Fprintf(w, "%d findings, %d at or above %s\n", len(fs), failed, failOn)
+		fmt.Fprintf(w, "%d findings, %d open at or above %s\n", len(fs), failed, failOn)
 	}
 	if failed > 0 {
 		return cli.Exit("", 1)
