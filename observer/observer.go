@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -87,6 +88,11 @@ type Observer struct {
 	metrics *metrics
 	health  *healthState
 
+	// changelogs are the changelog topics (name → partitions) whose sender
+	// names are stored; only the goroutine probing the cluster (Run or
+	// Scan) touches it.
+	changelogs map[string]int32
+
 	mu       sync.Mutex // guards w, topics, assigned and the ingest path
 	w        *writer
 	topics   map[string]headers.TopicID // observed topic name → ID
@@ -157,6 +163,9 @@ func (o *Observer) selectTopics(ctx context.Context) (sel kadm.TopicDetails, mis
 	if err != nil {
 		return nil, nil, fmt.Errorf("observer: list topics: %w", err)
 	}
+	if err := o.nameSenders(ctx, all); err != nil {
+		return nil, nil, err
+	}
 	sel = kadm.TopicDetails{}
 	for name, td := range all {
 		if td.IsInternal || strings.HasPrefix(name, "__") {
@@ -180,6 +189,25 @@ func (o *Observer) selectTopics(ctx context.Context) (sel kadm.TopicDetails, mis
 		err = errors.Join(err, fmt.Errorf("observer: pattern %q matches no topic: %w", o.cfg.Pattern, ErrNoTopics))
 	}
 	return sel, missing, err
+}
+
+// nameSenders stores the sender names the cluster's changelog topics
+// imply (see senders.go) when they changed since the last listing.
+func (o *Observer) nameSenders(ctx context.Context, all kadm.TopicDetails) error {
+	cls := map[string]int32{}
+	for name, td := range all {
+		if strings.HasSuffix(name, changelogSuffix) && td.Err == nil {
+			cls[name] = int32(len(td.Partitions))
+		}
+	}
+	if maps.Equal(cls, o.changelogs) {
+		return nil
+	}
+	if err := o.store.AddSenderNames(ctx, SenderNamesOf(cls)); err != nil {
+		return err
+	}
+	o.changelogs = cls
+	return nil
 }
 
 // assign starts consuming every partition of the selected topics not yet

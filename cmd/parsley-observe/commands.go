@@ -484,9 +484,13 @@ func decode(c *cli.Context) error {
 		}
 		fmt.Fprintf(w, "record %s (topic %q)\n", ref, rec.Topic)
 		if st.Tagged {
-			fmt.Fprintf(w, "sender %s seq %d\n", st.Sender, st.Seq)
+			if n := names.SenderName(st.Sender); n != "" {
+				fmt.Fprintf(w, "sender %s (%s) seq %d\n", n, st.Sender, st.Seq)
+			} else {
+				fmt.Fprintf(w, "sender %s seq %d\n", st.Sender, st.Seq)
+			}
 		}
-		return observer.WriteClock(w, &st.Clock, names.Topic)
+		return names.WriteClock(w, &st.Clock)
 	}
 	if c.NArg() != 1 {
 		return cli.Exit("want a stamp VALUE (hex or base64) or --coord TOPIC/PARTITION@OFFSET", 2)

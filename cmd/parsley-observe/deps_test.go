@@ -8,7 +8,8 @@ import (
 
 // TestDependencies: the observer and its command import, outside this
 // module and the standard library, only what the project allows —
-// franz-go, modernc.org/sqlite, urfave/cli and the Prometheus client —
+// franz-go, modernc.org/sqlite, urfave/cli, the Prometheus client and
+// bcrypt (golang.org/x/crypto, for the acknowledging users file) —
 // and the browser-test driver (chromedp) stays out of the binary.
 func TestDependencies(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}} {{join .Imports \" \"}}{{end}}", ".").Output()
@@ -16,7 +17,7 @@ func TestDependencies(t *testing.T) {
 		t.Fatal(err)
 	}
 	const mod = "github.com/parsley-go/parsley/"
-	allowed := []string{mod, "github.com/twmb/franz-go/", "modernc.org/sqlite", "github.com/urfave/cli/v2", "github.com/prometheus/client_golang/"}
+	allowed := []string{mod, "github.com/twmb/franz-go/", "modernc.org/sqlite", "github.com/urfave/cli/v2", "github.com/prometheus/client_golang/", "golang.org/x/crypto/bcrypt"}
 	nonStd := map[string]bool{}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	for _, l := range lines {
