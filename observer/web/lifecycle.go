@@ -207,7 +207,12 @@ func (s *Server) apiAck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("finding acknowledged", "finding", id, "code", f.Code, "key", f.Key, "by", who, "reason", f.Ack.Reason, "remote", r.RemoteAddr)
+	// Evaluate again now, so the metrics stop counting it at once rather
+	// than at the observer's next evaluation.
 	s.forget()
+	if _, err := s.evaluateShared(r.Context()); err != nil {
+		s.log.Warn("evaluate findings after an acknowledgement", "err", err)
+	}
 	writeJSON(w, f)
 }
 
