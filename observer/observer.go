@@ -92,6 +92,7 @@ type Observer struct {
 	// names are stored; only the goroutine probing the cluster (Run or
 	// Scan) touches it.
 	changelogs map[string]int32
+	lagLog     lagLog
 
 	mu       sync.Mutex // guards w, topics, assigned and the ingest path
 	w        *writer
@@ -569,9 +570,47 @@ func (o *Observer) progress(ends kadm.ListedOffsets) {
 			o.health.fetched(now, t)
 		}
 	}
-	if behind > 0 {
-		o.log.Info("catching up", "records behind", behind)
+	if msg, ok := o.lagLog.observe(behind); ok {
+		o.log.Info(msg, "records behind", behind)
 	}
+}
+
+// Lag logging: a live cluster always has a record or two in flight, so a
+// lag is logged only when it is sustained — at least lagLogMin records
+// behind at lagLogProbes probes in a row — and then again only when it
+// has doubled or when the observer has caught up.
+const (
+	lagLogMin    = 1000
+	lagLogProbes = 3
+)
+
+// lagLog decides which lag observations are worth a log line. Only the
+// goroutine probing the cluster uses it.
+type lagLog struct {
+	streak int   // consecutive probes at or above lagLogMin
+	logged int64 // the lag last logged; 0: none since caught up
+}
+
+// observe takes the lag at one probe and returns the line to log, if any.
+func (l *lagLog) observe(behind int64) (string, bool) {
+	if behind < lagLogMin {
+		l.streak = 0
+		if l.logged > 0 {
+			l.logged = 0
+			return "caught up", true
+		}
+		return "", false
+	}
+	l.streak++
+	if l.streak < lagLogProbes || (l.logged > 0 && behind < 2*l.logged) {
+		return "", false
+	}
+	msg := "catching up"
+	if l.logged > 0 {
+		msg = "falling behind"
+	}
+	l.logged = behind
+	return msg, true
 }
 
 // consuming reports whether any partition is assigned.

@@ -441,6 +441,16 @@ func parseTarget(c *cli.Context, st *observer.Store) (headers.Coordinate, error)
 	return st.Resolve(c.Context, ref)
 }
 
+// byName returns err as an exit error whose message names topics and
+// senders as the store knows them.
+func byName(ctx context.Context, st *observer.Store, err error) error {
+	names, nerr := st.Names(ctx)
+	if nerr != nil {
+		return err
+	}
+	return cli.Exit(names.Text(err.Error()), 2)
+}
+
 func explain(c *cli.Context) error {
 	lim, err := limits(c)
 	if err != nil {
@@ -461,7 +471,7 @@ func explain(c *cli.Context) error {
 	}
 	g, err := walk(c.Context, at, lim)
 	if err != nil {
-		return err
+		return byName(c.Context, st, err)
 	}
 	return g.WriteTree(c.App.Writer)
 }
@@ -497,7 +507,7 @@ func graph(c *cli.Context) error {
 		g, err = st.Both(c.Context, at, lim)
 	}
 	if err != nil {
-		return err
+		return byName(c.Context, st, err)
 	}
 	if f == "json" {
 		return g.WriteJSON(c.App.Writer)
