@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/observer"
@@ -179,7 +180,9 @@ func (s *Server) apiAck(w http.ResponseWriter, r *http.Request) {
 	who, err := s.authorize(r)
 	if err != nil {
 		s.log.Warn("acknowledgement refused", "finding", r.PathValue("id"), "remote", r.RemoteAddr, "err", err)
-		if errors.Is(err, errUnauthorized) && s.access.Basic() {
+		// Challenge for a user and password only when no token was sent: a
+		// browser answers the challenge with its login dialog.
+		if errors.Is(err, errUnauthorized) && s.access.Basic() && !bearer(r) {
 			w.Header().Set("WWW-Authenticate", `Basic realm="parsley-observe", charset="UTF-8"`)
 		}
 		code := http.StatusForbidden
@@ -265,4 +268,10 @@ func (s *Server) uiFinding(w http.ResponseWriter, r *http.Request) {
 		"Title": fmt.Sprintf("Finding %d: %s", f.ID, f.Code), "Finding": f, "History": h, "Involved": involved(f, names),
 		"AckOn": s.access != nil, "Basic": s.access.Basic(), "ResolvesBy": f.Code.ResolvesBy(), "DocsURL": docsURL, "TopicNames": names,
 	})
+}
+
+// bearer reports whether r carries a bearer token.
+func bearer(r *http.Request) bool {
+	auth := r.Header.Get("Authorization")
+	return len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ")
 }
