@@ -243,6 +243,12 @@ func (s *Store) reconcile(ctx context.Context, derived []Finding, offs map[heade
 		return fmt.Errorf("observer: record findings: %w", err)
 	}
 	defer tx.Rollback()
+	// Take the write lock before reading: a transaction that reads and
+	// then writes after the ingest committed would fail at once under
+	// WAL (a stale snapshot), where one that writes first waits its turn.
+	if _, err := tx.ExecContext(ctx, `UPDATE meta SET v = v WHERE k = 'schema'`); err != nil {
+		return fmt.Errorf("observer: record findings: %w", err)
+	}
 	stored, isDerived, err := s.readFindings(ctx, tx)
 	if err != nil {
 		return err
