@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/parsley-go/parsley/headers"
 )
@@ -63,11 +64,12 @@ func (f ruleFunc) find(ctx context.Context, offs map[headers.Channel]ChannelOffs
 	return f(ctx, offs)
 }
 
-// rules lists every rule Findings runs. A new finding is a rule in a file
-// of its own and one line here.
+// rules lists every rule evaluated from the store and the brokers'
+// offsets; the findings detected at ingest are stored as they are found.
+// A new finding is a rule in a file of its own and one line here, and a
+// key that names what the finding is about.
 func (s *Store) rules() []rule {
 	return []rule{
-		ruleFunc(s.storedFindings),
 		unsettleableClaims{s},
 		ruleFunc(s.partiallyStamped),
 		ruleFunc(s.lateJoiners),
@@ -75,18 +77,56 @@ func (s *Store) rules() []rule {
 	}
 }
 
-// Findings returns every finding: those detected at ingest, and those
-// derived now from the store and offs, the brokers' current offsets (nil
-// skips the checks that need them). Findings are ordered by severity,
-// highest first, then code and coordinates.
+// Findings returns every finding in every state: those detected at
+// ingest, and those the rules derive now from the store and offs, the
+// brokers' current offsets (nil skips the checks that need them).
+// Evaluated on a writable store it records the evaluation (see
+// lifecycle.go): new findings are stored open, and, when offs are known,
+// findings whose condition no longer holds are resolved. Findings are
+// ordered by severity, highest first, then code and coordinates.
 func (s *Store) Findings(ctx context.Context, offs map[headers.Channel]ChannelOffsets) ([]Finding, error) {
-	var out []Finding
+	return s.evaluate(ctx, offs, time.Now(), 0)
+}
+
+// evaluate is Findings, dropping findings resolved longer than retention
+// ago (0 keeps them).
+func (s *Store) evaluate(ctx context.Context, offs map[headers.Channel]ChannelOffsets, now time.Time, retention time.Duration) ([]Finding, error) {
+	var derived []Finding
+	keys := map[string]bool{}
 	for _, r := range s.rules() {
 		fs, err := r.find(ctx, offs)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, fs...)
+		for _, f := range fs {
+			if !keys[f.Key] { // one finding per key, the first a rule gives
+				keys[f.Key] = true
+				derived = append(derived, f)
+			}
+		}
+	}
+	if !s.readOnly {
+		if err := s.reconcile(ctx, derived, offs, offs != nil, now, retention); err != nil {
+			return nil, err
+		}
+	}
+	stored, _, err := s.readFindings(ctx, s.db)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Finding, 0, len(stored))
+	for _, f := range stored {
+		out = append(out, f)
+	}
+	if s.readOnly {
+		// Nothing is recorded: what the rules find now, over what was
+		// recorded by the last writer.
+		for _, f := range derived {
+			if _, ok := stored[f.Key]; !ok {
+				f.State = StateOpen
+				out = append(out, f)
+			}
+		}
 	}
 	slices.SortStableFunc(out, func(a, b Finding) int {
 		if c := cmp.Compare(b.Severity, a.Severity); c != 0 {
@@ -95,7 +135,7 @@ func (s *Store) Findings(ctx context.Context, offs map[headers.Channel]ChannelOf
 		if c := cmp.Compare(a.Code.rank(), b.Code.rank()); c != 0 {
 			return c
 		}
-		return slices.Compare(a.Coordinates, b.Coordinates)
+		return cmp.Or(slices.Compare(a.Coordinates, b.Coordinates), cmp.Compare(a.ID, b.ID))
 	})
 	names, err := s.Names(ctx)
 	if err != nil {
@@ -105,26 +145,6 @@ func (s *Store) Findings(ctx context.Context, offs map[headers.Channel]ChannelOf
 		out[i] = names.Named(out[i])
 	}
 	return out, nil
-}
-
-func (s *Store) storedFindings(ctx context.Context, _ map[headers.Channel]ChannelOffsets) ([]Finding, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT code, severity, topic, coords, summary, count FROM findings ORDER BY id`)
-	if err != nil {
-		return nil, fmt.Errorf("observer: read findings: %w", err)
-	}
-	defer rows.Close()
-	var out []Finding
-	for rows.Next() {
-		var f Finding
-		var coords string
-		if err := rows.Scan(&f.Code, &f.Severity, &f.Topic, &coords, &f.Summary, &f.Count); err != nil {
-			return nil, fmt.Errorf("observer: read findings: %w", err)
-		}
-		f.Coordinates = strings.Fields(coords)
-		f.Action = f.Code.Action()
-		out = append(out, f)
-	}
-	return out, rows.Err()
 }
 
 func (s *Store) coordOfRec(ctx context.Context, rec int64) (headers.Coordinate, string, error) {
@@ -179,6 +199,7 @@ func (s *Store) partiallyStamped(ctx context.Context, _ map[headers.Channel]Chan
 			}
 		}
 		out = append(out, Finding{
+			Key:  "partially-stamped-topic|" + h.name,
 			Code: CodePartiallyStamped, Severity: CodePartiallyStamped.Severity(), Topic: h.name,
 			Coordinates: coords,
 			Summary: fmt.Sprintf("topic %q: %d of %d records are stamped; first unstamped %s, first stamped %s",
@@ -284,6 +305,7 @@ func (s *Store) lateJoiners(ctx context.Context, offs map[headers.Channel]Channe
 			continue // the sender writes at or above the join point: a joiner resolves the claim
 		}
 		f := Finding{
+			Key:  "late-joiner-window|" + k.ch.String() + "|" + k.sender.String(),
 			Code: CodeLateJoinerWindow, Severity: CodeLateJoinerWindow.Severity(), Topic: chName,
 			Coordinates: slices.Compact(slices.Sorted(slices.Values(c.carriers))),
 			Action:      CodeLateJoinerWindow.Action(), Count: len(c.carriers),
@@ -403,6 +425,7 @@ func (s *Store) growth(ctx context.Context, _ map[headers.Channel]ChannelOffsets
 			return nil, err
 		}
 		out = append(out, Finding{
+			Key:  "stamp-growth|" + name,
 			Code: CodeStampGrowth, Severity: CodeStampGrowth.Severity(), Topic: name,
 			Coordinates: []string{last.String(), first.String()},
 			Summary: fmt.Sprintf("topic %q: mean stamp entries per record rose %.1f → %.1f → %.1f → %.1f and header bytes %.0f → %.0f over %.0f records (quarters by time)",

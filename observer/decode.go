@@ -66,6 +66,16 @@ func abbrev(s string) string {
 // WriteClock writes a clock's entries, one per line, naming topics through
 // name (which may return "").
 func WriteClock(w io.Writer, c *headers.Clock, name func(headers.TopicID) string) error {
+	return writeClock(w, c, name, headers.SenderID.String)
+}
+
+// WriteClock writes a clock's entries as the package's WriteClock does,
+// topics by name and senders by stage task where n knows them.
+func (n Names) WriteClock(w io.Writer, c *headers.Clock) error {
+	return writeClock(w, c, n.Topic, n.Sender)
+}
+
+func writeClock(w io.Writer, c *headers.Clock, name func(headers.TopicID) string, sender func(headers.SenderID) string) error {
 	var b strings.Builder
 	label := func(ch headers.Channel) string {
 		if n := name(ch.Topic); n != "" {
@@ -78,7 +88,7 @@ func WriteClock(w io.Writer, c *headers.Clock, name func(headers.TopicID) string
 		fmt.Fprintf(&b, "  offset %s ≤ %d\n", label(e.Channel), e.Offset)
 	}
 	for e := range c.SeqEntries() {
-		fmt.Fprintf(&b, "  seq    %s sender %s ≤ %d\n", label(e.Channel), e.Sender, e.Seq)
+		fmt.Fprintf(&b, "  seq    %s sender %s ≤ %d\n", label(e.Channel), sender(e.Sender), e.Seq)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -161,8 +171,10 @@ func ListNames(ctx context.Context, seeds []string, opts ...kgo.Opt) (Names, err
 		return Names{}, fmt.Errorf("observer: list topics: %w", err)
 	}
 	byID := map[headers.TopicID]string{}
+	parts := map[string]int32{}
 	for name, td := range tds {
 		byID[headers.TopicID(td.ID)] = name
+		parts[name] = int32(len(td.Partitions))
 	}
-	return NamesOf(byID), nil
+	return NamesOf(byID).WithSenders(SenderNamesOf(parts)), nil
 }

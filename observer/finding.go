@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Code names a kind of finding. Codes are stable: route alerts and CI
@@ -103,6 +104,12 @@ func ParseSeverity(s string) (Severity, error) {
 
 // Finding is one thing wrong with the observed stamps.
 type Finding struct {
+	// ID numbers the stored finding: what an acknowledgement names. 0 for
+	// a finding evaluated from a read-only store and not yet recorded.
+	ID int64 `json:"id"`
+	// Key is what the finding is about, stable across evaluations: a
+	// later evaluation finding the same thing updates this finding.
+	Key      string   `json:"key"`
 	Code     Code     `json:"code"`
 	Severity Severity `json:"severity"`
 	// Topic is the topic name the finding is about, when it is about one.
@@ -121,7 +128,20 @@ type Finding struct {
 	SafeJoin map[string]int64 `json:"safe_join,omitempty"`
 	// Count is how many times the same finding was seen.
 	Count int `json:"count"`
+	// State is open, acknowledged or resolved (see lifecycle.go).
+	State State `json:"state"`
+	// FirstSeen and LastSeen are when evaluations first and last found it.
+	FirstSeen time.Time `json:"first_seen"`
+	LastSeen  time.Time `json:"last_seen"`
+	// Ack, when set, is who acknowledged it and why.
+	Ack *Ack `json:"acknowledged,omitempty"`
+	// Resolved, when set, is when and why its condition stopped holding.
+	Resolved *Resolution `json:"resolved,omitempty"`
 }
+
+// Open reports whether f counts towards alerts: its condition holds and
+// nobody acknowledged it.
+func (f Finding) Open() bool { return f.State == StateOpen }
 
 // String is a one-line rendering for terminals and logs, by name where
 // names are known.

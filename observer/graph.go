@@ -33,7 +33,13 @@ type Node struct {
 	Depth   int    `json:"depth"`
 	Stamped bool   `json:"stamped,omitempty"`
 	Sender  string `json:"sender,omitempty"`
-	Seq     int64  `json:"seq,omitempty"`
+	// SenderName is the sender's stage task, "app/stage/partition", when
+	// the observer could name it (see senders.go).
+	SenderName string `json:"sender_name,omitempty"`
+	Seq        int64  `json:"seq,omitempty"`
+	// Link is the node's coordinate as a record page's path, by topic
+	// name where that is unambiguous.
+	Link    string `json:"link,omitempty"`
 	Entries int    `json:"entries,omitempty"`
 	Err     string `json:"error,omitempty"`
 }
@@ -115,7 +121,14 @@ func (s *Store) label(ctx context.Context, g *Graph) error {
 	}
 	g.RootLabel = names.Text(g.Root)
 	for i := range g.Nodes {
-		g.Nodes[i].Label = names.Text(g.Nodes[i].ID)
+		n := &g.Nodes[i]
+		n.Label = names.Text(n.ID)
+		if n.State == StateRecord || n.State == StateMarker {
+			n.Link = names.Link(n.ID)
+		}
+		if id, err := headers.ParseSenderID(n.Sender); err == nil {
+			n.SenderName = names.SenderName(id)
+		}
 	}
 	return nil
 }
@@ -522,7 +535,7 @@ func (g *Graph) WriteTree(w io.Writer) error {
 			line += " [" + n.State + "]"
 		}
 		if n.Sender != "" {
-			line += fmt.Sprintf(" sender %s seq %d", n.Sender, n.Seq)
+			line += fmt.Sprintf(" sender %s seq %d", cmp.Or(n.SenderName, n.Sender), n.Seq)
 		}
 		if kind == "seq" {
 			line += " via sequence claim"

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/parsley-go/parsley/headers"
 )
@@ -70,7 +71,7 @@ type writer struct {
 	agg      map[statsKey]*stats
 	seqArgs  []any
 	stmts    map[string]*sql.Stmt
-	findings []storedFinding
+	findings []Finding
 	hdrBuf   []byte
 	// uncommitted: records of open and aborted transactions are fetched.
 	uncommitted bool
@@ -104,11 +105,6 @@ func setFirst(v *sql.NullInt64, id int64) {
 	if !v.Valid {
 		*v = sql.NullInt64{Int64: id, Valid: true}
 	}
-}
-
-type storedFinding struct {
-	key string
-	Finding
 }
 
 func newWriter(ctx context.Context, st *Store) (*writer, error) {
@@ -565,9 +561,9 @@ func regression(earlier, later *headers.Clock) string {
 }
 
 func (w *writer) finding(code Code, key, topic, summary string, coords ...string) {
-	w.findings = append(w.findings, storedFinding{key: key, Finding: Finding{
-		Code: code, Severity: code.Severity(), Topic: topic, Coordinates: coords, Summary: summary, Action: code.Action(), Count: 1,
-	}})
+	w.findings = append(w.findings, Finding{
+		Key: key, Code: code, Severity: code.Severity(), Topic: topic, Coordinates: coords, Summary: summary, Action: code.Action(), Count: 1,
+	})
 }
 
 const (
@@ -646,12 +642,8 @@ func (w *writer) flush(ctx context.Context, tx *sql.Tx, all bool) error {
 		}
 	}
 	clear(w.agg)
-	for _, f := range w.findings {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO findings(key, code, severity, topic, coords, summary) VALUES(?, ?, ?, ?, ?, ?)
-			ON CONFLICT(key) DO UPDATE SET count = count + 1`,
-			f.key, string(f.Code), int(f.Severity), f.Topic, strings.Join(f.Coordinates, " "), f.Summary); err != nil {
-			return fmt.Errorf("observer: ingest: finding %s: %w", f.Code, err)
-		}
+	if err := storeIngestFindings(ctx, tx, w.findings); err != nil {
+		return err
 	}
 	w.findings = w.findings[:0]
 	return nil
@@ -700,4 +692,35 @@ func (w *writer) close() {
 	for _, s := range w.stmts {
 		s.Close()
 	}
+}
+
+// storeIngestFindings records findings detected at ingest: a new key is a
+// new open finding; a repeat adds to its count, and a repeat of a finding
+// that had resolved reopens it, with the new records, unacknowledged.
+func storeIngestFindings(ctx context.Context, tx *sql.Tx, fs []Finding) error {
+	now := time.Now().UnixMilli()
+	for _, f := range fs {
+		coords := strings.Join(f.Coordinates, " ")
+		var id int64
+		var resolved bool
+		err := tx.QueryRowContext(ctx, `SELECT id, resolved_at IS NOT NULL FROM findings WHERE key = ?`, f.Key).Scan(&id, &resolved)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			_, err = tx.ExecContext(ctx, `INSERT INTO findings(key, code, severity, topic, coords, summary, first_seen, last_seen) VALUES(?, ?, ?, ?, ?, ?, ?, ?)`,
+				f.Key, string(f.Code), int(f.Severity), f.Topic, coords, f.Summary, now, now)
+		case err != nil:
+		case resolved:
+			_, err = tx.ExecContext(ctx, `UPDATE findings SET count = count + 1, last_seen = ?, coords = ?, summary = ?,
+				resolved_at = NULL, resolved_why = '', ack_at = NULL, ack_by = '', ack_reason = '' WHERE id = ?`, now, coords, f.Summary, id)
+			if err == nil {
+				err = addEvent(ctx, tx, id, now, "reopened", "", "seen again: "+f.Coordinates[0])
+			}
+		default:
+			_, err = tx.ExecContext(ctx, `UPDATE findings SET count = count + 1, last_seen = ? WHERE id = ?`, now, id)
+		}
+		if err != nil {
+			return fmt.Errorf("observer: ingest: finding %s: %w", f.Code, err)
+		}
+	}
+	return nil
 }

@@ -36,11 +36,11 @@ func newMetrics(h *healthState) *metrics {
 		}, []string{"topic", "partition"}),
 		findings: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "parsley_observer_findings",
-			Help: "Findings at the last evaluation, by code.",
+			Help: "Open findings (condition holds, not acknowledged) at the last evaluation, by code.",
 		}, []string{"code"}),
 		severity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "parsley_observer_findings_by_severity",
-			Help: "Findings at the last evaluation, by severity (a code's findings can differ: a claim on a marker is info, past the log end an error).",
+			Help: "Open findings (condition holds, not acknowledged) at the last evaluation, by severity (a code's findings can differ: a claim on a marker is info, past the log end an error).",
 		}, []string{"severity"}),
 	}
 	for _, c := range AllCodes() {
@@ -87,11 +87,15 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// setFindings publishes the count of findings per code.
+// setFindings publishes the count of open findings per code and
+// severity: acknowledged and resolved ones no longer page.
 func (m *metrics) setFindings(fs []Finding) {
 	n := map[Code]int{}
 	bySeverity := map[Severity]int{}
 	for _, f := range fs {
+		if !f.Open() {
+			continue
+		}
 		n[f.Code]++
 		bySeverity[f.Severity]++
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -61,6 +62,9 @@ type Config struct {
 	// Findings detected at ingest outlive the records they name.
 	MaxAge     time.Duration
 	MaxRecords int64
+	// ClosedRetention is how long resolved findings are kept, with their
+	// history, before they are deleted; zero keeps them.
+	ClosedRetention time.Duration
 	// Refresh is how often Run probes the cluster — topic metadata, new
 	// matching topics and partitions, end offsets — (default 10s), which
 	// bounds how long a lost cluster goes unreported; while the cluster
@@ -83,6 +87,12 @@ type Observer struct {
 	log     *slog.Logger
 	metrics *metrics
 	health  *healthState
+
+	// changelogs are the changelog topics (name → partitions) whose sender
+	// names are stored; only the goroutine probing the cluster (Run or
+	// Scan) touches it.
+	changelogs map[string]int32
+	lagLog     lagLog
 
 	mu       sync.Mutex // guards w, topics, assigned and the ingest path
 	w        *writer
@@ -154,6 +164,9 @@ func (o *Observer) selectTopics(ctx context.Context) (sel kadm.TopicDetails, mis
 	if err != nil {
 		return nil, nil, fmt.Errorf("observer: list topics: %w", err)
 	}
+	if err := o.nameSenders(ctx, all); err != nil {
+		return nil, nil, err
+	}
 	sel = kadm.TopicDetails{}
 	for name, td := range all {
 		if td.IsInternal || strings.HasPrefix(name, "__") {
@@ -177,6 +190,25 @@ func (o *Observer) selectTopics(ctx context.Context) (sel kadm.TopicDetails, mis
 		err = errors.Join(err, fmt.Errorf("observer: pattern %q matches no topic: %w", o.cfg.Pattern, ErrNoTopics))
 	}
 	return sel, missing, err
+}
+
+// nameSenders stores the sender names the cluster's changelog topics
+// imply (see senders.go) when they changed since the last listing.
+func (o *Observer) nameSenders(ctx context.Context, all kadm.TopicDetails) error {
+	cls := map[string]int32{}
+	for name, td := range all {
+		if strings.HasSuffix(name, changelogSuffix) && td.Err == nil {
+			cls[name] = int32(len(td.Partitions))
+		}
+	}
+	if maps.Equal(cls, o.changelogs) {
+		return nil
+	}
+	if err := o.store.AddSenderNames(ctx, SenderNamesOf(cls)); err != nil {
+		return err
+	}
+	o.changelogs = cls
+	return nil
 }
 
 // assign starts consuming every partition of the selected topics not yet
@@ -538,9 +570,47 @@ func (o *Observer) progress(ends kadm.ListedOffsets) {
 			o.health.fetched(now, t)
 		}
 	}
-	if behind > 0 {
-		o.log.Info("catching up", "records behind", behind)
+	if msg, ok := o.lagLog.observe(behind); ok {
+		o.log.Info(msg, "records behind", behind)
 	}
+}
+
+// Lag logging: a live cluster always has a record or two in flight, so a
+// lag is logged only when it is sustained — at least lagLogMin records
+// behind at lagLogProbes probes in a row — and then again only when it
+// has doubled or when the observer has caught up.
+const (
+	lagLogMin    = 1000
+	lagLogProbes = 3
+)
+
+// lagLog decides which lag observations are worth a log line. Only the
+// goroutine probing the cluster uses it.
+type lagLog struct {
+	streak int   // consecutive probes at or above lagLogMin
+	logged int64 // the lag last logged; 0: none since caught up
+}
+
+// observe takes the lag at one probe and returns the line to log, if any.
+func (l *lagLog) observe(behind int64) (string, bool) {
+	if behind < lagLogMin {
+		l.streak = 0
+		if l.logged > 0 {
+			l.logged = 0
+			return "caught up", true
+		}
+		return "", false
+	}
+	l.streak++
+	if l.streak < lagLogProbes || (l.logged > 0 && behind < 2*l.logged) {
+		return "", false
+	}
+	msg := "catching up"
+	if l.logged > 0 {
+		msg = "falling behind"
+	}
+	l.logged = behind
+	return msg, true
 }
 
 // consuming reports whether any partition is assigned.
@@ -615,8 +685,10 @@ func ListOffsets(ctx context.Context, admin *kadm.Client) (map[headers.Channel]C
 	return out, nil
 }
 
-// Findings evaluates every finding against the brokers' current offsets
-// and publishes the counts per code as metrics. It is the one path that
+// Findings evaluates every finding against the brokers' current offsets,
+// records the evaluation (new findings open, gone ones resolved, resolved
+// ones past Config.ClosedRetention dropped) and publishes the counts of
+// open findings as metrics. It is the one path that
 // does both: Run's periodic evaluation and the web server call it.
 func (o *Observer) Findings(ctx context.Context) ([]Finding, error) {
 	offs, err := o.Offsets(ctx)
@@ -626,7 +698,7 @@ func (o *Observer) Findings(ctx context.Context) ([]Finding, error) {
 		}
 		return nil, fmt.Errorf("%w: %w", ErrClusterUnavailable, err)
 	}
-	fs, err := o.store.Findings(ctx, offs)
+	fs, err := o.store.evaluate(ctx, offs, time.Now(), o.cfg.ClosedRetention)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
@@ -19,10 +20,11 @@ import (
 
 // schemaVersion is bumped on every incompatible schema change; a store
 // written by another version is refused rather than misread.
-const schemaVersion = "2"
+const schemaVersion = "3"
 
 // ErrSchemaVersion is wrapped when a store was written by an incompatible
-// version of the observer.
+// version of the observer, or by an older one and opened read-only (a
+// writable open migrates it).
 var ErrSchemaVersion = errors.New("unsupported store schema version")
 
 // recordKind says what a stored record is; it is the records.kind column.
@@ -127,8 +129,12 @@ CREATE TABLE IF NOT EXISTS findings(
 // sender state and the findings detected at ingest. One Observer writes
 // it; any number of readers may query it.
 type Store struct {
-	db   *sql.DB
-	path string
+	db       *sql.DB
+	path     string
+	readOnly bool
+	// lifeMu serialises the writes of the finding lifecycle: evaluations
+	// recording what they found, and acknowledgements.
+	lifeMu sync.Mutex
 }
 
 // OpenStore opens (creating if needed) the store at path. WAL mode with
@@ -152,7 +158,7 @@ func OpenStoreReadOnly(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("observer: open store: %w", err)
 	}
 	return openStore(ctx, path, url.Values{"mode": {"ro"}, "_pragma": {"query_only(1)", "busy_timeout(10000)"}},
-		(*Store).check)
+		func(s *Store, ctx context.Context) error { s.readOnly = true; return s.check(ctx) })
 }
 
 // openStore opens path with the URI parameters q and readies the store
@@ -186,6 +192,9 @@ func (s *Store) check(ctx context.Context) error {
 	if err := s.db.QueryRowContext(ctx, `SELECT v FROM meta WHERE k = 'schema'`).Scan(&v); err != nil {
 		return fmt.Errorf("observer: %s is not an observer store (no schema version: %v): %w", s.path, err, ErrNotStore)
 	}
+	if v == "2" {
+		return fmt.Errorf("observer: store %s has schema version 2, this observer reads %q; open it once with `parsley-observe serve --db` or `scan --db`, which migrate it keeping every record and finding: %w", s.path, schemaVersion, ErrSchemaVersion)
+	}
 	if v != schemaVersion {
 		return fmt.Errorf("observer: store %s has schema version %q, this observer reads %q: %w", s.path, v, schemaVersion, ErrSchemaVersion)
 	}
@@ -200,13 +209,13 @@ func (s *Store) init(ctx context.Context) error {
 	err := s.db.QueryRowContext(ctx, `SELECT v FROM meta WHERE k='schema'`).Scan(&v)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		_, err = s.db.ExecContext(ctx, `INSERT INTO meta(k, v) VALUES('schema', ?)`, schemaVersion)
-		if err != nil {
+		v = "2" // the tables just created are schema 2's; the migrations below finish them
+		if _, err := s.db.ExecContext(ctx, `INSERT INTO meta(k, v) VALUES('schema', '2')`); err != nil {
 			return fmt.Errorf("observer: write schema version in %s: %w", s.path, err)
 		}
 	case err != nil:
 		return fmt.Errorf("observer: read schema version in %s: %w", s.path, err)
-	case v != schemaVersion:
+	case v != "2" && v != schemaVersion:
 		return fmt.Errorf("observer: store %s has schema version %q, this observer reads %q: %w", s.path, v, schemaVersion, ErrSchemaVersion)
 	}
 	// key_hash came within schema 2: a store written before it gains the
@@ -219,6 +228,31 @@ func (s *Store) init(ctx context.Context) error {
 		if _, err := s.db.ExecContext(ctx, `ALTER TABLE records ADD COLUMN key_hash INTEGER`); err != nil {
 			return fmt.Errorf("observer: add key_hash to %s: %w", s.path, err)
 		}
+	}
+	if v == "2" {
+		if err := s.migrate(ctx, "3", s.migrate3); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// migrate runs step in a transaction that ends by setting the schema
+// version to to: a migration is done whole or not at all.
+func (s *Store) migrate(ctx context.Context, to string, step func(context.Context, *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("observer: migrate %s to schema %s: %w", s.path, to, err)
+	}
+	defer tx.Rollback()
+	if err := step(ctx, tx); err != nil {
+		return fmt.Errorf("observer: migrate %s to schema %s: %w", s.path, to, err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE meta SET v = ? WHERE k = 'schema'`, to); err != nil {
+		return fmt.Errorf("observer: migrate %s to schema %s: %w", s.path, to, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("observer: migrate %s to schema %s: %w", s.path, to, err)
 	}
 	return nil
 }

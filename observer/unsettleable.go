@@ -172,6 +172,7 @@ func (u unsettleableClaims) finding(ctx context.Context, h unsettleableHit) (Fin
 		more = fmt.Sprintf(" (and %d more records)", h.n-1)
 	}
 	f := Finding{
+		Key:  "unsettleable-claim|" + h.claimed.String(),
 		Code: CodeUnsettleableClaim, Severity: CodeUnsettleableClaim.Severity(), Topic: byTopic,
 		Coordinates: []string{by.String(), h.claimed.String()},
 		Summary:     fmt.Sprintf("record %s (topic %q)%s claims %s (topic %q), %s", by, byTopic, more, h.claimed, h.name, h.why),
@@ -187,7 +188,11 @@ func (u unsettleableClaims) finding(ctx context.Context, h unsettleableHit) (Fin
 		// reader) waits here, so this is information, not an error.
 		f.Severity = SeverityInfo
 		f.Summary += "; consumers that track their position (Parsley stages, the bridge) settle it once they read past it"
-		f.Action = "nothing for Parsley consumers; a reader that settles claims only on records holds the claiming record until a later record on that channel arrives — have such writers claim only committed record offsets"
+		f.Action = bridgedAction
 	}
 	return f, nil
 }
+
+// bridgedAction is what to do about a claim on a marker or a skipped
+// record: nothing, for Parsley consumers.
+const bridgedAction = "nothing for Parsley consumers; a reader that settles claims only on records holds the claiming record until a later record on that channel arrives — have such writers claim only committed record offsets"

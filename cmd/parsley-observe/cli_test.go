@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -147,5 +148,28 @@ func TestGraphBothDirections(t *testing.T) {
 	up, down, both := count("ancestry"), count("descendants"), count("both")
 	if up == 0 || down == 0 || both != up+down {
 		t.Errorf("edges: ancestry %d, descendants %d, both %d; want both = ancestry + descendants, each non-zero", up, down, both)
+	}
+}
+
+// TestExplainSpeaksNames: explain names the stage task that sent a record
+// and the topic in its not-found message, never their UUIDs.
+func TestExplainSpeaksNames(t *testing.T) {
+	ctx := context.Background()
+	c, b := newBuilder(t)
+	if _, err := b.Faulty(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(t.TempDir(), "obs.db")
+	if _, errOut, code := run(t, nil, "scan", "--brokers", c.Addrs()[0], "--pattern", ".*", "--db", db); code != 1 {
+		t.Fatalf("scan of the faulty topology: exit %d, want 1: %s", code, errOut)
+	}
+	uuid := regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+	out, errOut, code := run(t, nil, "explain", "--db", db, "--descendants", "up/0@0")
+	if code != 0 || !strings.Contains(out, "sender shop/retired/0 seq 1") || uuid.MatchString(out) {
+		t.Errorf("explain --descendants up/0@0: exit %d\n%s%s", code, out, errOut)
+	}
+	_, errOut, code = run(t, nil, "explain", "--db", db, "gap/0@9")
+	if code != 2 || !strings.Contains(errOut, "gap/0@9") || uuid.MatchString(errOut) {
+		t.Errorf("explain gap/0@9 (not stored): exit %d: %s", code, errOut)
 	}
 }

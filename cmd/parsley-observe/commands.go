@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,9 +10,11 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -57,6 +60,33 @@ func limitFlag() cli.Flag {
 	return &cli.IntFlag{Name: "limit", Value: 5000, Usage: "maximum records in the graph (at least 1)"}
 }
 
+// ackFlags say who may acknowledge findings through serve's web server
+// and API, and how long closed findings are kept.
+func ackFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "ack-tokens-file", EnvVars: []string{"PARSLEY_OBSERVER_ACK_TOKENS_FILE"},
+			Usage: "file of bearer tokens that may acknowledge findings, one per line, optionally after the identity they stand for (\"ci-bot TOKEN\")"},
+		&cli.StringFlag{Name: "ack-users-file", EnvVars: []string{"PARSLEY_OBSERVER_ACK_USERS_FILE"},
+			Usage: "file of users that may acknowledge findings with basic auth, \"user:bcrypt-hash\" lines (htpasswd -nB USER)"},
+		&cli.DurationFlag{Name: "closed-retention", Value: 30 * 24 * time.Hour,
+			Usage: "delete resolved findings and their history this long after they resolved (0: keep)"},
+	}
+}
+
+// ackConfig reads the ackFlags: without an access file acknowledging is
+// refused.
+func ackConfig(c *cli.Context) (*web.Access, time.Duration, error) {
+	ret := c.Duration("closed-retention")
+	if ret < 0 {
+		return nil, 0, cli.Exit(fmt.Sprintf("--closed-retention %v: want a duration of 0 or more", ret), 2)
+	}
+	a, err := web.LoadAccess(c.String("ack-tokens-file"), c.String("ack-users-file"))
+	if err != nil {
+		return nil, 0, cli.Exit(err.Error(), 2)
+	}
+	return a, ret, nil
+}
+
 // dbFlag is --db. The read commands check it is set themselves rather
 // than mark it Required: urfave/cli checks required flags before the
 // config file is applied, so a Required flag could not come from there.
@@ -92,7 +122,7 @@ func app() *cli.App {
 		Commands: []*cli.Command{
 			{
 				Name: "serve", Usage: "tail topics and serve the web UI, JSON API, /metrics, /livez and /readyz",
-				Flags: []cli.Flag{brokersFlag(), topicsFlag(), patternFlag(), fromFlag(), uncommittedFlag(),
+				Flags: append([]cli.Flag{brokersFlag(), topicsFlag(), patternFlag(), fromFlag(), uncommittedFlag(),
 					&cli.StringFlag{Name: "db", Value: "observer.db", EnvVars: []string{"PARSLEY_OBSERVER_DB"}, Usage: "SQLite store path; kept across restarts"},
 					&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", Usage: "HTTP listen address"},
 					&cli.StringFlag{Name: "http-tls-cert", Usage: "serve HTTPS with this PEM certificate (chain), reloaded when the file changes (with --http-tls-key)"},
@@ -101,7 +131,19 @@ func app() *cli.App {
 					&cli.DurationFlag{Name: "refresh", Value: 10 * time.Second, Usage: "how often to probe the cluster (health, new topics, lag); bounds how long a lost cluster goes unreported"},
 					&cli.DurationFlag{Name: "max-age", Usage: "prune records older than this (0: keep)"},
 					&cli.Int64Flag{Name: "max-records", Value: 5_000_000, Usage: "prune the oldest records beyond this many (0: keep)"}},
+					ackFlags()...),
 				Action: serve,
+			},
+			{
+				Name: "ack", Usage: "acknowledge a finding through a serving observer's API, recording who and why", ArgsUsage: "FINDING-ID",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "url", Value: "http://127.0.0.1:8080", EnvVars: []string{"PARSLEY_OBSERVER_URL"}, Usage: "the serving observer's address"},
+					&cli.StringFlag{Name: "reason", Usage: "why: what is known and what is being done (kept in the finding's history)"},
+					&cli.StringFlag{Name: "token-file", EnvVars: []string{"PARSLEY_OBSERVER_TOKEN_FILE"}, Usage: "file holding a bearer token the server's --ack-tokens-file names"},
+					&cli.StringFlag{Name: "user", Usage: "user of the server's --ack-users-file (password from --password-file)"},
+					&cli.StringFlag{Name: "password-file", Usage: "file holding --user's password"},
+					&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"}},
+				Action: ack,
 			},
 			{
 				Name: "scan", Usage: "read the topics once, print findings, exit 1 if any is at or above --fail-on",
@@ -280,9 +322,11 @@ func scan(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	// Acknowledged and resolved findings (a --db kept across scans) do
+	// not fail the scan; they are listed with their state.
 	failed := 0
 	for _, f := range fs {
-		if f.Severity >= failOn {
+		if f.Open() && f.Severity >= failOn {
 			failed++
 		}
 	}
@@ -296,9 +340,15 @@ func scan(c *cli.Context) error {
 		enc.Encode(fs)
 	} else {
 		for _, f := range fs {
-			fmt.Fprintf(w, "%-7s %-23s %s\n        coordinates: %s\n        action: %s\n", f.Severity, f.Code, f.Summary, strings.Join(f.Names, " "), f.Action)
+			fmt.Fprintf(w, "%-7s %-23s #%d %s\n        coordinates: %s\n        action: %s\n", f.Severity, f.Code, f.ID, f.Summary, strings.Join(f.Names, " "), f.Action)
+			switch {
+			case f.Resolved != nil:
+				fmt.Fprintf(w, "        resolved %s: %s\n", f.Resolved.At.Format(time.RFC3339), f.Resolved.Why)
+			case f.Ack != nil:
+				fmt.Fprintf(w, "        acknowledged by %s %s: %s\n", f.Ack.By, f.Ack.At.Format(time.RFC3339), f.Ack.Reason)
+			}
 		}
-		fmt.Fprintf(w, "%d findings, %d at or above %s\n", len(fs), failed, failOn)
+		fmt.Fprintf(w, "%d findings, %d open at or above %s\n", len(fs), failed, failOn)
 	}
 	if failed > 0 {
 		return cli.Exit("", 1)
@@ -323,6 +373,11 @@ func serve(c *cli.Context) error {
 	if cfg.MaxRecords < 0 {
 		return cli.Exit(fmt.Sprintf("--max-records %d: want a positive count, or 0 to keep any number", cfg.MaxRecords), 2)
 	}
+	access, retention, err := ackConfig(c)
+	if err != nil {
+		return err
+	}
+	cfg.ClosedRetention = retention
 	path := c.String("db")
 	if path == "" {
 		return cli.Exit("--db: want a store path", 2)
@@ -343,29 +398,37 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	defer o.Close()
-	return runServer(c.Context, ln, o, !c.Bool("no-payloads"), c.App.Writer, cfg.Logger)
+	return runServer(c.Context, ln, o, serveOptions{Payloads: !c.Bool("no-payloads"), Access: access, Logger: cfg.Logger}, c.App.Writer)
+}
+
+// serveOptions are how runServer serves the UI and API.
+type serveOptions struct {
+	Payloads bool         // record pages preview keys and values
+	Access   *web.Access  // who may acknowledge findings; nil: nobody
+	Logger   *slog.Logger // the server's errors, acknowledgements and refused writes
 }
 
 // runServer serves o's store on ln while o tails, until ctx ends or
-// either fails; payloads says whether record pages preview keys and
-// values. It returns only after both have stopped, so the caller's
-// deferred closes of the observer and its store never race the ingest.
-func runServer(ctx context.Context, ln *listener, o *observer.Observer, payloads bool, out io.Writer, log *slog.Logger) error {
+// either fails, as opts say. It returns only after both have stopped, so
+// the caller's deferred closes of the observer and its store never race
+// the ingest.
+func runServer(ctx context.Context, ln *listener, o *observer.Observer, opts serveOptions, out io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(o.Collector())
 	registerProcessMetrics(reg)
 	var payload func(context.Context, headers.Coordinate) (*observer.Payload, error)
-	if payloads {
+	if opts.Payloads {
 		payload = o.Payload
 	}
-	h, err := web.New(web.Config{Store: o.Store(), Findings: o.Findings, Gatherer: reg, Health: o.Health, Payload: payload})
+	h, err := web.New(web.Config{Store: o.Store(), Findings: o.Findings, Gatherer: reg, Health: o.Health, Payload: payload,
+		Access: opts.Access, Logger: opts.Logger})
 	if err != nil {
 		return err
 	}
 	// The server's own complaints (failed handshakes, bad requests) go to
 	// the command's log, in its format.
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: ln.tls,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		ErrorLog: slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn)}
 	fmt.Fprintf(out, "parsley-observe: serving %s\n", ln.URL())
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -415,6 +478,16 @@ func parseTarget(c *cli.Context, st *observer.Store) (headers.Coordinate, error)
 	return st.Resolve(c.Context, ref)
 }
 
+// byName returns err as an exit error whose message names topics and
+// senders as the store knows them.
+func byName(ctx context.Context, st *observer.Store, err error) error {
+	names, nerr := st.Names(ctx)
+	if nerr != nil {
+		return err
+	}
+	return cli.Exit(names.Text(err.Error()), 2)
+}
+
 func explain(c *cli.Context) error {
 	lim, err := limits(c)
 	if err != nil {
@@ -435,7 +508,7 @@ func explain(c *cli.Context) error {
 	}
 	g, err := walk(c.Context, at, lim)
 	if err != nil {
-		return err
+		return byName(c.Context, st, err)
 	}
 	return g.WriteTree(c.App.Writer)
 }
@@ -471,7 +544,7 @@ func graph(c *cli.Context) error {
 		g, err = st.Both(c.Context, at, lim)
 	}
 	if err != nil {
-		return err
+		return byName(c.Context, st, err)
 	}
 	if f == "json" {
 		return g.WriteJSON(c.App.Writer)
@@ -518,9 +591,13 @@ func decode(c *cli.Context) error {
 		}
 		fmt.Fprintf(w, "record %s (topic %q)\n", ref, rec.Topic)
 		if st.Tagged {
-			fmt.Fprintf(w, "sender %s seq %d\n", st.Sender, st.Seq)
+			if n := names.SenderName(st.Sender); n != "" {
+				fmt.Fprintf(w, "sender %s (%s) seq %d\n", n, st.Sender, st.Seq)
+			} else {
+				fmt.Fprintf(w, "sender %s seq %d\n", st.Sender, st.Seq)
+			}
 		}
-		return observer.WriteClock(w, &st.Clock, names.Topic)
+		return names.WriteClock(w, &st.Clock)
 	}
 	if c.NArg() != 1 {
 		return cli.Exit("want a stamp VALUE (hex or base64) or --coord TOPIC/PARTITION@OFFSET", 2)
@@ -602,5 +679,81 @@ func demo(c *cli.Context) error {
 	})
 	defer wg.Wait()
 	defer stop()
-	return runServer(ctx, ln, o, true, c.App.Writer, log)
+	return runServer(ctx, ln, o, serveOptions{Payloads: true, Logger: log}, c.App.Writer)
+}
+
+// ack acknowledges a finding through a serving observer's API, so the
+// server checks the credentials and logs the identity as for the UI.
+func ack(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return cli.Exit("want one argument: the finding's id (the id of /api/findings, or # in scan's output)", 2)
+	}
+	// --reason is checked here rather than marked Required: urfave/cli
+	// checks required flags before the config file is applied.
+	if strings.TrimSpace(c.String("reason")) == "" {
+		return cli.Exit("--reason: say why the finding is acknowledged (kept in its history)", 2)
+	}
+	id, err := strconv.ParseInt(strings.TrimPrefix(c.Args().First(), "#"), 10, 64)
+	if err != nil || id < 1 {
+		return cli.Exit(fmt.Sprintf("finding %q: want a positive finding id", c.Args().First()), 2)
+	}
+	base, err := url.Parse(c.String("url"))
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return cli.Exit(fmt.Sprintf("--url %q: want http://HOST:PORT or https://HOST:PORT", c.String("url")), 2)
+	}
+	readSecret := func(flag string) (string, error) {
+		b, err := os.ReadFile(c.String(flag))
+		if err != nil {
+			return "", cli.Exit(fmt.Sprintf("--%s: %v", flag, err), 2)
+		}
+		v := strings.TrimSpace(string(b))
+		if v == "" {
+			return "", cli.Exit(fmt.Sprintf("--%s %s is empty", flag, c.String(flag)), 2)
+		}
+		return v, nil
+	}
+	body, _ := json.Marshal(web.AckRequest{Reason: c.String("reason")})
+	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base.JoinPath("api", "findings", strconv.FormatInt(id, 10), "ack").String(), bytes.NewReader(body))
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	switch {
+	case c.String("token-file") != "" && c.String("user") != "":
+		return cli.Exit("give either --token-file or --user, not both", 2)
+	case c.String("token-file") != "":
+		tok, err := readSecret("token-file")
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+	case c.String("user") != "":
+		if c.String("password-file") == "" {
+			return cli.Exit("--user needs --password-file", 2)
+		}
+		pw, err := readSecret("password-file")
+		if err != nil {
+			return err
+		}
+		req.SetBasicAuth(c.String("user"), pw)
+	default:
+		return cli.Exit("acknowledging needs credentials: --token-file, or --user with --password-file", 2)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("acknowledge finding %d at %s: %v", id, base.Redacted(), err), 2)
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return cli.Exit(fmt.Sprintf("acknowledge finding %d: %s: %s", id, resp.Status, strings.TrimSpace(string(msg))), 2)
+	}
+	var f observer.Finding
+	if err := json.Unmarshal(msg, &f); err != nil || f.Ack == nil {
+		return cli.Exit(fmt.Sprintf("acknowledge finding %d: unexpected answer from %s: %.200s", id, base.Redacted(), msg), 2)
+	}
+	fmt.Fprintf(c.App.Writer, "finding %d (%s) acknowledged by %s at %s: %s\n", f.ID, f.Code, f.Ack.By, f.Ack.At.Format(time.RFC3339), f.Ack.Reason)
+	return nil
 }

@@ -8,8 +8,9 @@ import (
 
 // TestDependencies: the observer and its command import, outside this
 // module and the standard library, only what the project allows —
-// franz-go, modernc.org/sqlite, urfave/cli (with its config-file parsers)
-// and the Prometheus client —
+// franz-go, modernc.org/sqlite, urfave/cli (with its config-file parsers),
+// the Prometheus client and bcrypt (golang.org/x/crypto, for the
+// acknowledging users file) —
 // and the browser-test driver (chromedp) stays out of the binary.
 func TestDependencies(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}} {{join .Imports \" \"}}{{end}}", ".").Output()
@@ -20,7 +21,7 @@ func TestDependencies(t *testing.T) {
 	// yaml.v3 and BurntSushi/toml are urfave/cli's altsrc parsers, which
 	// the command also uses to list a config file's keys.
 	allowed := []string{mod, "github.com/twmb/franz-go/", "modernc.org/sqlite", "github.com/urfave/cli/v2", "github.com/prometheus/client_golang/",
-		"gopkg.in/yaml.v3", "github.com/BurntSushi/toml"}
+		"gopkg.in/yaml.v3", "github.com/BurntSushi/toml", "golang.org/x/crypto/bcrypt"}
 	nonStd := map[string]bool{}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	for _, l := range lines {

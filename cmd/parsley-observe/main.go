@@ -6,12 +6,13 @@
 //	parsley-observe explain --db observer.db orders/0@42           ancestry as a tree
 //	parsley-observe graph   --db observer.db --format dot orders/0@42
 //	parsley-observe decode  0100000001...                          a stamp value, hex or base64
+//	parsley-observe ack     --url http://HOST:8080 --token-file F --reason WHY ID   acknowledge a finding
 //	parsley-observe demo                                           embedded broker, faulty topology, UI
 //
 // Every flag has a PARSLEY_<FLAG> environment variable (brokers:
 // PARSLEY_BROKERS, db: PARSLEY_OBSERVER_DB) and can come from a YAML or TOML
 // --config file; the commands that talk to Kafka take TLS and SASL flags
-// (flags.go shapes them all). Exit status: 0 success (and, for scan, no
+// (flags.go shapes them all). Exit status: 0 success (and, for scan, no open
 // finding at or above --fail-on), 1 findings, 2 error.
 package main
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/parsley-go/parsley/clock"
 	"github.com/parsley-go/parsley/headers"
+	"github.com/parsley-go/parsley/protocol"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -191,11 +192,23 @@ type Want struct {
 	Coordinates []string
 }
 
-// Sender IDs used by the faulty topology.
+// The faulty topology's senders are stage tasks of application "shop",
+// with sender IDs derived as a stage derives them, and changelog topics
+// ("shop-<stage>-changelog") from which the observer names them.
+const App = "shop"
+
+// Stage names of the faulty topology's senders.
+const (
+	GapStage     = "gap-writer"
+	RegressStage = "regress-writer"
+	RetiredStage = "retired"
+)
+
+// Sender IDs used by the faulty topology: partition 0 of each stage.
 var (
-	GapSender     = headers.SenderID{0x10, 1}
-	RegressSender = headers.SenderID{0x10, 2}
-	RetiredSender = headers.SenderID{0x10, 3}
+	GapSender     = protocol.SenderIDFor(App, GapStage, 0)
+	RegressSender = protocol.SenderIDFor(App, RegressStage, 0)
+	RetiredSender = protocol.SenderIDFor(App, RetiredStage, 0)
 )
 
 func str(cs ...headers.Coordinate) []string {
@@ -215,6 +228,11 @@ func (b *Builder) Faulty(ctx context.Context) ([]Want, error) {
 	}
 	if err := b.Create(ctx, 16, "wide"); err != nil {
 		return nil, err
+	}
+	for _, stage := range []string{GapStage, RegressStage, RetiredStage} {
+		if err := b.Create(ctx, 1, App+"-"+stage+"-changelog"); err != nil {
+			return nil, err
+		}
 	}
 	var want []Want
 	empty := &headers.Stamp{}

@@ -247,6 +247,8 @@ func TestScreenshots(t *testing.T) {
 		{"observer-topics.png", "/topics", "#topics"},
 		{"observer-record.png", "/record/" + ships[2].String(), `#graph[data-drawn="true"] svg`},
 		{"observer-error.png", "/record/nosuch/0@0", "#error"},
+		{"observer-finding.png", "/finding/1", "#history"},
+		{"observer-record-gap.png", "/record/gap/0@2", `#graph[data-drawn="true"] svg`},
 	} {
 		b.open(t, srv.URL+p.path, p.sel)
 		png, err := chromedp.Run(b.ctx, chromedp.CaptureScreenshot())

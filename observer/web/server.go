@@ -5,6 +5,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
@@ -56,15 +58,25 @@ type Config struct {
 	// headers for the record page (an Observer's Payload method). Nil
 	// turns previews off, for payloads that must not be shown.
 	Payload func(context.Context, headers.Coordinate) (*observer.Payload, error)
+	// Access says who may acknowledge findings (see LoadAccess). Nil
+	// refuses every acknowledgement: reading needs no credentials, writing
+	// must be configured.
+	Access *Access
+	// Logger receives acknowledgements and refused writes, with the
+	// identity; nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Server serves the web UI, the JSON API, /metrics and /livez over a
-// store. It only reads.
+// store. Its one write is acknowledging a finding, which only the
+// identities Config.Access names may do.
 type Server struct {
 	store    *observer.Store
 	evaluate func(context.Context) ([]observer.Finding, error)
 	health   func() observer.Health
 	preview  func(context.Context, headers.Coordinate) (*observer.Payload, error)
+	access   *Access
+	log      *slog.Logger
 	mux      *http.ServeMux
 	pages    map[string]*template.Template
 
@@ -82,7 +94,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("web: no store")
 	}
-	s := &Server{store: cfg.Store, evaluate: cfg.Findings, health: cfg.Health, preview: cfg.Payload, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
+	s := &Server{store: cfg.Store, evaluate: cfg.Findings, health: cfg.Health, preview: cfg.Payload, access: cfg.Access, log: cfg.Logger,
+		mux: http.NewServeMux(), pages: map[string]*template.Template{}}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
 	if s.evaluate == nil {
 		s.evaluate = func(ctx context.Context) ([]observer.Finding, error) { return cfg.Store.Findings(ctx, nil) }
 	}
@@ -92,8 +108,9 @@ func New(cfg Config) (*Server, error) {
 		"lagOf":     lagOf,
 		"lastRead":  lastRead,
 		"pct":       func(f float64) string { return strconv.FormatFloat(f*100, 'f', 1, 64) + "%" },
+		"when":      func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
 	}
-	for _, p := range []string{"findings", "topics", "record", "error"} {
+	for _, p := range []string{"findings", "topics", "record", "error", "finding"} {
 		t, err := template.New(p).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("web: parse template %s: %w", p, err)
@@ -112,6 +129,9 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.HandleFunc("GET /api/health", s.apiHealth)
 	s.mux.HandleFunc("GET /api/findings", s.apiFindings)
+	s.mux.HandleFunc("GET /api/findings/{id}", s.apiFinding)
+	s.mux.HandleFunc("POST /api/findings/{id}/ack", s.apiAck)
+	s.mux.HandleFunc("GET /finding/{id}", s.uiFinding)
 	s.mux.HandleFunc("GET /api/topics", s.apiTopics)
 	s.mux.HandleFunc("GET /api/records/{coord...}", s.apiRecord)
 	s.mux.HandleFunc("GET /api/graph/{coord...}", s.apiGraph)
@@ -134,7 +154,8 @@ func (b badRequest) Unwrap() error { return b.err }
 func status(err error) int {
 	var br badRequest
 	switch {
-	case errors.As(err, &br), errors.Is(err, observer.ErrBadCoordinate), errors.Is(err, observer.ErrBadSeverity):
+	case errors.As(err, &br), errors.Is(err, observer.ErrBadCoordinate), errors.Is(err, observer.ErrBadSeverity),
+		errors.Is(err, observer.ErrBadState), errors.Is(err, observer.ErrBadAck):
 		return http.StatusBadRequest
 	case errors.Is(err, observer.ErrNotFound):
 		return http.StatusNotFound
@@ -144,16 +165,26 @@ func status(err error) int {
 	return http.StatusInternalServerError
 }
 
-// fail answers an API request with the error as text.
-func (s *Server) fail(w http.ResponseWriter, err error) {
-	http.Error(w, err.Error(), status(err))
+// fail answers an API request with the error as text, topics and senders
+// by name.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	http.Error(w, s.byName(r.Context(), err.Error()), status(err))
 }
 
 // failPage answers a UI request with an error page that keeps the
 // navigation.
-func (s *Server) failPage(w http.ResponseWriter, err error) {
+func (s *Server) failPage(w http.ResponseWriter, r *http.Request, err error) {
 	code := status(err)
-	s.renderStatus(w, code, "error", map[string]any{"Title": http.StatusText(code), "Status": code, "Error": err.Error()})
+	s.renderStatus(w, code, "error", map[string]any{"Title": http.StatusText(code), "Status": code, "Error": s.byName(r.Context(), err.Error())})
+}
+
+// byName rewrites the topic and sender IDs in text as their names.
+func (s *Server) byName(ctx context.Context, text string) string {
+	names, err := s.store.Names(ctx)
+	if err != nil {
+		return text
+	}
+	return names.Text(text)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -202,6 +233,18 @@ type findingFilter struct {
 	Severity string
 	Topic    string
 	Search   string // a coordinate, topic or word: matched in coordinates, names and summary
+	// State is the state asked for: "" (open, the default), open,
+	// acknowledged, resolved or all.
+	State string
+}
+
+// state returns the lifecycle state f selects, "" for every state.
+func (f findingFilter) state() observer.State {
+	if f.State == "" {
+		return observer.StateOpen
+	}
+	st, _ := observer.ParseState(f.State)
+	return st
 }
 
 // keySearchLimit bounds how many records with the searched key are
@@ -224,9 +267,10 @@ func (s *Server) filter(ctx context.Context, all []observer.Finding, f findingFi
 		}
 	}
 	q := strings.ToLower(f.Search)
+	state := f.state()
 	out := []observer.Finding{}
 	for _, x := range all {
-		if (f.Code != "" && string(x.Code) != f.Code) || x.Severity < min || (f.Topic != "" && x.Topic != f.Topic) {
+		if (f.Code != "" && string(x.Code) != f.Code) || x.Severity < min || (f.Topic != "" && x.Topic != f.Topic) || (state != "" && x.State != state) {
 			continue
 		}
 		if q == "" || strings.Contains(strings.ToLower(x.Summary), q) || slices.ContainsFunc(x.Coordinates, func(c string) bool {
@@ -240,7 +284,10 @@ func (s *Server) filter(ctx context.Context, all []observer.Finding, f findingFi
 
 func parseFindingFilter(r *http.Request) (findingFilter, error) {
 	q := r.URL.Query()
-	f := findingFilter{Code: q.Get("code"), Severity: q.Get("severity"), Topic: q.Get("topic"), Search: strings.TrimSpace(q.Get("q"))}
+	f := findingFilter{Code: q.Get("code"), Severity: q.Get("severity"), Topic: q.Get("topic"), Search: strings.TrimSpace(q.Get("q")), State: q.Get("state")}
+	if _, err := observer.ParseState(f.State); err != nil {
+		return f, err
+	}
 	if f.Code != "" && !observer.Code(f.Code).Known() {
 		return f, badRequest{fmt.Errorf("unknown finding code %q", f.Code)}
 	}
@@ -290,12 +337,12 @@ func (s *Server) evaluateShared(ctx context.Context) ([]observer.Finding, error)
 func (s *Server) apiFindings(w http.ResponseWriter, r *http.Request) {
 	f, err := parseFindingFilter(r)
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	fs, err := s.findings(r.Context(), f)
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	writeJSON(w, fs)
@@ -304,7 +351,7 @@ func (s *Server) apiFindings(w http.ResponseWriter, r *http.Request) {
 func (s *Server) apiTopics(w http.ResponseWriter, r *http.Request) {
 	ts, err := s.store.Topics(r.Context())
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	if ts == nil {
@@ -343,22 +390,22 @@ func (s *Server) graphParams(r *http.Request) (headers.Coordinate, observer.Limi
 func (s *Server) apiRecord(w http.ResponseWriter, r *http.Request) {
 	c, lim, err := s.graphParams(r)
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	rec, err := s.store.Record(r.Context(), c)
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	up, err := s.store.Ancestry(r.Context(), c, lim)
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	down, err := s.store.Descendants(r.Context(), c, lim)
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	m := recordJSON(rec)
@@ -383,7 +430,7 @@ func recordJSON(r *observer.Record) map[string]any {
 func (s *Server) apiGraph(w http.ResponseWriter, r *http.Request) {
 	c, lim, err := s.graphParams(r)
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	var g *observer.Graph
@@ -398,7 +445,7 @@ func (s *Server) apiGraph(w http.ResponseWriter, r *http.Request) {
 		err = badRequest{fmt.Errorf("parameter direction=%q: want ancestry, descendants or both", dir)}
 	}
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	switch f := r.URL.Query().Get("format"); f {
@@ -408,7 +455,7 @@ func (s *Server) apiGraph(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/vnd.graphviz")
 		g.WriteDOT(w)
 	default:
-		s.fail(w, badRequest{fmt.Errorf("parameter format=%q: want json or dot", f)})
+		s.fail(w, r, badRequest{fmt.Errorf("parameter format=%q: want json or dot", f)})
 	}
 }
 
@@ -437,32 +484,44 @@ func (s *Server) renderStatus(w http.ResponseWriter, code int, page string, data
 func (s *Server) uiFindings(w http.ResponseWriter, r *http.Request) {
 	f, err := parseFindingFilter(r)
 	if err != nil {
-		s.failPage(w, err)
+		s.failPage(w, r, err)
 		return
 	}
 	all, err := s.findings(r.Context(), findingFilter{})
 	if err != nil {
-		s.failPage(w, err)
+		s.failPage(w, r, err)
 		return
 	}
 	fs := s.filter(r.Context(), all, f)
 	names, err := s.store.Names(r.Context())
 	if err != nil {
-		s.failPage(w, err)
+		s.failPage(w, r, err)
 		return
 	}
+	rows := make([]findingRow, len(fs))
+	for i, x := range fs {
+		rows[i] = findingRow{Finding: x, Involved: involved(x, names)}
+	}
 	s.render(w, r, "findings", map[string]any{
-		"Title": "Findings", "Findings": fs, "Total": len(all), "Codes": observer.AllCodes(), "TopicNames": names,
+		"Title": "Findings", "Findings": rows, "Total": len(all), "Codes": observer.AllCodes(), "TopicNames": names,
 		"Summary":    s.codeSummary(r.Context(), all),
 		"Severities": []observer.Severity{observer.SeverityInfo, observer.SeverityWarning, observer.SeverityError},
+		"States":     []string{"open", "acknowledged", "resolved", "all"},
 		"Code":       f.Code, "Severity": f.Severity, "Topic": f.Topic, "Search": f.Search, "DocsURL": docsURL,
+		"State": string(cmp.Or(f.state(), "all")),
 	})
+}
+
+// findingRow is a finding as the findings page lists it.
+type findingRow struct {
+	observer.Finding
+	Involved []Involved
 }
 
 func (s *Server) uiTopics(w http.ResponseWriter, r *http.Request) {
 	ts, err := s.store.Topics(r.Context())
 	if err != nil {
-		s.failPage(w, err)
+		s.failPage(w, r, err)
 		return
 	}
 	s.render(w, r, "topics", map[string]any{"Title": "Topics", "Topics": ts})
@@ -471,28 +530,32 @@ func (s *Server) uiTopics(w http.ResponseWriter, r *http.Request) {
 func (s *Server) uiRecord(w http.ResponseWriter, r *http.Request) {
 	c, lim, err := s.graphParams(r)
 	if err != nil {
-		s.failPage(w, err)
+		s.failPage(w, r, err)
 		return
 	}
 	rec, err := s.store.Record(r.Context(), c)
+	if errors.Is(err, observer.ErrNotFound) {
+		s.missingRecord(w, r, c, err)
+		return
+	}
 	if err != nil {
-		s.failPage(w, err)
+		s.failPage(w, r, err)
 		return
 	}
 	g, err := s.store.Both(r.Context(), c, lim)
 	if err != nil {
-		s.failPage(w, err)
+		s.failPage(w, r, err)
 		return
 	}
 	names, err := s.store.Names(r.Context())
 	if err != nil {
-		s.failPage(w, err)
+		s.failPage(w, r, err)
 		return
 	}
 	var clk strings.Builder
 	if rec.Err == "" && rec.Stamped {
 		if st, err := rec.Stamp(); err == nil {
-			observer.WriteClock(&clk, &st.Clock, names.Topic)
+			names.WriteClock(&clk, &st.Clock)
 		}
 	} else if !rec.Stamped {
 		clk.WriteString("no stamp: claims nothing")
@@ -501,6 +564,11 @@ func (s *Server) uiRecord(w http.ResponseWriter, r *http.Request) {
 	data := map[string]any{
 		"Title": "Record " + label, "Label": label, "Record": rec, "Graph": g, "Clock": clk.String(),
 		"Time": time.UnixMilli(rec.Timestamp).UTC().Format(time.RFC3339Nano), "Depth": lim.Depth, "Limit": lim.Nodes,
+		"SenderName": names.SenderName(rec.Sender), "Names": names,
+	}
+	if data["Findings"], err = s.findingsOf(r.Context(), c); err != nil {
+		s.failPage(w, r, err)
+		return
 	}
 	data["Payload"], data["PayloadNote"] = s.payload(r.Context(), c)
 	s.render(w, r, "record", data)

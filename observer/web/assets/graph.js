@@ -86,7 +86,7 @@
       grp.appendChild(title);
       var target = grp;
       if (n.data.state === "record" || n.data.state === "marker") {
-        target = el("a", { href: "/record/" + id });
+        target = el("a", { href: "/record/" + (n.data.link || id) });
         grp.appendChild(target);
       }
       target.appendChild(el("rect", { width: n.width, height: n.height, rx: 4 }));
