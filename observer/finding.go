@@ -190,7 +190,7 @@ var codeInfo = map[Code]struct {
 	CodeCrossPartitionCause: {SeverityWarning, // placement.go
 		"a record that is not on the partition murmur2 of its key gives claims a cause on another partition of a topic with as many partitions: " +
 			"a stage reading both topics consumes the two in different tasks and does not order them",
-		"make every producer of the topic partition with murmur2, Kafka's default (sarama: saramaclock.Murmur2Partitioner; " +
+		"make every producer of the topic partition with murmur2, Kafka's default (sarama: sarama.NewMurmur2Partitioner; " +
 			"librdkafka: partitioner=murmur2_random; kafka-go: Murmur2Balancer), or key related records alike so they share a partition number"},
 }
 
