@@ -10,7 +10,6 @@ import (
 	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -176,32 +175,4 @@ func TestAnchorNeverMovesTheGroupBack(t *testing.T) {
 	if got[0] != "v9" {
 		t.Errorf("outputs %q, want v9 only (offsets after the landing %v)", got, after)
 	}
-}
-
-// commitPlain commits offs for group outside any transaction.
-func (e *env) commitPlain(ctx context.Context, cl *kgo.Client, group string, offs map[string]map[int32]kgo.EpochOffset) error {
-	req := kmsg.NewPtrOffsetCommitRequest()
-	req.Group, req.Generation = group, -1
-	for topic, ps := range offs {
-		rt := kmsg.NewOffsetCommitRequestTopic()
-		rt.Topic, rt.TopicID = topic, e.topicID(topic)
-		for p, at := range ps {
-			rp := kmsg.NewOffsetCommitRequestTopicPartition()
-			rp.Partition, rp.Offset, rp.LeaderEpoch = p, at.Offset, at.Epoch
-			rt.Partitions = append(rt.Partitions, rp)
-		}
-		req.Topics = append(req.Topics, rt)
-	}
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		return err
-	}
-	for _, t := range resp.Topics {
-		for _, p := range t.Partitions {
-			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
