@@ -166,7 +166,9 @@ func TestAbortedStepLeavesNoStateBehind(t *testing.T) {
 // in three aborted before End. The aliasing fold updates in place the
 // state it loads, sends the state's own bytes, and starts every key from
 // the one initial value; the outputs, the counts and the changelog must be
-// the copying fold's. Each would fail without a copy: the initial value
+// the copying fold's, whichever layer the state is read from (the step's
+// writes, the unwritten committed ones, the file). Each
+// would fail without a copy: the initial value
 // mutated (new keys count on from the last new key's count), a step's
 // own write reloaded in place (an earlier send of the step changes before
 // the producer encodes it), committed state reloaded in place (the
@@ -174,7 +176,7 @@ func TestAbortedStepLeavesNoStateBehind(t *testing.T) {
 func TestAliasingStateUnderAborts(t *testing.T) {
 	for _, aliasing := range []bool{false, true} {
 		t.Run(fmt.Sprintf("aliasing=%v", aliasing), func(t *testing.T) {
-			const parts, keys, n = 2, 5, 120
+			const parts, keys, n = 2, 5, 280 // past storeEvery steps: state is read back from the file too
 			e := newEnv(t, broker.Topic{Name: "in", Partitions: parts}, broker.Topic{Name: "out", Partitions: parts}, broker.Topic{Name: "counts", Partitions: parts})
 			in, out := NewTopic("in", String(), String()), NewTopic("out", String(), String())
 			st := countingStage("count", aliasing, in, out, nil)
@@ -273,5 +275,52 @@ func TestMutatedDeliveriesDoNotLeak(t *testing.T) {
 		if s := string(r.Key) + "=" + string(r.Value); s != want[i] {
 			t.Errorf("output %d = %s, want %s", i, s, want[i])
 		}
+	}
+}
+
+// TestKeepAfterInPlaceUpdate: a fold that updates its state in place and
+// then returns Keep changes nothing: the next record sees the count as it
+// was. Without the unwritten layer's copy the kept update survived (1 3 4
+// 6 ...). One record per step, past
+// storeEvery steps, one End in three aborted.
+func TestKeepAfterInPlaceUpdate(t *testing.T) {
+	e := newEnv(t, broker.Topic{Name: "in"}, broker.Topic{Name: "out"})
+	in, out := NewTopic("in", String(), String()), NewTopic("out", String(), String())
+	b := WithState(Named("count"), Codec[aliascodec.Int64](aliascodec.Codec{}), aliascodec.NewInt64(0))
+	OnFold(b, in, func(s aliascodec.Int64, m Message[string, string]) (Step[aliascodec.Int64], error) {
+		em := out.Send(m.Key, fmt.Sprint(s.Add(1)))
+		if strings.HasPrefix(m.Value, "keep") {
+			return Keep[aliascodec.Int64](em), nil
+		}
+		return Next(s, em), nil
+	})
+	st := b.Into(out).MustBuild()
+	e.changelogs(1, st)
+	cfg := e.config("a")
+	cfg.MaxPollRecords = 1
+	a, err := New(cfg, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ends atomic.Int64
+	a.hooks.beforeEnd = func(int64) bool { return ends.Add(1)%3 == 0 }
+	e.startApp(a)
+	const n = 3 * storeEvery
+	var want []string
+	count := int64(0)
+	for i := range n {
+		v := fmt.Sprintf("v%d", i)
+		if i%3 == 1 {
+			v = fmt.Sprintf("keep%d", i)
+			want = append(want, fmt.Sprint(count+1))
+		} else {
+			count++
+			want = append(want, fmt.Sprint(count))
+		}
+		e.produce(rec("in", 0, "k", v))
+	}
+	got := values(e.readExactly("out", n, 60*time.Second))
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("outputs %v, want %v", got, want)
 	}
 }
