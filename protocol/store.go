@@ -170,6 +170,13 @@ func (b *Batch) Get(key string) ([]byte, bool, error) {
 	return b.base.Get(key)
 }
 
+// Staged returns key's staged write, if the batch holds one: a Put's
+// value is the slice Put kept, shared, not a copy.
+func (b *Batch) Staged(key string) (Mutation, bool) {
+	m, ok := b.writes[key]
+	return m, ok
+}
+
 // Put implements Store.
 func (b *Batch) Put(key string, value []byte) error {
 	b.writes[key] = Mutation{Key: key, Value: value}

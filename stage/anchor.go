@@ -24,8 +24,10 @@ package stage
 //     transactional offset commit from another generation, and a
 //     cooperative rebalance revokes a partition before it assigns it
 //     elsewhere; a revoke during the step makes End abort);
-//   - otherwise, when the client starts a partition without a group offset
-//     at the log start (franz-go's default, which ClientOpts may change to
+//   - otherwise, when the group has no commit for the partition, neither
+//     committed nor pending in another member's open transaction (a stable
+//     read at the task's build: readUncommitted), and the client starts a
+//     partition without a group offset at the log start (franz-go's default, which ClientOpts may change to
 //     join at the log end), the offset the task's last build started the
 //     input at, where the client consumes from. With no commit the group
 //     resumes at the log start, and startPositions gave the log start then:
@@ -40,11 +42,22 @@ package stage
 // With KIP-447 a member that takes the partition over while the
 // transaction is open waits for it (RequireStable), and reads the same
 // offset either way.
+//
+// The start positions are read without RequireStable (a build must not
+// wait on another member's transaction), so they may predate a commit
+// pending at the takeover, which the client is still waiting to read. An
+// anchor from them, committed after that commit lands, moved the group's
+// offset back, and the records between were processed twice (#29,
+// TestAnchorNeverMovesTheGroupBack). Hence the stable read: a partition
+// with a commit pending is not anchored by the fallback, and its step pays
+// franz-go's 500 ms instead.
 
 import (
 	"context"
+	"maps"
 	"slices"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -105,7 +118,7 @@ func (a *App) offsetAnchor(committed map[string]map[int32]kgo.EpochOffset) (anc 
 			if at, ok := committed[tp.topic][tp.partition]; ok {
 				return offsetAnchor{tp, at}, true
 			}
-			if fresh == nil && a.freshAtLogStart && i < len(t.begin) && t.begin[i] >= 0 {
+			if fresh == nil && a.freshAtLogStart && a.uncommitted[tp] && i < len(t.begin) && t.begin[i] >= 0 {
 				fresh = &offsetAnchor{tp, kgo.EpochOffset{Epoch: -1, Offset: t.begin[i]}}
 			}
 		}
@@ -136,4 +149,54 @@ func (t *task) recordBegin(starts map[string]map[int32]int64) {
 		}
 		t.begin = append(t.begin, pos)
 	}
+}
+
+// readUncommitted reads, with RequireStable, which of the partitions in
+// need the group has no commit for, committed or pending, and records the
+// answer for offsetAnchor. The broker answers a partition with a pending
+// commit UNSTABLE_OFFSET_COMMIT at once; that counts as committed. A
+// failed read records every partition as committed: the fallback only
+// spares a delay, so it needs certainty.
+func (a *App) readUncommitted(ctx context.Context, need map[string][]int32) {
+	found := make(map[topicPartition]bool)
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.RequireStable = true
+	g := kmsg.NewOffsetFetchRequestGroup()
+	g.Group = a.cfg.ApplicationID
+	for _, topic := range slices.Sorted(maps.Keys(need)) {
+		rt := kmsg.NewOffsetFetchRequestGroupTopic()
+		rt.Topic, rt.TopicID = topic, a.topics[topic].id
+		rt.Partitions = need[topic]
+		g.Topics = append(g.Topics, rt)
+		for _, p := range need[topic] {
+			found[topicPartition{topic, p}] = false
+		}
+	}
+	req.Groups = append(req.Groups, g)
+	resp, err := req.RequestWith(ctx, a.boot)
+	if err == nil && len(resp.Groups) == 1 && resp.Groups[0].ErrorCode == 0 {
+		for _, rt := range resp.Groups[0].Topics {
+			topic := rt.Topic
+			if name, ok := a.idName[rt.TopicID]; ok {
+				topic = name
+			}
+			for _, rp := range rt.Partitions {
+				tp := topicPartition{topic, rp.Partition}
+				if _, asked := found[tp]; asked {
+					found[tp] = rp.ErrorCode == 0 && rp.Offset < 0
+				}
+			}
+		}
+	} else {
+		if err == nil && len(resp.Groups) == 1 {
+			err = kerr.ErrorForCode(resp.Groups[0].ErrorCode)
+		}
+		a.log.Debug("stage: stable offset read failed; no anchor from start positions", "err", err)
+	}
+	a.amu.Lock()
+	defer a.amu.Unlock()
+	if a.uncommitted == nil {
+		a.uncommitted = make(map[topicPartition]bool)
+	}
+	maps.Copy(a.uncommitted, found)
 }

@@ -83,7 +83,10 @@ type App struct {
 	// offset at its log start (ClientOpts keep franz-go's default), so an
 	// offsetless step may commit that (anchor.go).
 	freshAtLogStart bool
-	ahead           decodeAhead // the step's decoding workers (decodeahead.go)
+	// uncommitted: the source partitions the last stable offset read
+	// found with no group commit, committed or pending (anchor.go).
+	uncommitted map[topicPartition]bool
+	ahead       decodeAhead // the step's decoding workers (decodeahead.go)
 
 	snap            atomic.Pointer[snapshot] // published by the session loop
 	commits, aborts atomic.Uint64

@@ -4,11 +4,13 @@ package stage
 // handler and fold types user logic is written in.
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
 	"runtime/debug"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
@@ -157,6 +159,17 @@ type stateDecl[S any] struct {
 	// type, whose nil value deletes the key's state. Decided once at
 	// declaration, so a fold step over any other type uses no reflection.
 	nilable bool
+	// fresh: initial may share memory with what a fold makes of it (S
+	// holds a pointer, slice, map...; a zero-copy view), so every unseen
+	// key gets its own copy, decoded from the initial's encoding: a fold
+	// that updates its state in place must not change the next key's
+	// start. Decided once at declaration.
+	fresh bool
+	init  struct {
+		once sync.Once
+		enc  []byte
+		err  error
+	}
 }
 
 // Builder declares a stage. Methods record problems instead of failing;
@@ -191,7 +204,9 @@ func WithState[S any](b *Builder, codec Codec[S], initial S) *Builder {
 	if codec == nil {
 		b.errf("state declared with a nil codec")
 	}
-	b.state, b.hasState = &stateDecl[S]{codec: codec, initial: initial, nilable: nilable[S]()}, true
+	sd := &stateDecl[S]{codec: codec, initial: initial, nilable: nilable[S]()}
+	sd.fresh = sharesMemory(reflect.TypeFor[S]()) && !(sd.nilable && isNil(initial))
+	b.state, b.hasState = sd, true
 	return b
 }
 
@@ -257,6 +272,12 @@ func applyFold[S any](sd *stateDecl[S], io stateIO, step func(S) (Step[S], error
 	if err != nil {
 		return nil, err
 	}
+	if !ok && sd.fresh {
+		if raw, err = sd.initialBytes(); err != nil {
+			return nil, err
+		}
+		ok = true
+	}
 	if ok {
 		if s, err = sd.codec.Decode(raw); err != nil {
 			return nil, &CodecError{Part: "state", Op: "decode", Err: err}
@@ -281,6 +302,44 @@ func applyFold[S any](sd *stateDecl[S], io stateIO, step func(S) (Step[S], error
 		err = io.store(enc)
 	}
 	return st.Emissions, err
+}
+
+// initialBytes returns a new copy of the initial state's encoding, encoded
+// once.
+func (sd *stateDecl[S]) initialBytes() ([]byte, error) {
+	in := &sd.init
+	in.once.Do(func() {
+		defer catch(&in.err)
+		enc, err := sd.codec.Encode(sd.initial)
+		if err != nil {
+			in.err = &CodecError{Part: "state", Op: "encode", Err: fmt.Errorf("initial state: %w", err)}
+			return
+		}
+		in.enc = append([]byte{}, enc...) // never nil: codecs never see nil
+	})
+	if in.err != nil {
+		return nil, in.err
+	}
+	return bytes.Clone(in.enc), nil
+}
+
+// sharesMemory reports whether values of t may share memory with each
+// other: t is or holds a pointer, slice, map, interface, channel or
+// function. Strings are immutable and share nothing mutable.
+func sharesMemory(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Interface, reflect.Chan, reflect.Func, reflect.UnsafePointer:
+		return true
+	case reflect.Array:
+		return t.Len() > 0 && sharesMemory(t.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if sharesMemory(t.Field(i).Type) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (b *Builder) source(t interface{ topicName() string }) bool {

@@ -22,6 +22,12 @@ import (
 // runtime decodes a step's records on other goroutines ahead of their
 // delivery (Config.DecodeAhead), while the step goroutine encodes. Every
 // codec in this package is.
+//
+// Decode may return a value that shares memory with its input (a zero-copy
+// view), and Encode may return memory its value shares, but Decode must not
+// modify its input: a fetched record's bytes are read by every stage that
+// consumes the topic. A fold's state is decoded from bytes the fold owns,
+// so it may update its state in place (docs/codecs.md).
 type Codec[T any] interface {
 	Encode(v T) ([]byte, error)
 	Decode(b []byte) (T, error)

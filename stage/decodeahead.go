@@ -19,7 +19,6 @@ package stage
 // concurrent use.
 
 import (
-	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -158,11 +157,19 @@ type decodeAhead struct {
 
 	gen    atomic.Uint64 // odd while a step's windows are open
 	stop   atomic.Bool   // set by finish: leave the windows now
-	busy   atomic.Int32  // workers inside the windows
 	parked atomic.Int32  // workers waiting on wake
 	wake   chan struct{}
 	done   chan struct{} // closed by close: workers return
 	wg     sync.WaitGroup
+
+	// A worker enters the windows under mu, only while gen is odd, and
+	// finish makes gen even under mu: after that no worker enters, and
+	// finish waits on left until the ones inside have left. A worker
+	// leaves within the record it decodes, which may take as long as the
+	// codec does (a remote schema lookup): finish sleeps meanwhile.
+	mu   sync.Mutex
+	busy int       // workers inside the windows
+	left sync.Cond // signalled when busy drops to 0
 }
 
 // add makes recs the window of dec for this step. A source's second
@@ -183,6 +190,7 @@ func (d *decodeAhead) start() {
 		return
 	}
 	if d.done == nil {
+		d.left.L = &d.mu
 		d.wake = make(chan struct{}, d.workers)
 		d.done = make(chan struct{})
 		for range d.workers {
@@ -205,10 +213,12 @@ func (d *decodeAhead) finish() {
 		return
 	}
 	d.stop.Store(true)
+	d.mu.Lock()
 	d.gen.Add(1)
-	for d.busy.Load() != 0 {
-		runtime.Gosched() // a worker leaves within one record
+	for d.busy != 0 {
+		d.left.Wait()
 	}
+	d.mu.Unlock()
 	d.stop.Store(false)
 	for _, w := range d.wins {
 		w.clear()
@@ -233,16 +243,22 @@ func (d *decodeAhead) run() {
 	var last uint64 // the windows this worker has done
 	for {
 		if g := d.gen.Load(); g%2 == 1 && g != last {
-			// Announce before looking at the windows; finish bumps gen
-			// before it waits for busy, so either finish sees this worker
-			// busy, or this worker sees gen moved and stays out.
-			d.busy.Add(1)
-			if d.gen.Load() == g {
+			d.mu.Lock()
+			open := d.gen.Load() == g // finish has not closed them since
+			if open {
+				d.busy++
+			}
+			d.mu.Unlock()
+			if open {
 				for _, w := range d.wins {
 					w.work(&d.stop)
 				}
+				d.mu.Lock()
+				if d.busy--; d.busy == 0 {
+					d.left.Broadcast()
+				}
+				d.mu.Unlock()
 			}
-			d.busy.Add(-1)
 			last = g
 			continue
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -289,5 +291,64 @@ func TestDecodeAheadRunsBesideTheStep(t *testing.T) {
 				t.Errorf("%d decodes at once with DecodeAhead %d, want %d", most, tc.ahead, tc.most)
 			}
 		})
+	}
+}
+
+// TestDecodeAheadFinishSleepsWhileAWorkerDecodes: a codec may block (a
+// remote schema lookup). finish waits for the worker inside it parked, not
+// spinning, returns only once the worker has left, and leaves no window.
+func TestDecodeAheadFinishSleepsWhileAWorkerDecodes(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	top := NewTopic("in", String(), Of(
+		func(v int64) ([]byte, error) { return strconv.AppendInt(nil, v, 10), nil },
+		func(b []byte) (int64, error) {
+			if string(b) == "0" {
+				close(entered)
+				<-release
+			}
+			return strconv.ParseInt(string(b), 10, 64)
+		}))
+	var recs []*kgo.Record
+	for i := range 4 {
+		recs = append(recs, &kgo.Record{Offset: int64(i), Key: []byte("k"), Value: strconv.AppendInt(nil, int64(i), 10)})
+	}
+	d := decodeAhead{workers: 1}
+	defer d.close()
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock() // before close waits for the worker
+	dec := aheadOf(top)()
+	d.add(dec, recs)
+	d.start()
+	<-entered
+	finished := make(chan struct{})
+	go func() {
+		d.finish()
+		close(finished)
+	}()
+	// The finishing goroutine parks on the condition; a spin would show
+	// it runnable, running or yielding.
+	waitFor(t, 10*time.Second, "finish parked on the worker", func() bool {
+		buf := make([]byte, 1<<20)
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "(*decodeAhead).finish") {
+				return strings.Contains(g, "[sync.Cond.Wait")
+			}
+		}
+		return false
+	})
+	select {
+	case <-finished:
+		t.Fatal("finish returned while a worker was inside the window")
+	default:
+	}
+	unblock()
+	select {
+	case <-finished:
+	case <-time.After(10 * time.Second):
+		t.Fatal("finish did not return after the worker left")
+	}
+	if dec.window() != nil || len(d.wins) != 0 {
+		t.Fatal("finish left a window behind")
 	}
 }

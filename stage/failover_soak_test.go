@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parsley-go/parsley/internal/aliascodec"
 	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/parsley-go/parsley/internal/state"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -31,6 +32,9 @@ import (
 // only when PARSLEY_FAILOVER_SOAK names a duration:
 //
 //	PARSLEY_FAILOVER_SOAK=2m go test ./stage -run TestFailoverSoak -v
+//
+// PARSLEY_FAILOVER_ALIASING=1 folds with the zero-copy, in-place state
+// codec instead of Int64 (#29).
 //
 // The instances run with one standby per task; PARSLEY_FAILOVER_STANDBYS
 // sets another count (0: none). Every task restore is logged with what it
@@ -52,10 +56,14 @@ const (
 	// envFailoverClientLog, when set, makes every stage process log its
 	// client's group and transaction events to stderr.
 	envFailoverClientLog = "PARSLEY_FAILOVER_CLIENT_LOG"
-	failoverChildMode    = "failover"
-	soakSessionTimeout   = 3 * time.Second
-	soakPartitions       = 6
-	soakRestoreLog       = "restores.log"
+	// envFailoverAliasing, when set, makes the fold's state codec the
+	// zero-copy, in-place one (aliascodec, stagetest.AliasingInt64): the
+	// same bytes, so the same oracle must hold (#29).
+	envFailoverAliasing = "PARSLEY_FAILOVER_ALIASING"
+	failoverChildMode   = "failover"
+	soakSessionTimeout  = 3 * time.Second
+	soakPartitions      = 6
+	soakRestoreLog      = "restores.log"
 )
 
 // soakStandbys is the soak's standby count: PARSLEY_FAILOVER_STANDBYS, or 1.
@@ -73,12 +81,22 @@ func failoverChild() int {
 	id := os.Getenv(envFailoverInstance)
 	proc := fmt.Sprintf("%s/%d", id, os.Getpid())
 	in, out := NewTopic("in", String(), String()), NewTopic("out", String(), String())
-	b := WithState(Named("count"), Int64(), 0)
-	OnFold(b, in, func(n int64, m Message[string, string]) (Step[int64], error) {
-		n++
-		return Next(n, out.Send(m.Key, fmt.Sprintf("%s#%d:%s@%s", m.Key, n, m.Value, proc))), nil
-	})
-	st := b.Into(out).MustBuild()
+	send := func(k, v string, n int64) Emission { return out.Send(k, fmt.Sprintf("%s#%d:%s@%s", k, n, v, proc)) }
+	var st *Stage
+	if os.Getenv(envFailoverAliasing) != "" {
+		b := WithState(Named("count"), Codec[aliascodec.Int64](aliascodec.Codec{}), aliascodec.NewInt64(0))
+		OnFold(b, in, func(s aliascodec.Int64, m Message[string, string]) (Step[aliascodec.Int64], error) {
+			return Next(s, send(m.Key, m.Value, s.Add(1))), nil // updates the loaded bytes in place
+		})
+		st = b.Into(out).MustBuild()
+	} else {
+		b := WithState(Named("count"), Int64(), 0)
+		OnFold(b, in, func(n int64, m Message[string, string]) (Step[int64], error) {
+			n++
+			return Next(n, send(m.Key, m.Value, n)), nil
+		})
+		st = b.Into(out).MustBuild()
+	}
 	cfg := Config{
 		ApplicationID:      "app",
 		InstanceID:         id,
@@ -493,7 +511,7 @@ func TestFailoverSoak(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d kills over %v with %d standbys, %d preloaded keys per partition; %d outputs", len(kills), d, standbys, preload, len(arrivals))
+	t.Logf("%d kills over %v with %d standbys, %d preloaded keys per partition, aliasing state codec %v; %d outputs", len(kills), d, standbys, preload, os.Getenv(envFailoverAliasing) != "", len(arrivals))
 	for _, f := range []struct {
 		what string
 		ds   []time.Duration

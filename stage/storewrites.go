@@ -1,6 +1,7 @@
 package stage
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -39,6 +40,51 @@ func (t *task) unwritten() *protocol.Batch {
 		t.pendingCP = -1
 	}
 	return t.pending
+}
+
+// committed returns the committed state a step reads: the unwritten
+// writes over the file, read through committedReads.
+func (t *task) committed() protocol.Store { return committedReads{t.unwritten()} }
+
+// committedReads reads the unwritten writes over the file, handing out
+// copies. The unwritten writes keep the very slices the steps put (a
+// fold's encoded state, the node's held records), and what a read returns
+// reaches user code: a fold's state codec may decode into a value that
+// aliases its input and update it in place (zero-copy encodings do), and a
+// held record's value codec may alias the record. Handed the kept slice,
+// such code would write into committed state, and an aborted step's update
+// would survive into its retry and the changelog. The file's reads are
+// copies already (state.Store.Get), for the same reason.
+type committedReads struct{ p *protocol.Batch }
+
+func (c committedReads) Get(key string) ([]byte, bool, error) {
+	if m, ok := c.p.Staged(key); ok {
+		if m.Delete {
+			return nil, false, nil
+		}
+		return bytes.Clone(m.Value), true, nil
+	}
+	return c.p.Get(key) // the file's: a copy
+}
+
+func (c committedReads) Scan(prefix string, fn func(key string, value []byte) error) error {
+	return c.p.Scan(prefix, func(k string, v []byte) error {
+		if _, ok := c.p.Staged(k); ok {
+			v = bytes.Clone(v)
+		}
+		return fn(k, v)
+	})
+}
+
+// Put is refused: a step's writes stay in its batch until commit moves
+// them into the unwritten writes.
+func (c committedReads) Put(key string, _ []byte) error {
+	return fmt.Errorf("stage: put %q into committed state outside a commit", key)
+}
+
+// Delete is refused, as Put.
+func (c committedReads) Delete(key string) error {
+	return fmt.Errorf("stage: delete %q from committed state outside a commit", key)
 }
 
 // commit takes in the committed step's writes and changelog checkpoint and

@@ -5,6 +5,7 @@ package stage
 // emissions, and writing its store after a commit.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -167,7 +168,7 @@ func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts
 	t.kv.DropCache() // a rebuilt node reads the file, nothing remembered from before
 	// The committed state: the file under the committed steps' writes not
 	// yet in it (storewrites.go).
-	t.batch = protocol.NewBatch(t.unwritten())
+	t.batch = protocol.NewBatch(t.committed())
 	t.clNext = -1
 	n, err := protocol.New(ctx, protocol.Config{
 		ApplicationID: t.env.appID,
@@ -473,6 +474,20 @@ type foldState struct {
 	key   string
 }
 
-func (f *foldState) load() ([]byte, bool, error) { return f.batch.Get(f.key) }
-func (f *foldState) store(b []byte) error        { return f.batch.Put(f.key, b) }
-func (f *foldState) del() error                  { return f.batch.Delete(f.key) }
+// load returns the key's state as bytes the fold owns: its codec may decode
+// into a value that aliases them and update it in place. A write of this
+// step is copied here (the batch keeps it for the changelog and the
+// commit, and the step's emissions may share it); committed state comes
+// copied from below.
+func (f *foldState) load() ([]byte, bool, error) {
+	if m, ok := f.batch.Staged(f.key); ok {
+		if m.Delete {
+			return nil, false, nil
+		}
+		return bytes.Clone(m.Value), true, nil
+	}
+	return f.batch.Get(f.key)
+}
+
+func (f *foldState) store(b []byte) error { return f.batch.Put(f.key, b) }
+func (f *foldState) del() error           { return f.batch.Delete(f.key) }

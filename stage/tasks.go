@@ -194,6 +194,9 @@ func (a *App) startPositions(ctx context.Context, need map[string][]int32) (star
 			starts[t][p], logStarts[t][p] = pos, ls.Offset
 		}
 	}
+	if a.freshAtLogStart {
+		a.readUncommitted(ctx, need) // anchor.go
+	}
 	return starts, logStarts, nil
 }
 

@@ -56,3 +56,16 @@ func ExampleNew() {
 	// k HELLO
 	// clock 10:00AM
 }
+
+// AliasingInt64 decodes a view of the bytes it is given, and the view's
+// Add writes into them: the runtime must hand a fold bytes it keeps no
+// other use for.
+func ExampleAliasingInt64() {
+	c := stagetest.AliasingInt64()
+	stored := []byte{0, 0, 0, 0, 0, 0, 0, 41}
+	v, _ := c.Decode(stored)
+	v.Add(1)
+	enc, _ := c.Encode(v)
+	fmt.Println(v.Value(), stored[7], &enc[0] == &stored[0])
+	// Output: 42 42 true
+}
