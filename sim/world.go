@@ -157,6 +157,8 @@ func NewWorld(spec Spec, seed uint64, opts Options) (*World, error) {
 		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), hash: fnv.New64a(),
 		crashes: spec.Crashes, retention: spec.Retention, truncations: spec.Truncations, storeFaults: spec.StoreFaults,
 		deletedAt: map[headers.TopicID]int{}, recreatedIDs: map[headers.TopicID]bool{}}
+	// Topic IDs with and without the sign bit, drawn per seed (issue 34).
+	w.Broker.IDSalt = splitmix(seed ^ 0x1d5a17)
 	for _, t := range spec.Topics {
 		w.Broker.CreateTopic(t.Name, t.Partitions)
 	}
