@@ -738,7 +738,10 @@ func (n *SimNode) start(ctx context.Context) error {
 	// offset below the log start, waits forever.
 	if n.w.opts.Fault != WithholdPositionAdvance {
 		for _, ch := range n.inputs {
-			if pos := n.spos[ch]; pos > 0 {
+			// Position 0 too: it is legal ("0 = none"), a host starting
+			// on an empty log reports it, and it must be accepted as a
+			// no-op rather than refused.
+			if pos := n.spos[ch]; pos >= 0 {
 				ds, err := p.PositionAdvance(ch, pos)
 				if err != nil {
 					return err
