@@ -95,3 +95,52 @@ func TestRegrowKeepsUnresolvedForeignClaims(t *testing.T) {
 	}
 	wantClaim(t, "x by offset", s, x, 2)
 }
+
+// Inputs whose topic IDs straddle the sign bit: Java's signed order puts
+// 0x80… before 0x10…, byte order the reverse. The gate pairs each input
+// with its claim in that order, in both its forms, so a record on either
+// waits for its claim on the other.
+func TestGateWithSignedTopicIDs(t *testing.T) {
+	var hiNeg, lo headers.TopicID
+	hiNeg[0], hiNeg[15] = 0x80, 1
+	lo[0], lo[15] = 0x10, 2
+	var loNeg headers.TopicID // shares lo's high half, sign bit set in the low half
+	copy(loNeg[:8], lo[:8])
+	loNeg[8], loNeg[15] = 0x80, 3
+	for _, walk := range []bool{false, true} {
+		for _, pair := range [][2]headers.TopicID{{hiNeg, lo}, {lo, loNeg}} {
+			x, y := headers.Channel{Topic: pair[0]}, headers.Channel{Topic: pair[1]}
+			e := newEnv(t, []headers.Channel{y, x}, nil)
+			e.walk = walk
+			n := e.node()
+			wantCoords(t, "y@0 waits on x@0", feed(t, n, rec(t, y, 0, st{offs: []headers.OffsetEntry{off(x, 0)}})))
+			wantCoords(t, "x@0 releases y@0", feed(t, n, plain(x, 0)), at(x, 0), at(y, 0))
+			wantCoords(t, "x@1 waits on y@1", feed(t, n, rec(t, x, 1, st{offs: []headers.OffsetEntry{off(y, 1)}})))
+			wantCoords(t, "y@1 releases x@1", feed(t, n, plain(y, 1)), at(y, 1), at(x, 1))
+		}
+	}
+}
+
+// A channel the departing input's advertised clock names joins the inputs
+// in the same rescope: it is seeded from that clock, folded into carried
+// ancestry first, so the node resumes past what it carries.
+func TestDepartingClockSeedsGrowthInSameRescope(t *testing.T) {
+	d, x := chn(41, 0), chn(42, 0)
+	e := newEnv(t, []headers.Channel{a0, d}, nil)
+	n := e.node()
+	wantCoords(t, "d@0 claims x@5", feed(t, n, rec(t, d, 0, st{offs: []headers.OffsetEntry{off(x, 5)}})), at(d, 0))
+	flush(t, n)
+	e.cfg.Inputs = []headers.Channel{a0, x}
+	m := e.node()
+	var got int64 = -1
+	for _, p := range m.ResumePositions() {
+		if p.Channel == x {
+			got = p.Offset
+		}
+	}
+	if got != 6 {
+		t.Fatalf("ResumePositions on x = %d, want 6: the growth seed misses the departing clock", got)
+	}
+	wantCoords(t, "carried x@5 is a replay", feed(t, m, plain(x, 5)))
+	wantCoords(t, "x@6 is new", feed(t, m, plain(x, 6)), at(x, 6))
+}
