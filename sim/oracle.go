@@ -259,7 +259,7 @@ func (o *Oracle) RetireSink(a int, ch headers.Channel) {
 // client wrote it (plain clients claim by offset, and no hop turns an
 // offset claim into anything else). A stage's record that reached a's
 // past only through its sender's sequence claim is not counted: a seed
-// cannot skip it (docs/verification.md, "Re-entry").
+// cannot skip it (docs/verification.md, "Gap families").
 func (o *Oracle) Grow(a int, ch headers.Channel) (int64, bool) {
 	ac := o.actors[a]
 	hi, ok := int64(-1), false
