@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/parsley-go/parsley/headers"
@@ -87,6 +88,9 @@ type Broker struct {
 	nextTxn int
 	txns    map[int][]headers.Channel // open transaction → partitions touched, in first-touch order
 	clock   int64                     // logical timestamp, one tick per append
+	// IDSalt, when non-zero, draws topic IDs from it (see topicID); set it
+	// before creating topics. Zero gives small IDs in creation order.
+	IDSalt uint64
 	// Protect is consulted before retention deletes history: it returns
 	// the lowest offset an active subscriber of ch has not yet fetched.
 	Protect func(ch headers.Channel) (int64, bool)
@@ -104,9 +108,7 @@ func (b *Broker) CreateTopic(name string, partitions int) *Topic {
 	if t := b.byName[name]; t != nil && !t.deleted {
 		return t // already live: creating it again is a no-op
 	}
-	n := len(b.topics) + 1
-	var id headers.TopicID
-	id[0], id[1], id[2], id[15] = 0x5a, byte(n>>8), byte(n), 0x01
+	id := b.topicID(len(b.topics) + 1)
 	t := &Topic{Name: name, ID: id}
 	for range partitions {
 		t.parts = append(t.parts, &partitionLog{})
@@ -115,6 +117,42 @@ func (b *Broker) CreateTopic(name string, partitions int) *Topic {
 	b.byName[name] = t
 	b.byID[id] = t
 	return t
+}
+
+// topicID returns the ID of the n-th topic incarnation. With IDSalt zero
+// IDs are small and sort in creation order. Otherwise each half is drawn
+// from the salt, so about half the topics have the sign bit of the high
+// half set and topics created in pairs share the high half and differ in
+// the low one, sign bit included: Java's signed UUID order (the order of a
+// clock's entries and of a gate's inputs) then differs from byte order and
+// from creation order, and so does every comparison that gets the sign
+// wrong.
+func (b *Broker) topicID(n int) headers.TopicID {
+	var id headers.TopicID
+	if b.IDSalt == 0 {
+		id[0], id[1], id[2], id[15] = 0x5a, byte(n>>8), byte(n), 0x01
+		return id
+	}
+	hi := splitmix(b.IDSalt ^ uint64((n+1)/2))
+	lo := splitmix(hi ^ uint64(n))
+	if lo == 0 {
+		lo = 1 // the zero ID is reserved
+	}
+	binary.BigEndian.PutUint64(id[:8], hi)
+	binary.BigEndian.PutUint64(id[8:], lo)
+	for b.byID[id] != nil {
+		lo++ // a collision of 64-bit draws: keep IDs unique
+		binary.BigEndian.PutUint64(id[8:], lo)
+	}
+	return id
+}
+
+// splitmix is the SplitMix64 finaliser: a bijective mix of x.
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // DeleteTopic deletes the named topic: its ID then names nothing, and a

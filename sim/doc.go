@@ -13,7 +13,9 @@
 // aborts all three; a restart goes through the full init path. EdgeProducer
 // scripts plain clients. World draws every enabled action — fetch, position
 // advance, tick, producer operation, crash, restart, retention, truncation
-// — from a generator seeded per run, so a seed determines its run exactly.
+// — from a generator seeded per run, so a seed determines its run exactly;
+// topic IDs are drawn from the seed too, half of them with the sign bit
+// set, so Java's signed ID order differs from byte order.
 //
 // The Oracle never reads a clock. It records, for every record appended,
 // the emitter's real causal past (everything delivered or observed there
@@ -21,8 +23,9 @@
 // with the emitter's transaction, and judges every delivery: causal order
 // (every ancestor on a consumed channel at or above the node's baseline was
 // delivered there first), per-channel FIFO, no duplicates, and the
-// delivered bytes are the fetched bytes; at drain, completeness and empty
-// hold queues. A world that does not drain within its step budget fails as
+// delivered bytes are the fetched bytes; on an input a redeploy grew, no
+// delivery of history the node carried there (Reentered); at drain,
+// completeness and empty hold queues. A world that does not drain within its step budget fails as
 // wedged.
 //
 // The host judges what deliveries alone do not show: every stamp at send

@@ -21,7 +21,8 @@ type ProducerSpec struct {
 	// and aborted records.
 	Transactional bool
 	// CorruptAt, when positive, makes the producer's CorruptAt-th send
-	// carry a vc header that does not decode.
+	// carry a vc header that does not decode; that send goes to the first
+	// target.
 	CorruptAt int
 	// MaxHops is the largest hop budget written into a value's first byte
 	// (see Damped); 0 writes 0.
@@ -111,6 +112,9 @@ func (p *EdgeProducer) op() error {
 	var acks []sent
 	for range n {
 		ch := p.targets[p.w.rng.IntN(len(p.targets))]
+		if p.seq+1 == p.spec.CorruptAt {
+			ch = p.targets[0]
+		}
 		st := headers.Stamp{}
 		st.Clock.CopyFrom(&p.clock)
 		d := headers.DialectCauses

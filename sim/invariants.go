@@ -49,10 +49,12 @@ func (w watermarks) clone() watermarks {
 	return c
 }
 
-// forget drops ch: it left the node's scope, and its state with it.
+// forget drops ch's frontier: ch left the node's scope, and a regrowth
+// seeds it afresh. Its delivered sequence marks stay: the node keeps them
+// across the shrink, so the sequence claims they resolved stay resolved
+// when ch returns, although those records are never fetched again.
 func (w watermarks) forget(ch headers.Channel) {
 	delete(w.frontier, ch)
-	delete(w.marks, ch)
 }
 
 // reach is one past the highest offset the host has fetched or reported
@@ -89,6 +91,7 @@ func (n *SimNode) checkInvariants(op string) {
 	if !ok {
 		return
 	}
+	n.noteDrainFolds(states)
 	bad := func(format string, args ...any) {
 		n.invBroken = true
 		n.w.Oracle.violate(Invariant, n.spec.Name, "after "+op+": "+fmt.Sprintf(format, args...))

@@ -90,6 +90,10 @@ type NodeSpec struct {
 	// stamps are exempt from the constraint-8 check; readers must still
 	// settle its claims by position advance and the skipped-run fold.
 	LegacyHost bool
+	// CrashWeight is the node's weight when the scheduler draws a crash
+	// (doubled while it holds records); 0 means 1. A family whose shape
+	// needs one node's restarts raises it.
+	CrashWeight int
 }
 
 // Redeploy is a changed scope a node restarts into at its At-th restart
@@ -100,6 +104,10 @@ type Redeploy struct {
 	Sinks  []string
 	// Logic, when set, replaces the node's logic from this redeploy on.
 	Logic Logic
+	// When, when set, must report true at the restart for the redeploy to
+	// happen; until it does, the redeploy (and every later one) waits a
+	// restart.
+	When func(n *SimNode) bool
 }
 
 type nodeState uint8
@@ -159,6 +167,15 @@ type SimNode struct {
 	inv, invCommitted watermarks
 	reached           map[headers.Channel]int64
 	invBroken         bool
+
+	// What the gap families' statistics remember (gaps.go): the inputs
+	// of every scope so far, the marks restored on inputs this incarnation
+	// took back, the last watermarks seen, and whether the inputs' topic
+	// IDs mix sign bits.
+	everIn         map[headers.Channel]bool
+	regrown        map[headers.Channel]map[headers.SenderID]int64
+	lastStates     []protocol.InputState
+	signHi, signLo bool
 }
 
 // Name returns the node's name.
@@ -331,6 +348,7 @@ func (n *SimNode) send(em Emission) error {
 	}
 	n.checkInvariants("PrepareSend")
 	n.checkStamp(ch, st)
+	n.noteStamp(st)
 	if err := n.checkCommitted(ch, st); err != nil { // wire constraint 8 (committed.go)
 		return err
 	}
@@ -384,11 +402,21 @@ func (n *SimNode) feed(ch headers.Channel, off int64, e *Entry) error {
 	}
 	n.checkInvariants("OnRecord")
 	c := n.proto.Counters()
-	if c.ReplaysSkipped > before {
+	replay := c.ReplaysSkipped > before
+	if replay {
 		n.w.stats.ReplaysDropped++
 	}
+	var st headers.Stamp
+	stp := &st
+	if headers.ReadStamp(&st, e.Headers) != nil {
+		stp = nil
+	}
+	held := !replay && !slices.ContainsFunc(ds, func(d protocol.Delivery) bool { return d.Coordinate == rec.Coordinate })
+	n.noteFed(&rec, stp, replay, held)
 	if c.Held > 0 {
 		n.w.stats.held = true
+		n.w.stats.SignedHeld = n.w.stats.SignedHeld || n.signHi
+		n.w.stats.LowSignHeld = n.w.stats.LowSignHeld || n.signLo
 		if len(n.inputs) > 16 {
 			n.w.stats.WideHeld = true
 		}
@@ -519,6 +547,14 @@ func (n *SimNode) start(ctx context.Context) error {
 			rd = &n.spec.Redeploys[i]
 		}
 	}
+	if rd != nil && rd.When != nil && !rd.When(n) {
+		for i := range n.spec.Redeploys {
+			if n.spec.Redeploys[i].At >= rd.At {
+				n.spec.Redeploys[i].At++
+			}
+		}
+		rd = nil
+	}
 	redeploy := rd != nil
 	if first {
 		// A node names topics: it consumes the incarnation live when it
@@ -599,6 +635,9 @@ func (n *SimNode) start(ctx context.Context) error {
 	n.proto = p
 	n.state = up
 	n.swept = -1
+	n.lastStates = nil
+	n.signHi, n.signLo = signMix(n.inputs)
+	n.noteRegrown(prevInputs)
 	for _, t := range cfg.Sinks {
 		if n.w.openTxnOn(t) {
 			n.w.stats.InitOpenTxn++ // the own-output seed meets an open transaction
@@ -621,6 +660,10 @@ func (n *SimNode) start(ctx context.Context) error {
 		delete(n.spos, ch)
 	}
 	n.gone = nil
+	var grown map[headers.Channel]int64
+	if redeploy {
+		grown = n.rescopeOracle(prevInputs, prevSinks)
+	}
 	resume := p.ResumePositions()
 	for _, ch := range n.inputs {
 		pos, ok := n.spos[ch]
@@ -666,7 +709,15 @@ func (n *SimNode) start(ctx context.Context) error {
 		n.spos[ch] = pos
 		// The oracle's baseline does not trust ResumePositions: it is the
 		// start position only as far as the oracle's own bound allows.
-		n.w.Oracle.Consume(n.actor, ch, n.checkResume(ch, from, pos, resume))
+		base := n.checkResume(ch, from, pos, resume)
+		if b, ok := grown[ch]; ok {
+			// A grown input's carried history is skipped, never owed,
+			// and the node accounts for it: a host that starts below it
+			// (a Replays host) refetches only replays.
+			base = max(base, b+1)
+			n.reached[ch] = max(n.reached[ch], n.accountedEnd(ch, from))
+		}
+		n.w.Oracle.Consume(n.actor, ch, base)
 	}
 	ds, err := p.Release()
 	if err != nil {
@@ -687,7 +738,10 @@ func (n *SimNode) start(ctx context.Context) error {
 	// offset below the log start, waits forever.
 	if n.w.opts.Fault != WithholdPositionAdvance {
 		for _, ch := range n.inputs {
-			if pos := n.spos[ch]; pos > 0 {
+			// Position 0 too: it is legal ("0 = none"), a host starting
+			// on an empty log reports it, and it must be accepted as a
+			// no-op rather than refused.
+			if pos := n.spos[ch]; pos >= 0 {
 				ds, err := p.PositionAdvance(ch, pos)
 				if err != nil {
 					return err
@@ -700,6 +754,44 @@ func (n *SimNode) start(ctx context.Context) error {
 		}
 	}
 	return n.commit()
+}
+
+// rescopeOracle tells the oracle what a redeploy retired and grew: own
+// sends to dropped sinks become carried history, and each new input gets
+// its re-entry bound.
+func (n *SimNode) rescopeOracle(prevInputs []headers.Channel, prevSinks []string) map[headers.Channel]int64 {
+	o, b := n.w.Oracle, n.w.Broker
+	var former []headers.TopicID
+	for _, s := range prevSinks {
+		if slices.Contains(n.sinks, s) {
+			continue
+		}
+		if t := b.Topic(s); t != nil {
+			former = append(former, t.ID)
+			for p := range t.Partitions() {
+				o.RetireSink(n.actor, t.Channel(int32(p)))
+			}
+		}
+	}
+	grown := map[headers.Channel]int64{}
+	for _, ch := range n.inputs {
+		if slices.Contains(prevInputs, ch) {
+			continue
+		}
+		bound, ok := o.Grow(n.actor, ch)
+		if ok {
+			grown[ch] = bound
+		}
+		if !ok || bound < b.LogStart(ch) {
+			continue // nothing carried there that a fetch could return
+		}
+		if slices.Contains(former, ch.Topic) {
+			n.w.stats.GrewIntoFormerSink++
+		} else {
+			n.w.stats.GrewIntoCarried++
+		}
+	}
+	return grown
 }
 
 // emptyEnds is the SkipOwnOutputSeed fault: every sink looks empty.

@@ -89,6 +89,10 @@ const (
 	// LostOnResume: ResumePositions skips a record the node has neither
 	// delivered nor carried in its causal past.
 	LostOnResume
+	// Reentered: a node delivered, on a channel it grew into, a record its
+	// carried history already holds (reference 05: the causal past a node
+	// delivered or carried may be skipped, never re-entered).
+	Reentered
 )
 
 func (k ViolationKind) String() string {
@@ -119,6 +123,8 @@ func (k ViolationKind) String() string {
 		return "invariant"
 	case LostOnResume:
 		return "lost-on-resume"
+	case Reentered:
+		return "reentered"
 	}
 	return fmt.Sprintf("ViolationKind(%d)", uint8(k))
 }
@@ -182,6 +188,15 @@ type actor struct {
 	committed actorState
 	consumes  map[headers.Channel]int64 // consumed channel → baseline
 	gates     bool
+	// carried is the history the actor carries past its scope: every
+	// record it delivered on an input it has since dropped, with their
+	// ancestry, and its own sends to sinks it has since dropped. It never
+	// shrinks (a state reset aside).
+	carried bitset
+	// reentry is, per channel the actor grew into, the highest offset its
+	// carried history reaches there by offset claims: no delivery on the
+	// channel may be at or below it.
+	reentry map[headers.Channel]int64
 }
 
 // NewOracle returns an empty oracle.
@@ -206,8 +221,65 @@ func (o *Oracle) Consume(a int, ch headers.Channel, baseline int64) {
 	}
 }
 
-// Unconsume drops ch from actor a's consumed set (a scope shrink).
-func (o *Oracle) Unconsume(a int, ch headers.Channel) { delete(o.actors[a].consumes, ch) }
+// Unconsume drops ch from actor a's consumed set (a scope shrink): what a
+// delivered there, and its ancestry, becomes carried history.
+func (o *Oracle) Unconsume(a int, ch headers.Channel) {
+	ac := o.actors[a]
+	delete(ac.consumes, ch)
+	ac.cur.delivered.each(func(x int) bool {
+		if o.recs[x].coord.Channel == ch {
+			ac.carried.set(x)
+			ac.carried.union(o.recs[x].anc)
+		}
+		return true
+	})
+}
+
+// RetireSink records that actor a no longer sends to ch (a sink it
+// dropped): its own committed sends there become carried history.
+func (o *Oracle) RetireSink(a int, ch headers.Channel) {
+	ac := o.actors[a]
+	ac.cur.past.each(func(x int) bool {
+		if r := &o.recs[x]; r.actor == a && r.coord.Channel == ch {
+			ac.carried.set(x)
+		}
+		return true
+	})
+}
+
+// Grow records that actor a starts consuming ch, which it did not consume
+// before (a scope growth), and returns the re-entry bound it sets: the
+// highest offset on ch of a record a carries that some offset claim
+// covers, or false when there is none. The protocol seeds a grown input at
+// its carried knowledge of the channel, so no later delivery there may be
+// at or below that bound.
+//
+// Only offset claims seed: a carried record counts when a delivered it (on
+// the input it dropped), sent it (to the sink it dropped), or a plain
+// client wrote it (plain clients claim by offset, and no hop turns an
+// offset claim into anything else). A stage's record that reached a's
+// past only through its sender's sequence claim is not counted: a seed
+// cannot skip it (docs/verification.md, "Gap families").
+func (o *Oracle) Grow(a int, ch headers.Channel) (int64, bool) {
+	ac := o.actors[a]
+	hi, ok := int64(-1), false
+	ac.carried.each(func(x int) bool {
+		r := &o.recs[x]
+		if r.coord.Channel == ch && r.coord.Offset > hi && (!r.tagged || r.actor == a || ac.cur.delivered.has(x)) {
+			hi, ok = r.coord.Offset, true
+		}
+		return true
+	})
+	if ok {
+		if ac.reentry == nil {
+			ac.reentry = map[headers.Channel]int64{}
+		}
+		if b, has := ac.reentry[ch]; !has || hi > b {
+			ac.reentry[ch] = hi
+		}
+	}
+	return hi, ok
+}
 
 // Baseline returns actor a's baseline on ch.
 func (o *Oracle) Baseline(a int, ch headers.Channel) (int64, bool) {
@@ -278,6 +350,10 @@ func (o *Oracle) Deliver(a int, coord headers.Coordinate) bool {
 	})
 	if missing > 0 {
 		o.violate(CausalOrder, ac.name, fmt.Sprintf("%v delivered before its ancestor %v (%d undelivered ancestors)", coord, first, missing))
+		good = false
+	}
+	if b, ok := ac.reentry[coord.Channel]; ok && coord.Offset <= b {
+		o.violate(Reentered, ac.name, fmt.Sprintf("%v delivered, at or below offset %d, which the node carried when it grew into the channel", coord, b))
 		good = false
 	}
 	ac.cur.delivered.set(id)

@@ -285,7 +285,7 @@ func Scenarios() []Scenario {
 					{Name: "Z", Inputs: in("a", "d", "x", "y")},
 				}, Crashes: 6, Retention: 4, Truncations: 4, Steps: 40000}
 		}},
-	}, families()...)
+	}, append(families(), gapFamilies()...)...)
 }
 
 // LateJoiner is the late-joiner sequence-claim probe (reference 03): A

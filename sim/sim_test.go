@@ -73,9 +73,18 @@ var (
 	retainedAt    = floor{"retention moved a log start onto a record", 20, func(s *Stats) bool { return s.RetainedToRecord > 0 }}
 	released      = floor{"Release delivered holds a shrink set free", 20, func(s *Stats) bool { return s.Released > 0 }}
 	storeFault    = floor{"a store failure mid-step", 20, func(s *Stats) bool { return s.StoreFaults > 0 }}
+	keptMark      = floor{"a claim on a regrown input met only by a mark kept across the shrink", 20, func(s *Stats) bool { return s.KeptMarkClaims > 0 }}
+	regrowKept    = floor{"a stamp after a regrowth keeping another sender's unresolved claim there", 20, func(s *Stats) bool { return s.RegrowUnresolved > 0 }}
+	wideClaims    = floor{"a held record claiming more than 8 channels per gate input", 20, func(s *Stats) bool { return s.WideClaimsHeld > 0 }}
+	drainFold     = floor{"a drained queue folded onto a position reported while held, past a marker", 20, func(s *Stats) bool { return s.DrainFoldsOntoMarker > 0 }}
+	undecReplay   = floor{"an undecodable record refetched below what the node accounted for", 20, func(s *Stats) bool { return s.UndecodableReplays > 0 }}
+	grewCarried   = floor{"a redeploy grew an input its departing input's clock named", 20, func(s *Stats) bool { return s.GrewIntoCarried > 0 }}
+	grewSink      = floor{"a redeploy grew an input from a sink it dropped", 20, func(s *Stats) bool { return s.GrewIntoFormerSink > 0 }}
+	signedHeld    = floor{"a node whose inputs' topic IDs differ in the sign bit held a record", 20, func(s *Stats) bool { return s.SignedHeld }}
+	lowSignHeld   = floor{"a node whose inputs' topic IDs differ only in the low half's sign bit held a record", 20, func(s *Stats) bool { return s.LowSignHeld }}
 	scenarioFloor = map[string][]floor{
 		"linear":            {crashed, posFold},
-		"fanout":            {held, crashHeld, restoredHeld, midStep, posFold, skippedRun, edgeAbort},
+		"fanout":            {held, crashHeld, restoredHeld, midStep, posFold, skippedRun, edgeAbort, signedHeld},
 		"fanin":             {held, crashed, posFold, edgeAbort},
 		"diamond":           {held, crashed, posFold},
 		"triangle":          {held, crashHeld, midStep, posFold, edgeAbort},
@@ -86,13 +95,13 @@ var (
 		"head-fold":         {held, crashed, skippedRun},
 		"multi-partition":   {held, crashHeld, restoredHeld, midStep, skippedRun},
 		"ticks":             {held, ticked, crashHeld, posFold},
-		"crash-chain":       {held, crashed, midStep, posFold},
+		"crash-chain":       {held, crashed, midStep, posFold, signedHeld, lowSignHeld},
 		"own-outputs":       {held, crashed, posFold},
 		"scope-shrink":      {redeployed, crashed},
 		"scope-regrow":      {regrown, held, crashed},
 		"former-sink":       {recreated, sweptAfter, crashed},
 		"truncation":        {held, retained, truncated, posFold},
-		"soak":              {held, crashHeld, restoredHeld, midStep, posFold, skippedRun, ticked, retained, truncated},
+		"soak":              {held, crashHeld, restoredHeld, midStep, posFold, skippedRun, ticked, retained, truncated, signedHeld, lowSignHeld},
 		"shared-senders":    {held, sharedClaim, crashed},
 		"replays":           {held, replayed, crashed},
 		"wide":              {wideHeld, crashed},
@@ -105,6 +114,11 @@ var (
 		"recreate-reuse":    {recreated, rewritten, reread},
 		"shrink-release":    {released, redeployed},
 		"truncate-at-claim": {retainedAt, truncated, held},
+		"regrow-claim":      {regrown, keptMark, regrowKept, held},
+		"wide-claims":       {wideClaims, held, signedHeld},
+		"drain-fold":        {drainFold, held, posFold},
+		"grow-carried":      {grewCarried, undecReplay, replayed},
+		"sink-to-input":     {grewSink, held},
 	}
 )
 

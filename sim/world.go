@@ -83,7 +83,16 @@ type Stats struct {
 	RecreatedWrites, RecreatedReads           int  // sends to and deliveries from a recreated topic
 	RetainedToRecord                          int  // retention moved a log start exactly onto a record
 	Released                                  int  // Release delivered restored holds after a rescope
+	GrewIntoCarried                           int  // a redeploy grew an input its carried history names, still fetchable there
+	GrewIntoFormerSink                        int  // a redeploy grew an input from a sink it dropped, its own sends still fetchable
+	KeptMarkClaims                            int  // a sequence claim on a regrown input met only by a mark kept across the shrink
+	RegrowUnresolved                          int  // a stamp after a regrowth keeping another sender's unresolved claim on the regrown input
+	WideClaimsHeld                            int  // a held record claiming more than 8 channels per gate input (the lookup's binary search)
+	DrainFoldsOntoMarker                      int  // a drained queue folded onto a position reported while it was held, past a non-record offset
+	UndecodableReplays                        int  // a record whose stamp does not decode refetched below what the node accounted for
 	Held                                      bool // some node held a record at the gate
+	SignedHeld                                bool // a node whose inputs' topic IDs differ in the high half's sign bit held a record
+	LowSignHeld                               bool // ... or share the high half and differ in the low half's sign bit
 	WideHeld                                  bool // a node with more than 16 inputs held a record
 	HeldAboveZero                             bool // a task on a partition above 0 held a record
 	held                                      bool
@@ -157,6 +166,8 @@ func NewWorld(spec Spec, seed uint64, opts Options) (*World, error) {
 		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), hash: fnv.New64a(),
 		crashes: spec.Crashes, retention: spec.Retention, truncations: spec.Truncations, storeFaults: spec.StoreFaults,
 		deletedAt: map[headers.TopicID]int{}, recreatedIDs: map[headers.TopicID]bool{}}
+	// Topic IDs with and without the sign bit, drawn per seed (issue 34).
+	w.Broker.IDSalt = splitmix(seed ^ 0x1d5a17)
 	for _, t := range spec.Topics {
 		w.Broker.CreateTopic(t.Name, t.Partitions)
 	}
@@ -309,9 +320,9 @@ func (w *World) actions() []action {
 			if w.crashes == 1 && !h {
 				continue // the last crash is reserved for a holding node
 			}
-			wt := 1
+			wt := max(1, n.spec.CrashWeight)
 			if h {
-				wt = 2
+				wt *= 2
 			}
 			acts = append(acts, action{name: "crash " + n.spec.Name, weight: wt, node: n, run: n.crash})
 		}
