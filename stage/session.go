@@ -150,8 +150,8 @@ func (a *App) session(ctx context.Context) error {
 	// Loading the producer ID fences every earlier incarnation of this
 	// instance and aborts its open transaction now, so restores do not wait
 	// for the transaction timeout.
-	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
-		return fmt.Errorf("stage: init producer: %w", err)
+	if err := a.initProducer(ctx, sess.Client()); err != nil {
+		return err
 	}
 	for {
 		if err := ctx.Err(); err != nil {
