@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/parsley-go/parsley/internal/kclient"
@@ -17,8 +19,8 @@ import (
 )
 
 // brokerFailover reports whether err is what a broker that died or moved
-// a leadership or coordinator away answers with: a connection refused or
-// reset, or a retriable Kafka error (NOT_COORDINATOR,
+// a leadership or coordinator away answers with: a connection refused,
+// reset or closed, or a retriable Kafka error (NOT_COORDINATOR,
 // COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, ...). A
 // context's end is not one: the caller is stopping.
 func brokerFailover(err error) bool {
@@ -27,6 +29,9 @@ func brokerFailover(err error) bool {
 	}
 	if ke := (*kerr.Error)(nil); errors.As(err, &ke) {
 		return ke.Retriable
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true // the broker closed the connection mid-request
 	}
 	var ne net.Error
 	return errors.As(err, &ne)
@@ -58,3 +63,21 @@ func (a *App) initProducer(ctx context.Context, cl *kgo.Client) error {
 		}
 	}
 }
+
+// offsetCommitAborted reports whether err, from GroupTransactSession.End,
+// says that committing the step's offsets failed during a broker failover
+// and the transaction was then aborted, the abort acknowledged by the
+// transaction coordinator. franz-go's End (txn.go, v1.22) returns the
+// offset commit's error, which it prefixes so, only when its EndTxn
+// succeeded, and it never tries to commit after a failed offset commit;
+// an EndTxn failure, whose outcome is unknown, returns EndTxn's own error
+// instead. The step's outcome is therefore known, aborted, and the client,
+// its producer ID and its group membership are intact: the step is run
+// again from committed state on the same client, as after any abort,
+// rather than rebuilding the client, rejoining and restoring every task.
+// TestOffsetCommitAborted pins the message.
+func offsetCommitAborted(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), offsetCommitErrPrefix) && brokerFailover(err)
+}
+
+const offsetCommitErrPrefix = "unable to commit transaction offsets: "

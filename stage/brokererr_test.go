@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"syscall"
 	"testing"
@@ -34,6 +35,25 @@ func TestBrokerFailover(t *testing.T) {
 	} {
 		if got := brokerFailover(tc.err); got != tc.want {
 			t.Errorf("%s: brokerFailover(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestOffsetCommitAborted(t *testing.T) {
+	refused := fmt.Errorf("unable to dial: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"offsets refused by a dead coordinator", fmt.Errorf(offsetCommitErrPrefix+"%w", errors.Join(refused)), true},
+		{"offsets: connection closed", fmt.Errorf(offsetCommitErrPrefix+"%w", errors.Join(io.EOF)), true},
+		{"offsets: fenced", fmt.Errorf(offsetCommitErrPrefix+"%w", errors.Join(kerr.ProducerFenced)), false},
+		{"EndTxn failed: outcome unknown", refused, false},
+		{"nil", nil, false},
+	} {
+		if got := offsetCommitAborted(tc.err); got != tc.want {
+			t.Errorf("%s: offsetCommitAborted(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
 		}
 	}
 }
