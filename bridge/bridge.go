@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/parsley-go/parsley/internal/kclient"
 	"github.com/parsley-go/parsley/stage"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -154,7 +155,10 @@ func (b *Bridge) checkSubjects(ctx context.Context, js jetstream.JetStream, filt
 // partitions returns the partition count of each source topic that
 // exists; the stage runtime reports missing ones.
 func (b *Bridge) partitions(ctx context.Context) (map[string]int32, error) {
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.cfg.Brokers...)}, b.cfg.ClientOpts...)...)
+	// The stage runtime's failover defaults (internal/kclient), which the
+	// user's ClientOpts override, as they do for the stage's own clients.
+	opts := append([]kgo.Opt{kgo.SeedBrokers(b.cfg.Brokers...)}, kclient.Opts()...)
+	cl, err := kgo.NewClient(append(opts, b.cfg.ClientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

@@ -114,6 +114,16 @@ type Config struct {
 	// transactional ID, partitioner — and options that weaken exactly-once
 	// processing (read_uncommitted, non-idempotent writes, acks other than
 	// all) are refused with ErrInvalidConfig.
+	//
+	// They are applied after the runtime's failover defaults, which they
+	// override: MetadataMinAge 100ms (franz-go: 5s), a retry backoff of
+	// 100ms doubling to 250ms (franz-go: 250ms to 5s), RequestRetries 200
+	// (franz-go: 20), and heartbeats retried for at least 30s (franz-go:
+	// the session timeout), so that a client follows a leader or
+	// coordinator to its new broker as soon as the cluster has moved it,
+	// and a member keeps its partitions through its coordinator's
+	// failover. clock.ClientOpts offers the same defaults to plain
+	// clients; docs/operations.md explains each.
 	ClientOpts []kgo.Opt
 
 	// HoldWarningAfter: a record that has gated its channel (been the head

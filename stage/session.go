@@ -11,11 +11,18 @@ import (
 	"sort"
 	"time"
 
+	"github.com/parsley-go/parsley/internal/kclient"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// baseOpts are every client's options: the seeds, the library's failover
+// defaults (internal/kclient: metadata refreshed and failed requests retried
+// within a few hundred milliseconds, heartbeats retried through a
+// coordinator's failover rather than given up at the session timeout), then
+// the user's ClientOpts, which override them.
 func (a *App) baseOpts() []kgo.Opt {
-	return append([]kgo.Opt{kgo.SeedBrokers(a.cfg.Brokers...)}, a.cfg.ClientOpts...)
+	opts := append([]kgo.Opt{kgo.SeedBrokers(a.cfg.Brokers...)}, kclient.GroupOpts(a.cfg.SessionTimeout)...)
+	return append(opts, a.cfg.ClientOpts...)
 }
 
 func (a *App) sessionOpts() []kgo.Opt {
@@ -143,8 +150,8 @@ func (a *App) session(ctx context.Context) error {
 	// Loading the producer ID fences every earlier incarnation of this
 	// instance and aborts its open transaction now, so restores do not wait
 	// for the transaction timeout.
-	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
-		return fmt.Errorf("stage: init producer: %w", err)
+	if err := a.initProducer(ctx, sess.Client()); err != nil {
+		return err
 	}
 	for {
 		if err := ctx.Err(); err != nil {

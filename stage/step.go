@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/parsley-go/parsley/internal/kclient"
 	"github.com/parsley-go/parsley/internal/wait"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -75,6 +76,11 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 		}
 		committed, end.end = sess.End(ectx, kgo.TransactionEndTry(commit))
 	}
+	failoverAbort := !committed && offsetCommitAborted(end.end)
+	if failoverAbort {
+		a.log.Warn("stage: step aborted: its offsets could not be committed while the group coordinator failed over; retrying from committed state on the same client", "err", end.end)
+		end.end = nil // the abort was acknowledged: an abort like any other
+	}
 	end.committed = committed
 	if !committed && end.end == nil {
 		// End rewound the client to the committed offsets; a stage that
@@ -139,6 +145,12 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 		d := a.externalBackoff()
 		a.log.Warn("stage: external sink did not settle; retrying the step from committed state", "err", out.err, "backoff", d)
 		return wait.Sleep(ctx, d)
+	}
+	if failoverAbort {
+		// The next step's offset commit retries the coordinator itself;
+		// this only keeps a coordinator that fails every request at once
+		// from being asked in a loop.
+		return wait.Sleep(ctx, kclient.MaxBackoff)
 	}
 	return out.err // nil to reprocess at once; the error to rejoin or stop
 }

@@ -12,9 +12,9 @@
 // collector, the C1 compiler only, two network and I/O threads), and the
 // broker config suits tests: a group's first rebalance is not delayed,
 // internal topics have few partitions, and groups may use short session
-// timeouts. A Cluster can SIGKILL, restart and stop each node, so soaks can
-// fail a partition leader or a coordinator over; Close stops every node and
-// removes the nodes' directories.
+// timeouts. A Cluster can SIGKILL, SIGTERM (a controlled shutdown) and
+// restart each node, so soaks can fail a partition leader or a coordinator
+// over; Close stops every node and removes the nodes' directories.
 package testkafka
 
 import (
@@ -31,6 +31,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -232,8 +233,35 @@ func (c *Cluster) Kill(id int32) error {
 	return n.kill()
 }
 
+// Stop sends SIGTERM to the node with broker ID id and waits until it has
+// exited: a controlled shutdown, in which the broker asks the controller to
+// move its leaderships away before it closes its listeners, as in a rolling
+// restart. If the node has not exited when ctx ends, Stop kills it and
+// returns ctx's error.
+func (c *Cluster) Stop(ctx context.Context, id int32) error {
+	n, err := c.node(id)
+	if err != nil {
+		return err
+	}
+	if !n.running() {
+		return nil
+	}
+	if err := n.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("testkafka: stop node %d: %w", n.id, err)
+	}
+	select {
+	case <-n.exited:
+		return nil
+	case <-ctx.Done():
+		if err := n.kill(); err != nil {
+			return err
+		}
+		return fmt.Errorf("testkafka: node %d did not shut down: %w", n.id, ctx.Err())
+	}
+}
+
 // Restart starts the node with broker ID id again on the same ports and
-// data, after Kill, and waits until the cluster lists it again.
+// data, after Kill or Stop, and waits until the cluster lists it again.
 func (c *Cluster) Restart(ctx context.Context, id int32) error {
 	n, err := c.node(id)
 	if err != nil {

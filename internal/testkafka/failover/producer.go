@@ -28,6 +28,7 @@ type producer struct {
 	addrs      []string
 	partitions int32
 	logf       func(string, ...any)
+	opts       []kgo.Opt // extra client options (a logger)
 
 	committed atomic.Int64 // transactions committed, for progress logs
 
@@ -46,13 +47,16 @@ func (p *producer) abortedIDs() map[string]bool {
 }
 
 func (p *producer) newClient() (*kgo.Client, error) {
-	return kgo.NewClient(
-		kgo.SeedBrokers(p.addrs...),
+	// The failover options a user of clock is advised to start from
+	// (clock.ClientOpts): the producer's own failover is part of every
+	// stall the soak measures.
+	opts := append([]kgo.Opt{kgo.SeedBrokers(p.addrs...)}, clock.ClientOpts()...)
+	opts = append(opts,
 		kgo.TransactionalID(producerTxnID),
 		kgo.TransactionTimeout(20*time.Second),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.MetadataMinAge(100*time.Millisecond),
 	)
+	return kgo.NewClient(append(opts, p.opts...)...)
 }
 
 // run produces until ctx ends. Failed transactions are aborted and the
