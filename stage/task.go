@@ -339,6 +339,9 @@ func (t *task) deliver(ctx context.Context, sess *kgo.GroupTransactSession, ds [
 			topic: b.topic, partition: d.Partition, offset: d.Offset, coord: d.Coordinate,
 			ts: time.UnixMilli(d.Timestamp), key: d.Key, value: d.Value, headers: d.Headers,
 		}
+		if t.tr != nil {
+			m.ctx = t.tr.cur
+		}
 		if i := t.feeding.locate(d.Topic, d.Offset); i >= 0 {
 			m.ahead, m.aheadAt = t.feeding.dec, i
 		}

@@ -29,6 +29,7 @@ type heldRun struct {
 	causeSent     time.Time         // just before x@0 was produced
 	done          time.Time         // both outputs read back
 	out           []*kgo.Record
+	handler       trace.SpanContext // Message.Context's span in y's handler, last call
 }
 
 // heldScenario runs a stage over x and y where y@0 claims x@0 and is
@@ -41,11 +42,13 @@ func heldScenario(t *testing.T, tp trace.TracerProvider, hold time.Duration, fai
 	t.Helper()
 	e := newEnv(t, broker.Topic{Name: "x"}, broker.Topic{Name: "y"}, broker.Topic{Name: "out"})
 	out := NewTopic("out", String(), String())
+	var handler atomic.Value
 	b := Named("join")
 	On(b, NewTopic("x", String(), String()), func(m Message[string, string]) ([]Emission, error) {
 		return []Emission{out.Send(m.Key, "x:"+m.Value)}, nil
 	})
 	On(b, NewTopic("y", String(), String()), func(m Message[string, string]) ([]Emission, error) {
+		handler.Store(trace.SpanContextFromContext(m.Context()))
 		if fail != nil {
 			if err := fail(); err != nil {
 				return nil, err
@@ -83,6 +86,7 @@ func heldScenario(t *testing.T, tp trace.TracerProvider, hold time.Duration, fai
 	run.cause = produce(rec("x", 0, "k", "cause"), "produce x")
 	run.out = e.readCommitted("out", 2, 20*time.Second)
 	run.done = time.Now()
+	run.handler, _ = handler.Load().(trace.SpanContext)
 	if got := values(run.out); !slices.Equal(got, []string{"x:cause", "y:effect"}) {
 		t.Fatalf("out = %q, want x:cause then y:effect", got)
 	}
@@ -190,6 +194,9 @@ func TestTracingHeldRecord(t *testing.T) {
 		}
 		if p.SpanContext().TraceID() != c.producer.TraceID() {
 			t.Errorf("%s process in trace %v, want its producer's %v", c.topic, p.SpanContext().TraceID(), c.producer.TraceID())
+		}
+		if c.held && run.handler.SpanID() != p.SpanContext().SpanID() {
+			t.Errorf("y's handler saw span %v in Message.Context, want its process span %v", run.handler.SpanID(), p.SpanContext().SpanID())
 		}
 		if c.held && p.Parent().SpanID() != h.SpanContext().SpanID() {
 			t.Errorf("y process parent %v, want its hold span %v", p.Parent().SpanID(), h.SpanContext().SpanID())
