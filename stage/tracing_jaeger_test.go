@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/testjaeger"
+	"github.com/chromedp/chromedp"
+	"github.com/parsley-go/parsley/internal/jaegertest"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -21,7 +22,7 @@ import (
 // cause's producing span. PARSLEY_JAEGER_SCREENSHOT, if set, is where a
 // headless Chromium saves the trace page (docs/tracing.md).
 func TestJaegerShowsHold(t *testing.T) {
-	j := testjaeger.Start(t)
+	j := jaegertest.Start(t)
 	ctx := context.Background()
 	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(j.OTLPHTTP), otlptracehttp.WithInsecure())
 	if err != nil {
@@ -43,7 +44,7 @@ func TestJaegerShowsHold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var h *testjaeger.Span
+	var h *jaegertest.Span
 	for i := range spans {
 		if spans[i].OperationName == "y hold" {
 			h = &spans[i]
@@ -79,11 +80,53 @@ func TestJaegerShowsHold(t *testing.T) {
 	}
 }
 
-// screenshot saves url as a PNG with headless Chromium.
+// screenshot saves the trace page at url as a PNG with headless Chromium,
+// the hold span's details (tags and references) opened.
 func screenshot(t *testing.T, url, path string) {
-	cmd := exec.Command("chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-		"--window-size=1600,900", "--virtual-time-budget=8000", "--screenshot="+path, url)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("chromium: %v\n%s", err, out)
+	exe, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	actx, cancel := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(exe), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.NoFirstRun, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1600, 1100))
+	defer cancel()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancel = context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	const open = `(() => {
+		const row = [...document.querySelectorAll('.span-name')].find(e => e.textContent.includes('y hold'));
+		if (!row) return false;
+		row.click();
+		return true;
+	})()`
+	const expand = `(() => {
+		for (const h of document.querySelectorAll('.AccordianKeyValues--header, .AccordianReferences--header')) {
+			if (/Tags|Attributes|References/.test(h.textContent)) h.click();
+		}
+		return true;
+	})()`
+	if err := chromedp.Do(ctx, chromedp.Navigate(url), chromedp.WaitReady(chromedp.CSS(".span-name"))); err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if found, err := chromedp.Run(ctx, chromedp.Evaluate[bool](open)); err != nil || !found {
+		t.Fatalf("screenshot: no y hold row (%v)", err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Sleep(500*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expand)); err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Sleep(500*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

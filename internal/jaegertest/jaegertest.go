@@ -1,4 +1,4 @@
-// Package testjaeger starts a real Jaeger for the tracing test tier (#36):
+// Package jaegertest starts a real Jaeger for the tracing test tier (#36):
 // the all-in-one binary of Jaeger v1.76.0 with in-memory storage, its OTLP
 // receiver and its query API on free 127.0.0.1 ports.
 //
@@ -11,7 +11,7 @@
 // (go install refuses the module: its go.mod has a replace directive).
 // PARSLEY_JAEGER_UI, if set, is a directory of built jaeger-ui assets
 // served as the query UI (the binary built from the module embeds none).
-package testjaeger
+package jaegertest
 
 import (
 	"context"
@@ -99,7 +99,7 @@ func start(bin, ui string) (*Jaeger, error) {
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("testjaeger: start %s: %w", bin, err)
+		return nil, fmt.Errorf("jaegertest: start %s: %w", bin, err)
 	}
 	j := &Jaeger{OTLPHTTP: addr["collector.otlp.http"], Query: "http://" + addr["query.http-server"], cmd: cmd, done: make(chan error, 1)}
 	go func() { j.done <- cmd.Wait() }()
@@ -108,7 +108,7 @@ func start(bin, ui string) (*Jaeger, error) {
 		select {
 		case err := <-j.done:
 			b, _ := os.ReadFile(log.Name())
-			return nil, fmt.Errorf("testjaeger: %s exited (%v):\n%s", bin, err, tail(b))
+			return nil, fmt.Errorf("jaegertest: %s exited (%v):\n%s", bin, err, tail(b))
 		case <-time.After(200 * time.Millisecond):
 		}
 		if ready(j.Query+"/api/services") && ready("http://"+addr["admin.http"]+"/") {
@@ -117,7 +117,7 @@ func start(bin, ui string) (*Jaeger, error) {
 	}
 	j.Stop()
 	b, _ := os.ReadFile(log.Name())
-	return nil, fmt.Errorf("testjaeger: not ready within 60s:\n%s", tail(b))
+	return nil, fmt.Errorf("jaegertest: not ready within 60s:\n%s", tail(b))
 }
 
 func tail(b []byte) string {
@@ -218,7 +218,7 @@ func (j *Jaeger) trace(ctx context.Context, id string) ([]Span, error) {
 		return nil, nil
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("testjaeger: GET /api/traces/%s: %s: %s", id, resp.Status, b)
+		return nil, fmt.Errorf("jaegertest: GET /api/traces/%s: %s: %s", id, resp.Status, b)
 	}
 	var body struct {
 		Data []struct {
@@ -226,7 +226,7 @@ func (j *Jaeger) trace(ctx context.Context, id string) ([]Span, error) {
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(b, &body); err != nil {
-		return nil, fmt.Errorf("testjaeger: decode trace %s: %w", id, err)
+		return nil, fmt.Errorf("jaegertest: decode trace %s: %w", id, err)
 	}
 	var out []Span
 	for _, d := range body.Data {
