@@ -77,6 +77,8 @@ func newBridge(cfg Config, external func(*publisher) stage.External) (*Bridge, e
 		TransactionTimeout: c.TransactionTimeout,
 		ClientOpts:         c.ClientOpts,
 		Logger:             c.Logger,
+		TracerProvider:     c.TracerProvider,
+		Propagator:         c.Propagator,
 	}, st)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 var (
@@ -115,6 +117,13 @@ type Config struct {
 
 	// Logger receives operational messages (nil means slog.Default()).
 	Logger *slog.Logger
+
+	// TracerProvider turns on OpenTelemetry tracing of the bridge's stage
+	// (stage.Config.TracerProvider), and each NATS message carries the
+	// trace context of its record's process span in its headers, written
+	// by Propagator (default: W3C trace context, traceparent).
+	TracerProvider trace.TracerProvider
+	Propagator     propagation.TextMapPropagator
 }
 
 func (c Config) withDefaults() Config {
@@ -134,7 +143,7 @@ func (c Config) sink() SinkConfig {
 	return SinkConfig{
 		NATSURL: c.NATSURL, NATSOptions: c.NATSOptions, Stream: c.Stream, Subject: c.Subject, Publish: c.Publish,
 		RedeliveryHorizon: c.RedeliveryHorizon, MaxInFlight: c.MaxInFlight, AckTimeout: c.AckTimeout,
-		RetryBackoff: c.RetryBackoff, Logger: c.Logger,
+		RetryBackoff: c.RetryBackoff, Logger: c.Logger, Propagator: c.Propagator,
 	}
 }
 

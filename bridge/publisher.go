@@ -200,6 +200,9 @@ func (p *publisher) publish(m *stage.Message[[]byte, []byte]) error {
 		return fmt.Errorf("%w: subject %q is not captured by stream %q (subjects %q)", ErrNoStream, subj, p.stream, p.filters)
 	}
 	msg, err := message(subj, m)
+	if err == nil {
+		injectTrace(p.cfg.Propagator, m, msg.Header)
+	}
 	if err != nil {
 		return err
 	}

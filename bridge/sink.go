@@ -14,6 +14,7 @@ import (
 	"github.com/parsley-go/parsley/internal/wait"
 	"github.com/parsley-go/parsley/stage"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // SinkConfig configures a Sink: the NATS side of a bridge. The fields
@@ -32,6 +33,9 @@ type SinkConfig struct {
 	RetryBackoff time.Duration
 	// Logger receives operational messages (nil means slog.Default()).
 	Logger *slog.Logger
+	// Propagator writes a traced delivery's context (stage.Message.Context)
+	// into its NATS message's headers (default: W3C trace context).
+	Propagator propagation.TextMapPropagator
 }
 
 // Sink is a JetStream stream as the external sink of a stage application

@@ -5,6 +5,7 @@ package stage
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -143,6 +144,8 @@ type rawMessage struct {
 	// (decodeahead.go): ahead's window index aheadAt.
 	ahead   aheadDecoder
 	aheadAt int
+
+	ctx context.Context // its process span's, when tracing (tracing.go)
 }
 
 // stateIO is a fold's view of one key's state within the step.
@@ -439,6 +442,7 @@ func decode[K, V any](t *Topic[K, V], m *rawMessage) (Message[K, V], error) {
 		Topic: m.topic, Partition: m.partition, Offset: m.offset, Coordinate: m.coord,
 		Timestamp: m.ts, Headers: m.headers,
 		KeyIsNil: m.key == nil, ValueIsNil: m.value == nil,
+		ctx: m.ctx,
 	}
 	var err error
 	if a, ok := m.ahead.(*typedAhead[K, V]); ok {

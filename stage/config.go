@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrorPolicy says what Run does after a step failed (a handler error, a
@@ -141,6 +143,19 @@ type Config struct {
 
 	// Logger receives operational messages (default slog.Default()).
 	Logger *slog.Logger
+
+	// TracerProvider turns on OpenTelemetry tracing (docs/tracing.md):
+	// kotel's publish and receive spans on the application's client, with
+	// trace context in record headers, and per delivered record a process
+	// span linked to the span that produced the record and, if the gate
+	// held it, a hold span from its fetch to its delivery naming the cause
+	// it waited for and linked to that cause's producing span. Nil (the
+	// default) traces nothing and costs nothing on the step path. Do not
+	// also pass kotel's hooks in ClientOpts: the spans would be doubled.
+	TracerProvider trace.TracerProvider
+	// Propagator carries trace context in record headers when tracing is
+	// on (default: W3C trace context, the traceparent header).
+	Propagator propagation.TextMapPropagator
 }
 
 func (c *Config) withDefaults() Config {

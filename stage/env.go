@@ -27,6 +27,7 @@ type taskEnv struct {
 	offsets brokerOffsets              // for protocol.New and the sweep
 	sent    *sendResults               // where the step's produce promises report
 	scope   *scopeWarnings             // cross-task claims, counted per step (scope.go)
+	tracing *tracing                   // nil: off (tracing.go)
 }
 
 func (a *App) newTaskEnv() *taskEnv {
@@ -41,6 +42,7 @@ func (a *App) newTaskEnv() *taskEnv {
 		offsets:          brokerOffsets{admin: a.admin, names: a.idName},
 		sent:             &a.sent,
 		scope:            &a.scope,
+		tracing:          newTracing(&a.cfg),
 	}
 }
 

@@ -56,6 +56,9 @@ func (a *App) sessionOpts() []kgo.Opt {
 	if a.cfg.TransactionTimeout > 0 {
 		opts = append(opts, kgo.TransactionTimeout(a.cfg.TransactionTimeout))
 	}
+	if tr := a.env.tracing; tr != nil {
+		opts = append(opts, kgo.WithHooks(clientHooks{tr.kotel})) // tracing.go
+	}
 	return opts
 }
 

@@ -97,6 +97,8 @@ type task struct {
 	// begin: per input, where the node's last build started it; -1 none
 	// (anchor.go).
 	begin []int64
+
+	tr *taskTracer // nil: tracing off (tracing.go)
 }
 
 // reset drops the node and the step's writes; the next step rebuilds the
@@ -127,6 +129,9 @@ func (t *task) nodeBuilt() {
 // stepCommitted folds a committed step into the task's counts and
 // schedules.
 func (t *task) stepCommitted() {
+	if t.tr != nil {
+		t.tr.stepEnded(true)
+	}
 	if t.node != nil {
 		t.counts.committed(t.node.Counters())
 	}
@@ -140,6 +145,9 @@ func (t *task) stepCommitted() {
 // stepAborted forgets the open step's tick and sweep, which the rebuilt
 // node redoes, and its counts.
 func (t *task) stepAborted() {
+	if t.tr != nil {
+		t.tr.stepEnded(false)
+	}
 	t.ticks.aborted()
 	t.sweeps.aborted()
 	t.counts.rebuilt()
@@ -196,6 +204,9 @@ func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts
 	if err := t.deliver(ctx, sess, ds); err != nil {
 		return err
 	}
+	if t.tr != nil {
+		t.tr.settled(n)
+	}
 	// A new incarnation knows nothing of the markers below where it starts
 	// consuming; report the start so claims on them resolve (H5).
 	for i, b := range t.st.sources {
@@ -209,6 +220,9 @@ func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts
 		}
 		if err := t.deliver(ctx, sess, ds); err != nil {
 			return err
+		}
+		if t.tr != nil {
+			t.tr.settled(n)
 		}
 	}
 	return t.tickToStart(ctx, sess, starts)
@@ -246,6 +260,9 @@ func (t *task) feed(ctx context.Context, sess *kgo.GroupTransactSession, topic s
 			Value:      r.Value,
 			Headers:    asHeaders(r.Headers),
 		}
+		if t.tr != nil {
+			t.tr.fetch(t.node, r, rec.Coordinate)
+		}
 		ds, err := t.node.OnRecord(&rec)
 		if err != nil {
 			return t.stepErr(topic, r.Offset, err)
@@ -253,13 +270,21 @@ func (t *task) feed(ctx context.Context, sess *kgo.GroupTransactSession, topic s
 		if err := t.deliver(ctx, sess, ds); err != nil {
 			return err
 		}
+		if t.tr != nil {
+			t.tr.fed(t.node)
+		}
 	}
 	if last >= 0 {
 		ds, err := t.node.PositionAdvance(ch, last+1)
 		if err != nil {
 			return t.stepErr(topic, last+1, err)
 		}
-		return t.deliver(ctx, sess, ds)
+		if err := t.deliver(ctx, sess, ds); err != nil {
+			return err
+		}
+		if t.tr != nil {
+			t.tr.settled(t.node)
+		}
 	}
 	return nil
 }
@@ -307,10 +332,16 @@ func (t *task) deliver(ctx context.Context, sess *kgo.GroupTransactSession, ds [
 			return t.stepErr("", d.Offset, fmt.Errorf("delivery on undeclared channel %s", d.Channel))
 		}
 		t.checkScope(b, d)
+		if t.tr != nil {
+			t.tr.delivering(d, b.topic)
+		}
 		m := &t.msg
 		*m = rawMessage{
 			topic: b.topic, partition: d.Partition, offset: d.Offset, coord: d.Coordinate,
 			ts: time.UnixMilli(d.Timestamp), key: d.Key, value: d.Value, headers: d.Headers,
+		}
+		if t.tr != nil {
+			m.ctx = t.tr.cur
 		}
 		if i := t.feeding.locate(d.Topic, d.Offset); i >= 0 {
 			m.ahead, m.aheadAt = t.feeding.dec, i
@@ -332,6 +363,9 @@ func (t *task) deliver(ctx context.Context, sess *kgo.GroupTransactSession, ds [
 			if err := t.emit(ctx, sess, m, e); err != nil {
 				return t.stepErr(b.topic, d.Offset, err)
 			}
+		}
+		if t.tr != nil {
+			t.tr.processed()
 		}
 	}
 	return nil
@@ -382,6 +416,9 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 	t.sends++
 	t.env.sent.produced++
 	out.Record = kgo.Record{Topic: name, Partition: p, Key: k, Value: v, Headers: hs, Timestamp: ts}
+	if t.tr != nil {
+		out.Record.Context = t.tr.cur // kotel's publish span is the delivery's child
+	}
 	sess.Produce(ctx, &out.Record, t.sent)
 	return nil
 }

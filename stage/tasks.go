@@ -132,6 +132,9 @@ func (a *App) openTask(ctx context.Context, id taskID) (*task, error) {
 	for _, k := range st.sinks {
 		t.sinks = append(t.sinks, a.topics[k.topicName()].id)
 	}
+	if tr := a.env.tracing; tr != nil {
+		t.tr = tr.forTask(st.name, id.partition, a.idName)
+	}
 	a.openTicks(t)
 	return t, nil
 }

@@ -4,6 +4,7 @@ package stage
 // Emission.
 
 import (
+	"context"
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
@@ -189,4 +190,18 @@ type Message[K, V any] struct {
 	// KeyIsNil and ValueIsNil say the key or value was absent on the wire
 	// (Key or Value is then the zero value; codecs never saw it).
 	KeyIsNil, ValueIsNil bool
+
+	ctx context.Context
+}
+
+// Context returns the context of the record's process span when the
+// application traces (Config.TracerProvider): a handler's own spans started
+// from it are children of the delivery, and a handler that forwards the
+// record elsewhere injects it to carry the trace on. Without tracing it is
+// context.Background().
+func (m Message[K, V]) Context() context.Context {
+	if m.ctx == nil {
+		return context.Background()
+	}
+	return m.ctx
 }

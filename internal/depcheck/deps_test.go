@@ -84,3 +84,29 @@ func allowed(dep string, prefixes []string) bool {
 	}
 	return false
 }
+
+// TestTracingNeedsNoSDK: the library packages trace through the
+// OpenTelemetry API only (#36); the SDK and the exporters are the
+// application's choice, used here by tests and examples alone.
+func TestTracingNeedsNoSDK(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "list", "-deps", "./stage", "./bridge", "./clock", "./observer")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	api := false
+	for _, p := range strings.Fields(string(out)) {
+		if strings.HasPrefix(p, "go.opentelemetry.io/otel/sdk") || strings.HasPrefix(p, "go.opentelemetry.io/otel/exporters") {
+			t.Errorf("a library package depends on %s", p)
+		}
+		api = api || p == "go.opentelemetry.io/otel/trace"
+	}
+	if !api {
+		t.Error("no library package imports the tracing API; is this test still needed?")
+	}
+}
