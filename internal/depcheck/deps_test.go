@@ -19,7 +19,10 @@ var layers = []struct {
 }{
 	{"headers", []string{module + "/headers"}},
 	{"protocol", []string{module + "/headers", module + "/protocol"}},
-	{"clock", []string{module + "/headers", module + "/clock", "github.com/twmb/franz-go/"}},
+	// internal/kclient holds the franz-go client defaults clock shares with
+	// stage and the bridge; being this module's, its own imports are walked
+	// and held to clock's rule too.
+	{"clock", []string{module + "/headers", module + "/clock", module + "/internal/kclient", "github.com/twmb/franz-go/"}},
 }
 
 func TestLightLayersImportOnlyWhatTheyMay(t *testing.T) {
