@@ -158,3 +158,41 @@ func TestFlushWorkIsProportionalToNewHolds(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchStaged: Staged reports only this batch's own writes, a Delete
+// as a Delete, and hands back the very slice Put kept (stage's fold state
+// copies it before a codec may update it in place, storewrites.go).
+func TestBatchStaged(t *testing.T) {
+	base := NewMemStore()
+	_ = base.Put("committed", []byte("old"))
+	_ = base.Put("gone", []byte("old"))
+	b := NewBatch(base)
+	put := []byte("new")
+	_ = b.Put("written", put)
+	_ = b.Delete("gone")
+	for _, tc := range []struct {
+		key    string
+		staged bool
+		delete bool
+		value  string
+	}{
+		{"written", true, false, "new"},
+		{"gone", true, true, ""},
+		{"committed", false, false, ""},
+		{"absent", false, false, ""},
+	} {
+		m, ok := b.Staged(tc.key)
+		if ok != tc.staged || m.Delete != tc.delete || string(m.Value) != tc.value {
+			t.Errorf("Staged(%q) = %+v, %v; want staged %v, delete %v, value %q", tc.key, m, ok, tc.staged, tc.delete, tc.value)
+		}
+	}
+	if m, _ := b.Staged("written"); &m.Value[0] != &put[0] {
+		t.Error("Staged copied the write; its doc says it shares the slice Put kept")
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := b.Staged("written"); ok {
+		t.Error("a committed batch still reports a staged write")
+	}
+}
