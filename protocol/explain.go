@@ -134,7 +134,7 @@ func (in *input) pos() int64 {
 // heldFrom reports whether in's queue holds a record from sender at or
 // past seq: the claimed send was fetched and is held.
 func (n *Node) heldFrom(in *input, sender headers.SenderID, seq int64) bool {
-	idx, ok := n.senderIdx[sender]
+	idx, ok := n.senders.idx[sender]
 	if !ok {
 		return false
 	}

@@ -96,8 +96,7 @@ type Node struct {
 	acked      map[headers.Channel]int64 // highest acknowledged send offset per sink channel, as stored
 	ackedDirty []headers.Channel
 
-	senders   []headers.SenderID // interned senders of held records; index+1 in skeletons
-	senderIdx map[headers.SenderID]uint32
+	senders senderTable // interned senders of held records
 
 	gate       headers.ChannelList // the inputs' channels, in n.inputs order, for the gate's lookups
 	gateOffs   []int64             // the gate's scratch: a stamp's claim on each input
@@ -132,7 +131,7 @@ type input struct {
 
 	q queue
 
-	lastSender uint32 // interned index (index+1 in Node.senders) of the last tagged record's sender; 0 none
+	lastSender uint32 // interned index (index+1 in Node.senders.ids) of the last tagged record's sender; 0 none
 
 	lastMark       *dsMark // ds[lastMarkSender], the mark delivery touched last
 	lastMarkSender headers.SenderID
@@ -183,22 +182,32 @@ func newNode(ctx context.Context, cfg Config, sab sabotageSet) (*Node, error) {
 	if err := checkConfig(&cfg); err != nil {
 		return nil, err
 	}
+	n := build(&cfg, sab)
+	if err := n.init(ctx); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// build returns the node cfg declares, with nothing restored: every input
+// empty, no sequences, no carried ancestry. It reads neither the store nor
+// the broker.
+func build(cfg *Config, sab sabotageSet) *Node {
 	n := &Node{
-		sender:    SenderIDFor(cfg.ApplicationID, cfg.Stage, cfg.Partition),
-		store:     cfg.Store,
-		offsets:   cfg.Offsets,
-		byChan:    make(map[headers.Channel]*input, len(cfg.Inputs)),
-		sinkSet:   make(map[headers.TopicID]bool, len(cfg.Sinks)),
-		sq:        make(map[headers.Channel]int64),
-		sqInit:    make(map[headers.Channel]int64),
-		sqSeed:    make(map[headers.Channel]int64),
-		acked:     make(map[headers.Channel]int64),
-		senderIdx: make(map[headers.SenderID]uint32),
+		sender:  SenderIDFor(cfg.ApplicationID, cfg.Stage, cfg.Partition),
+		store:   cfg.Store,
+		offsets: cfg.Offsets,
+		byChan:  make(map[headers.Channel]*input, len(cfg.Inputs)),
+		sinkSet: make(map[headers.TopicID]bool, len(cfg.Sinks)),
+		sq:      make(map[headers.Channel]int64),
+		sqInit:  make(map[headers.Channel]int64),
+		sqSeed:  make(map[headers.Channel]int64),
+		acked:   make(map[headers.Channel]int64),
 	}
 	chans := slices.Clone(cfg.Inputs)
 	slices.SortFunc(chans, headers.Channel.Compare)
 	for _, ch := range chans {
-		in := &input{ch: ch, key: chanKey(ch), frontier: -1, claim: -1, fed: -1, accounted: -1, ds: make(map[headers.SenderID]*dsMark)}
+		in := newInput(ch)
 		n.inputs = append(n.inputs, in)
 		n.byChan[ch] = in
 	}
@@ -210,10 +219,11 @@ func newNode(ctx context.Context, cfg Config, sab sabotageSet) (*Node, error) {
 	for _, t := range n.sinks {
 		n.sinkSet[t] = true
 	}
-	if err := n.init(ctx); err != nil {
-		return nil, err
-	}
-	return n, nil
+	return n
+}
+
+func newInput(ch headers.Channel) *input {
+	return &input{ch: ch, key: chanKey(ch), frontier: -1, claim: -1, fed: -1, accounted: -1, ds: make(map[headers.SenderID]*dsMark)}
 }
 
 func checkConfig(cfg *Config) error {
@@ -249,370 +259,40 @@ func checkConfig(cfg *Config) error {
 	return nil
 }
 
-// init restores, rescopes and seeds. It validates everything before it
-// writes anything, so a refused init leaves the store untouched.
-func (n *Node) init(ctx context.Context) error {
-	const op = "init"
-	st := n.store
-	// Format version.
-	v, ok, err := st.Get(keyVersion)
-	if err != nil {
-		return keyErr(op, keyVersion, err)
-	}
-	var prev scope
-	hadScope := false
-	if ok {
-		if len(v) != 4 || v[0] != 0 || v[1] != 0 || v[2] != 0 || (v[3] != formatVersion && v[3] != formatVersion1) {
-			return keyErr(op, keyVersion, because(ErrUnknownStateFormat, "version bytes "+hexBytes(v)))
-		}
-		// Version 1 differs only in what version 2 adds (a frontier's claim,
-		// acknowledged sends); it upgrades in place, and a build that knows
-		// only version 1 refuses the result rather than misread it.
-		n.upgrade = v[3] != formatVersion
-		sv, ok, err := st.Get(keyScope)
-		if err != nil {
-			return keyErr(op, keyScope, err)
-		}
-		if !ok {
-			return corrupt(op, keyScope, "missing")
-		}
-		if prev, err = decodeScope(sv); err != nil {
-			return corrupt(op, keyScope, err.Error())
-		}
-		hadScope = true
-	} else {
-		// No version: the store must be empty of protocol state; anything
-		// else was written by a format this build does not know.
-		var found string
-		for _, p := range []string{keyScope, keyCarried, pfxFront, pfxCC, pfxQueue, pfxSeq, pfxDS, pfxAcked} {
-			err := st.Scan(p, func(k string, _ []byte) error { found = k; return errStop })
-			if err != nil && !errors.Is(err, errStop) {
-				return keyErr(op, p, err)
-			}
-			if found != "" {
-				return keyErr(op, found, because(ErrUnknownStateFormat, "state without a format version"))
-			}
-		}
-		n.fresh = true
-	}
-
-	// Carried ancestry.
-	if b, ok, err := st.Get(keyCarried); err != nil {
-		return keyErr(op, keyCarried, err)
-	} else if ok {
-		if err := headers.DecodeVCInto(&n.carried, b); err != nil {
-			return keyErr(op, keyCarried, because(ErrCorruptState, err.Error()))
-		}
-	}
-
-	// Current inputs.
-	prevInputs := make(map[headers.Channel]bool, len(prev.inputs))
-	for _, ch := range prev.inputs {
-		prevInputs[ch] = true
-	}
-	for _, in := range n.inputs {
-		if err := n.restoreInput(in); err != nil {
-			return err
-		}
-	}
-
-	// Departing inputs (shrink): refuse held records first, then fold.
-	var departing []headers.Channel
-	for _, ch := range prev.inputs {
-		if _, ok := n.byChan[ch]; !ok {
-			departing = append(departing, ch)
-		}
-	}
-	slices.SortFunc(departing, headers.Channel.Compare)
-	type fold struct {
-		ch    headers.Channel
-		claim int64
-		cc    headers.Clock
-		keys  []string
-	}
-	var folds []fold
-	for _, ch := range departing {
-		ck := chanKey(ch)
-		if m, ok, err := st.Get(metaKey(ck)); err != nil {
-			return keyErr(op, metaKey(ck), err)
-		} else if ok {
-			h, t, ok := decodePair(m)
-			if !ok || h > t {
-				return corrupt(op, metaKey(ck), "bad queue indices")
-			}
-			if t > h {
-				return &Error{Op: op + ": shrink", Channel: ch, HasChannel: true, Key: metaKey(ck),
-					Err: because(ErrHeldOnRemovedInput, itoa(t-h)+" held records")}
-			}
-		}
-		var held string
-		if err := st.Scan(pfxQueue+ck+"/e/", func(k string, _ []byte) error { held = k; return errStop }); err != nil && !errors.Is(err, errStop) {
-			return keyErr(op, pfxQueue+ck, err)
-		}
-		if held != "" {
-			return &Error{Op: op + ": shrink", Channel: ch, HasChannel: true, Key: held, Err: ErrHeldOnRemovedInput}
-		}
-		// The delivered-sequence marks stay: each names a record at or
-		// below the claim carried here, so if the channel returns, the
-		// sequence claims they resolved stay resolved although those
-		// records are never fetched again.
-		f := fold{ch: ch, claim: -1, keys: []string{pfxFront + ck, pfxCC + ck, metaKey(ck)}}
-		if b, ok, err := st.Get(pfxFront + ck); err != nil {
-			return keyErr(op, pfxFront+ck, err)
-		} else if ok {
-			_, c, ok := decodeFrontier(b)
-			if !ok {
-				return corrupt(op, pfxFront+ck, "want an int64 frontier ≥ -1, optionally with a claim in [-1, frontier]")
-			}
-			f.claim = c
-		}
-		if b, ok, err := st.Get(pfxCC + ck); err != nil {
-			return keyErr(op, pfxCC+ck, err)
-		} else if ok {
-			if err := headers.DecodeVCInto(&f.cc, b); err != nil {
-				return keyErr(op, pfxCC+ck, because(ErrCorruptState, err.Error()))
-			}
-		}
-		folds = append(folds, f)
-	}
-
-	// Send sequences.
-	err = scanChannelInts(st, op, pfxSeq, func(ch headers.Channel, v int64) {
-		n.sq[ch] = v
-		n.sqInit[ch] = v
-	})
-	if err != nil {
-		return err
-	}
-
-	// Own outputs and former sinks (own.go).
-	formerOwn, err := n.restoreOwn(ctx, prev.sinks)
-	if err != nil {
-		return err
-	}
-
-	// Everything is validated: apply the rescope.
-	for i := range folds {
-		f := &folds[i]
-		if f.claim >= 0 {
-			n.carried.SetOffset(f.ch, f.claim)
-		}
-		n.carried.Merge(&f.cc)
-		n.caDirty = true
-	}
-	if !formerOwn.IsEmpty() {
-		n.carried.Merge(&formerOwn)
-		n.caDirty = true
-	}
-	// Growth seeds only after the whole rescope is folded in, so a channel
-	// that left the sinks (or the inputs) and joins the inputs in this same
-	// init is seeded from what that fold carries.
-	for _, in := range n.inputs {
-		if hadScope && !prevInputs[in.ch] {
-			// Growth: seed at the carried knowledge of the channel, never
-			// below it; the host resumes one past it. Carried ancestry
-			// names only committed records, so the seed is a claim too.
-			if c, ok := n.carried.Offset(in.ch); ok && c > in.frontier {
-				in.frontier = c
-				in.claim = c
-				in.frontierDirty = true
-			}
-		}
-		in.accounted = in.frontier
-		if l := in.q.len(); l > 0 {
-			in.accounted = max(in.accounted, in.q.at(l-1).offset)
-		}
-	}
-	n.rebuildAgg()
-	if n.fresh || n.upgrade {
-		if err := st.Put(keyVersion, []byte{0, 0, 0, formatVersion}); err != nil {
-			return keyErr(op, keyVersion, n.fail(err))
-		}
-	}
-	cur := scope{sinks: n.sinks}
-	for _, in := range n.inputs {
-		cur.inputs = append(cur.inputs, in.ch)
-	}
-	if !hadScope || !slices.Equal(cur.inputs, prev.inputs) || !slices.Equal(cur.sinks, prev.sinks) {
-		if err := st.Put(keyScope, encodeScope(cur)); err != nil {
-			return keyErr(op, keyScope, n.fail(err))
-		}
-	}
-	for _, f := range folds {
-		for _, k := range f.keys {
-			if err := st.Delete(k); err != nil {
-				return keyErr(op, k, n.fail(err))
-			}
-		}
-	}
-	return n.Flush()
-}
-
-var errStop = errors.New("stop")
-
-// scanChannelInts reads every key prefix+<ch> holding a non-negative int64
-// and hands each to fn.
-func scanChannelInts(st Store, op, prefix string, fn func(headers.Channel, int64)) error {
-	err := st.Scan(prefix, func(k string, b []byte) error {
-		ch, ok := parseChanKey(k[len(prefix):])
-		if !ok {
-			return corrupt(op, k, "bad channel")
-		}
-		v, ok := decodeInt64(b)
-		if !ok || v < 0 {
-			return corrupt(op, k, "want a non-negative int64")
-		}
-		fn(ch, v)
-		return nil
-	})
-	if err != nil {
-		return wrapStore(op, prefix, err)
-	}
-	return nil
-}
-
-func wrapStore(op, key string, err error) error {
-	var e *Error
-	if errors.As(err, &e) {
-		return err
-	}
-	return keyErr(op, key, err)
-}
-
-// restoreInput reads one current input's frontier, advertised clock,
-// delivered-sequence marks and hold queue.
-func (n *Node) restoreInput(in *input) error {
-	const op = "init: restore"
-	st := n.store
-	if b, ok, err := st.Get(pfxFront + in.key); err != nil {
-		return keyErr(op, pfxFront+in.key, err)
-	} else if ok {
-		f, c, ok := decodeFrontier(b)
-		if !ok {
-			return corrupt(op, pfxFront+in.key, "want an int64 frontier ≥ -1, optionally with a claim in [-1, frontier]")
-		}
-		in.frontier, in.claim = f, c
-	}
-	if b, ok, err := st.Get(pfxCC + in.key); err != nil {
-		return keyErr(op, pfxCC+in.key, err)
-	} else if ok {
-		if err := headers.DecodeVCInto(&in.cc, b); err != nil {
-			return keyErr(op, pfxCC+in.key, because(ErrCorruptState, err.Error()))
-		}
-	}
-	dsPfx := pfxDS + in.key + "/"
-	err := st.Scan(dsPfx, func(k string, b []byte) error {
-		s, err := headers.ParseSenderID(k[len(dsPfx):])
-		if err != nil {
-			return corrupt(op, k, "bad sender")
-		}
-		seq, off, ok := decodePair(b)
-		if !ok || seq < 0 || off < 0 {
-			return corrupt(op, k, "want two non-negative int64s")
-		}
-		in.setMark(s, dsMark{seq: seq, offset: off})
-		return nil
-	})
-	if err != nil {
-		return wrapStore(op, dsPfx, err)
-	}
-	return n.restoreQueue(in)
-}
-
-// restoreQueue rebuilds a hold queue's skeletons from its indices and
-// entries, decoding every entry once so corruption is refused before
-// anything is delivered.
-func (n *Node) restoreQueue(in *input) error {
-	const op = "init: restore queue"
-	mk := metaKey(in.key)
-	m, ok, err := n.store.Get(mk)
-	if err != nil {
-		return keyErr(op, mk, err)
-	}
-	var h, t int64
-	if ok {
-		var good bool
-		h, t, good = decodePair(m)
-		if !good || h < 0 || h > t {
-			return corrupt(op, mk, "bad queue indices")
-		}
-	}
-	q := &in.q
-	q.headIdx, q.storedHead, q.flushedTail = h, h, t
-	next := h
-	prevOff := in.frontier
-	var rec Record
-	pfx := pfxQueue + in.key + "/e/"
-	err = n.store.Scan(pfx, func(k string, b []byte) error {
-		if k != entryKey(in.key, next) || next >= t {
-			return &Error{Op: op, Channel: in.ch, HasChannel: true, Key: k,
-				Err: because(ErrCorruptState, "entry outside the queue's indices ["+itoa(h)+", "+itoa(t)+") or out of sequence; expected index "+itoa(next))}
-		}
-		if err := decodeHeld(&rec, b); err != nil {
-			return corrupt(op, k, err.Error())
-		}
-		if rec.Offset <= prevOff {
-			return corrupt(op, k, "held offset "+itoa(rec.Offset)+" not above "+itoa(prevOff))
-		}
-		prevOff = rec.Offset
-		if err := headers.ReadStamp(&n.scratch, rec.Headers); err != nil {
-			return &Error{Op: op, Channel: in.ch, Offset: rec.Offset, HasChannel: true, HasOffset: true, Key: k, Err: because(ErrCorruptState, err.Error())}
-		}
-		q.push(n.skeleton(in, &rec, &n.scratch))
-		next++
-		return nil
-	})
-	if err != nil {
-		return wrapStore(op, pfx, err)
-	}
-	if n.sabotage.has(sabDropHeldRecord) && q.len() > 0 {
-		q.skels = q.skels[:len(q.skels)-1]
-		t--
-		q.flushedTail = t
-		next--
-		if err := n.store.Delete(entryKey(in.key, t)); err != nil {
-			return err
-		}
-		if err := n.store.Put(mk, appendInt64(appendInt64(nil, h), t)); err != nil {
-			return err
-		}
-	}
-	if next != t {
-		return &Error{Op: op, Channel: in.ch, HasChannel: true, Key: mk,
-			Err: because(ErrCorruptState, "indices claim "+itoa(t-h)+" held records, store has "+itoa(next-h))}
-	}
-	if q.len() > 0 {
-		n.nonEmpty++
-		n.held += q.len()
-		// The head rule: everything below the head was delivered or skipped.
-		if o := q.at(0).offset - 1; o > in.frontier {
-			in.frontier = o
-			in.frontierDirty = true
-		}
-	}
-	return nil
-}
-
 func (n *Node) skeleton(in *input, r *Record, s *headers.Stamp) skel {
+	return n.senders.skeleton(in, r, s)
+}
+
+// senderTable interns the senders of held records: a skeleton names its
+// sender by index+1, and interned indices never change.
+type senderTable struct {
+	ids []headers.SenderID
+	idx map[headers.SenderID]uint32
+}
+
+func (t *senderTable) skeleton(in *input, r *Record, s *headers.Stamp) skel {
 	k := skel{offset: r.Offset, timestamp: r.Timestamp}
 	if s.Tagged {
-		k.sender, k.seq = n.internSender(in, s.Sender), s.Seq
+		k.sender, k.seq = t.intern(in, s.Sender), s.Seq
 	}
 	return k
 }
 
-// internSender returns id's index+1 in n.senders, adding it if new. A
-// channel's records mostly come from one writer, so in remembers the last
-// one and a repeat skips the map; interned indices never change.
-func (n *Node) internSender(in *input, id headers.SenderID) uint32 {
-	if i := in.lastSender; i > 0 && n.senders[i-1] == id {
+// intern returns id's index+1, adding it if new. A channel's records mostly
+// come from one writer, so in remembers the last one and a repeat skips the
+// map.
+func (t *senderTable) intern(in *input, id headers.SenderID) uint32 {
+	if i := in.lastSender; i > 0 && t.ids[i-1] == id {
 		return i
 	}
-	idx, ok := n.senderIdx[id]
+	idx, ok := t.idx[id]
 	if !ok {
-		n.senders = append(n.senders, id)
-		idx = uint32(len(n.senders))
-		n.senderIdx[id] = idx
+		if t.idx == nil {
+			t.idx = make(map[headers.SenderID]uint32)
+		}
+		t.ids = append(t.ids, id)
+		idx = uint32(len(t.ids))
+		t.idx[id] = idx
 	}
 	in.lastSender = idx
 	return idx

@@ -51,38 +51,37 @@ func (n *Node) Sent(at headers.Coordinate) error {
 }
 
 // restoreOwn reads the acknowledged sends, builds the own outputs of the
-// current sinks and the sequence seeds, and returns what former sinks fold
-// into carried ancestry. n.sq must be restored first. It writes nothing.
+// current sinks and the sequence seeds, and the former sinks' own outputs,
+// which fold into carried ancestry. p.sq must be restored first.
 //
 // A sink channel with a stored sequence but no acknowledged offset was
 // sent to by a build (or host) that did not report acknowledgements; it
 // falls back to the end-offset over-claim, which only delays. A channel
 // with no stored sequence seeds its first sequence at its end offset.
-func (n *Node) restoreOwn(ctx context.Context, prevSinks []headers.TopicID) (headers.Clock, error) {
+func (p *initPlan) restoreOwn(ctx context.Context, n *Node) error {
 	const op = "init"
-	var former headers.Clock
-	err := scanChannelInts(n.store, op, pfxAcked, func(ch headers.Channel, v int64) { n.acked[ch] = v })
+	err := scanChannelInts(n.store, op, pfxAcked, func(ch headers.Channel, v int64) { p.acked[ch] = v })
 	if err != nil {
-		return former, err
+		return err
 	}
 	// claim folds one topic's own sends into dst.
 	claim := func(dst *headers.Clock, t headers.TopicID, ends []int64) {
-		for ch, o := range n.acked {
+		for ch, o := range p.acked {
 			if ch.Topic == t {
 				dst.SetOffset(ch, o) // a max: map order cannot escape
 			}
 		}
-		for p, e := range ends {
-			ch := headers.Channel{Topic: t, Partition: int32(p)}
-			if _, acked := n.acked[ch]; acked {
+		for part, e := range ends {
+			ch := headers.Channel{Topic: t, Partition: int32(part)}
+			if _, acked := p.acked[ch]; acked {
 				continue
 			}
-			if _, sent := n.sq[ch]; sent && e > 0 {
+			if _, sent := p.sq[ch]; sent && e > 0 {
 				dst.SetOffset(ch, e-1)
 			}
 		}
 	}
-	for _, t := range prevSinks {
+	for _, t := range p.prev.sinks {
 		if n.sinkSet[t] {
 			continue
 		}
@@ -90,27 +89,27 @@ func (n *Node) restoreOwn(ctx context.Context, prevSinks []headers.TopicID) (hea
 		// that no longer exists is unclaimable and skipped.
 		ends, exists, err := n.offsets.EndOffsets(ctx, t)
 		if err != nil {
-			return former, &Error{Op: op + ": former sink end offsets", Topic: t, Err: err}
+			return &Error{Op: op + ": former sink end offsets", Topic: t, Err: err}
 		}
 		if exists {
-			claim(&former, t, ends)
+			claim(&p.formerOwn, t, ends)
 		}
 	}
 	for _, t := range n.sinks {
 		ends, exists, err := n.offsets.EndOffsets(ctx, t)
 		if err != nil {
-			return former, &Error{Op: op + ": sink end offsets", Topic: t, Err: err}
+			return &Error{Op: op + ": sink end offsets", Topic: t, Err: err}
 		}
 		if !exists {
-			return former, &Error{Op: op, Topic: t, Err: ErrSinkMissing}
+			return &Error{Op: op, Topic: t, Err: ErrSinkMissing}
 		}
-		claim(&n.own, t, ends)
-		for p, e := range ends {
-			ch := headers.Channel{Topic: t, Partition: int32(p)}
-			if _, ok := n.sq[ch]; !ok && e > 0 {
-				n.sqSeed[ch] = e
+		claim(&p.own, t, ends)
+		for part, e := range ends {
+			ch := headers.Channel{Topic: t, Partition: int32(part)}
+			if _, ok := p.sq[ch]; !ok && e > 0 {
+				p.sqSeed[ch] = e
 			}
 		}
 	}
-	return former, nil
+	return nil
 }

@@ -10,7 +10,7 @@ type skel struct {
 	offset    int64
 	timestamp int64
 	seq       int64  // send sequence, when sender != 0
-	sender    uint32 // 0 = untagged; else index+1 into Node.senders
+	sender    uint32 // 0 = untagged; else index+1 into Node.senders.ids
 }
 
 // queue is one channel's FIFO hold queue. Entries have store indices:
