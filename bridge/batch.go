@@ -64,20 +64,52 @@ const maxBatch = 1000
 // stream does not allow atomic publish.
 var ErrAtomicPublish = errors.New("bridge: stream does not allow atomic publish")
 
+// atomicBatches is the AtomicBatch mode: each step's records stream into
+// an atomic batch as the gate delivers them, and settle commits it.
+type atomicBatches struct {
+	p       *publisher
+	batch   []*nats.Msg // the step's messages in delivered order
+	staging *openBatch  // the batch being streamed
+}
+
+// begin gives up the batch an aborted step left open.
+func (x *atomicBatches) begin(context.Context) {
+	x.dropOpen()
+	clear(x.batch)
+	x.batch = x.batch[:0]
+}
+
+func (x *atomicBatches) send(ctx context.Context, msg *nats.Msg, rec storedRecord) {
+	p := x.p
+	msg.Header.Set(jetstream.ExpectedStreamHeader, p.stream)
+	p.step = append(p.step, rec)
+	x.batch = append(x.batch, msg)
+	x.stageRecord(ctx)
+}
+
+// settle commits the open batch, if the step did not fail, and drops what
+// a failure left open.
+func (x *atomicBatches) settle(ctx context.Context) {
+	if x.p.failed == nil && x.staging != nil {
+		x.commitOpen(ctx)
+	}
+	x.dropOpen()
+}
+
 // openBatch is the atomic batch a step is streaming to JetStream: its
 // messages go out as the gate delivers their records, so the server stages
 // them while the step goes on, all but the newest, which is held back to
 // carry the commit (see stageRecord).
 type openBatch struct {
 	pub     jetstreamext.BatchPublisher
-	start   int    // index in p.step and p.batch of its first record
-	sent    int    // messages sent: p.batch[start:start+sent]
+	start   int    // index in p.step and x.batch of its first record
+	sent    int    // messages sent: x.batch[start:start+sent]
 	id      string // the batch ID, known once a message was sent
 	subject string // of its first message
 	opened  time.Time
 }
 
-// stageRecord streams the step's newest record (the last of p.batch) into
+// stageRecord streams the step's newest record (the last of x.batch) into
 // the open batch, opening one if none is: it sends the record held back
 // before it, holds this one, and commits the batch when it reaches
 // maxBatch. A failure of NATS is kept in p.failed for Settle; once set,
@@ -90,13 +122,14 @@ type openBatch struct {
 // commits its batches one after the other, the next opened only once the
 // previous one's commit was acknowledged, so no batch is stored after one
 // that was not.
-func (p *publisher) stageRecord(ctx context.Context) {
+func (x *atomicBatches) stageRecord(ctx context.Context) {
+	p := x.p
 	if p.failed != nil {
 		return
 	}
-	i := len(p.batch) - 1
+	i := len(x.batch) - 1
 	p.m.inFlight.Inc()
-	b := p.staging
+	b := x.staging
 	if b == nil {
 		pub, err := jetstreamext.NewBatchPublisher(p.js, jetstreamext.BatchFlowControl{AckFirst: false, AckTimeout: p.cfg.AckTimeout})
 		if err != nil {
@@ -104,32 +137,33 @@ func (p *publisher) stageRecord(ctx context.Context) {
 			p.failed = fmt.Errorf("bridge: open batch at %s: %w", p.step[i].coord, err)
 			return
 		}
-		p.staging = &openBatch{pub: pub, start: i, subject: p.batch[i].Subject, opened: time.Now()}
+		x.staging = &openBatch{pub: pub, start: i, subject: x.batch[i].Subject, opened: time.Now()}
 		return // held back
 	}
-	if err := p.sendHeld(b); err != nil {
+	if err := x.sendHeld(b); err != nil {
 		p.failed = err
-		p.dropOpen()
+		x.dropOpen()
 		return
 	}
 	if i-b.start+1 == maxBatch {
-		p.commitOpen(ctx)
+		x.commitOpen(ctx)
 	}
 }
 
 // sendHeld sends the open batch's held-back message.
-func (p *publisher) sendHeld(b *openBatch) error {
+func (x *atomicBatches) sendHeld(b *openBatch) error {
+	p := x.p
 	held := b.start + b.sent
 	coord := p.step[held].coord // formatted only if an error names it
-	if p.conn.Load() != p.epoch || !p.nc.IsConnected() {
+	if p.connLost() {
 		return fmt.Errorf("bridge: publish batch from %s: %w", coord, errConnChanged)
 	}
-	if err := b.pub.AddMsg(p.batch[held]); err != nil {
+	if err := b.pub.AddMsg(x.batch[held]); err != nil {
 		p.m.failures.Inc()
 		return fmt.Errorf("bridge: publish batch from %s: %s: %w", p.step[b.start].coord, coord, err)
 	}
 	if b.sent == 0 {
-		b.id = p.batch[held].Header.Get(jetstreamext.BatchIDHeader)
+		b.id = x.batch[held].Header.Get(jetstreamext.BatchIDHeader)
 	}
 	b.sent++
 	return nil
@@ -137,21 +171,22 @@ func (p *publisher) sendHeld(b *openBatch) error {
 
 // commitOpen commits the open batch with its held-back message, the step's
 // newest record, and waits for the acknowledgement.
-func (p *publisher) commitOpen(ctx context.Context) {
-	b := p.staging
-	p.staging = nil
-	start, end := b.start, len(p.batch)
+func (x *atomicBatches) commitOpen(ctx context.Context) {
+	p := x.p
+	b := x.staging
+	x.staging = nil
+	start, end := b.start, len(x.batch)
 	n := end - start
 	defer p.m.inFlight.Sub(float64(n))
 	first, last := p.step[start].coord.String(), p.step[end-1].coord.String()
-	if p.conn.Load() != p.epoch || !p.nc.IsConnected() {
+	if p.connLost() {
 		p.failed = fmt.Errorf("bridge: publish batch %s..%s: %w", first, last, errConnChanged)
-		p.abandon(b)
+		x.abandon(b)
 		return
 	}
 	actx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
 	defer cancel()
-	ack, err := b.pub.CommitMsg(actx, p.batch[end-1])
+	ack, err := b.pub.CommitMsg(actx, x.batch[end-1])
 	var apiErr *jetstream.APIError
 	switch {
 	case err == nil && ack.Stream != p.stream:
@@ -162,7 +197,7 @@ func (p *publisher) commitOpen(ctx context.Context) {
 		// An earlier attempt of this step, or a batch of it, is stored:
 		// the stream refuses a batch holding a stored message ID whole.
 		p.log.Info("bridge: a batch holds records JetStream stored already; publishing it one record at a time", "first", first, "last", last, "records", n)
-		p.publishOneByOne(ctx, start, end)
+		x.publishOneByOne(ctx, start, end)
 		return
 	}
 	if err != nil {
@@ -180,14 +215,12 @@ func (p *publisher) commitOpen(ctx context.Context) {
 
 // dropOpen gives up the open batch, if any, without committing it: the
 // step failed before its Settle or is being retried.
-func (p *publisher) dropOpen() {
-	if p.fast != nil {
-		p.abandonFast()
-	}
-	if b := p.staging; b != nil {
-		p.staging = nil
-		p.m.inFlight.Sub(float64(len(p.batch) - b.start))
-		p.abandon(b)
+func (x *atomicBatches) dropOpen() {
+	p := x.p
+	if b := x.staging; b != nil {
+		x.staging = nil
+		p.m.inFlight.Sub(float64(len(x.batch) - b.start))
+		x.abandon(b)
 	}
 }
 
@@ -199,7 +232,8 @@ func (p *publisher) dropOpen() {
 // a message of a batch it does not know unless it is the first one, so the
 // marker is never stored. Best effort: a batch the marker does not reach
 // times out.
-func (p *publisher) abandon(b *openBatch) {
+func (x *atomicBatches) abandon(b *openBatch) {
+	p := x.p
 	if b.sent == 0 || !p.nc.IsConnected() {
 		return // nothing staged, or nothing to send it on
 	}
@@ -211,20 +245,21 @@ func (p *publisher) abandon(b *openBatch) {
 	}
 }
 
-// publishOneByOne publishes p.batch[start:end] record by record, each
+// publishOneByOne publishes x.batch[start:end] record by record, each
 // after the previous one's acknowledgement, so the stream keeps delivered
 // order among what it did not hold yet and absorbs what it did by message
 // ID. A broken connection or a failure stops it: nothing later in the
 // step is sent.
-func (p *publisher) publishOneByOne(ctx context.Context, start, end int) {
+func (x *atomicBatches) publishOneByOne(ctx context.Context, start, end int) {
+	p := x.p
 	for i := start; i < end && p.failed == nil; i++ {
-		msg := p.batch[i]
+		msg := x.batch[i]
 		for _, h := range []string{jetstreamext.BatchIDHeader, jetstreamext.BatchSeqHeader, jetstreamext.BatchCommitHeader} {
 			msg.Header.Del(h)
 		}
 		msg.Reply = ""
 		coord := p.step[i].coord
-		if p.conn.Load() != p.epoch || !p.nc.IsConnected() {
+		if p.connLost() {
 			p.failed = fmt.Errorf("bridge: publish of %s: %w", coord, errConnChanged)
 			return
 		}

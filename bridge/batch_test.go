@@ -41,7 +41,7 @@ func TestPerMessageFallbackWhenConfigured(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkExactlyOnceInOrder(t, e.streamMsgs("PLAIN"), want)
-	if b.pub.atomic {
+	if b.pub.atomicMode() != nil {
 		t.Fatal("publisher in batch mode on a stream without atomic publish")
 	}
 	if !bytes.Contains([]byte(logs.String()), []byte("does not allow atomic publish")) {
@@ -246,7 +246,7 @@ func TestConnectionBreaksMidBatch(t *testing.T) {
 	if n := testutil.ToFloat64(b.pub.m.duplicates); n != 0 {
 		t.Fatalf("%v duplicates: the redone step found records of the broken batch stored", n)
 	}
-	if !b.pub.atomic {
+	if b.pub.atomicMode() == nil {
 		t.Fatal("the test did not run in batch mode")
 	}
 }
@@ -396,10 +396,10 @@ func TestAbandonedBatchIsDroppedAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if p.staging == nil || p.staging.sent != 4 {
-		t.Fatalf("open batch %+v, want 4 messages sent and the fifth held", p.staging)
+	if p.atomicMode().staging == nil || p.atomicMode().staging.sent != 4 {
+		t.Fatalf("open batch %+v, want 4 messages sent and the fifth held", p.atomicMode().staging)
 	}
-	id := p.staging.id
+	id := p.atomicMode().staging.id
 	if err := p.nc.Flush(); err != nil { // the staged messages reach the stream first
 		t.Fatal(err)
 	}

@@ -79,9 +79,11 @@ type Config struct {
 	// stream whose duplicate window is shorter. Default 2 minutes
 	// (JetStream's default window).
 	RedeliveryHorizon time.Duration
-	// Publish selects how steps reach JetStream (default AtomicBatch: one
+	// Publish selects how steps reach JetStream, one of three modes (see
+	// the package doc, "Publish modes"): AtomicBatch (the default; one
 	// atomic batch per step, refusing a stream that does not allow atomic
-	// publish; FastBatch: one fast batch per step, for R1 file streams).
+	// publish), PerMessage (record by record, MaxInFlight at a time) or
+	// FastBatch (one fast batch per step, for R1 file streams).
 	Publish PublishMode
 	// MaxInFlight bounds, in PerMessage mode, the publishes awaiting their
 	// acknowledgement (default 1). With 1, every publish waits for the

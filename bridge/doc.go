@@ -18,28 +18,42 @@
 //   - Parsley-Key (base64) when the record has a key, and
 //     Parsley-Timestamp (Unix milliseconds).
 //
-// By default a step's records are published as one atomic JetStream batch
-// (at most 1,000 messages; a larger step as consecutive batches), which
-// the stream stores whole and in delivered order or not at all. A step's
-// Kafka transaction — consumed offsets, protocol state and changelog —
-// commits only after JetStream acknowledged the step. If publishing fails
-// (NATS down, a timeout, a connection broken in the middle of a batch),
-// the step aborts and is processed again from committed state after a
-// backoff that doubles up to a bound: the bridge blocks rather than drop
-// or skip a record.
+// A step's Kafka transaction — consumed offsets, protocol state and
+// changelog — commits only after JetStream acknowledged the step. If
+// publishing fails (NATS down, a timeout, a connection broken in the
+// middle of a step), the step aborts and is processed again from
+// committed state after a backoff that doubles up to a bound: the bridge
+// blocks rather than drop or skip a record.
 //
 // What holds under any failure is causal order across the stream: no
 // record is stored after a record whose stamp claims it as a cause. A redo
 // may deliver concurrent records in another order than an attempt the
 // stream already stored, and the stream keeps the stored attempt's order.
-// Config.Publish selects PerMessage publishing instead (for streams that
-// do not allow atomic publish); there Config.MaxInFlight above 1 keeps
-// each subject's order but not the causal order across subjects when a
-// connection breaks mid-window, which the order-violation metric counts.
-// FastBatch publishes each step as one JetStream fast batch in gap-fail
-// mode, stored as it arrives: faster than atomic batches on an R1 file
-// stream, with the order of PerMessage at MaxInFlight 1, and a failed
-// step can leave a delivered-order prefix of itself stored.
+//
+// # Publish modes
+//
+// Config.Publish chooses how a step reaches JetStream; there are three:
+//
+//   - AtomicBatch, the default: each step as one atomic JetStream batch
+//     (at most 1,000 messages; a larger step as consecutive batches),
+//     which the stream stores whole and in delivered order or not at all.
+//     Choose it unless the stream cannot take it: subscribers never see
+//     part of a step that did not commit. It needs NATS Server 2.12 and a
+//     stream with allow_atomic; AtomicBatchOrPerMessage falls back to
+//     PerMessage, with a warning, on a stream without.
+//   - PerMessage: record by record, each awaiting its acknowledgement
+//     (Config.MaxInFlight 1), for streams that allow neither kind of
+//     batch. MaxInFlight above 1 pipelines the publishes and keeps each
+//     subject's order, but not the causal order across subjects when a
+//     connection breaks mid-window, which the order-violation metric
+//     counts.
+//   - FastBatch: each step as one JetStream fast batch in gap-fail mode,
+//     stored as it arrives: the fastest on an R1 file stream, where atomic
+//     batches are staged in a file of their own, with the order of
+//     PerMessage at MaxInFlight 1. Choose it for throughput when readers
+//     may see a delivered-order prefix of a step that then fails (the redo
+//     absorbs it by message ID). It needs NATS Server 2.14 and a stream
+//     with allow_batched.
 //
 // Startup refuses a stream whose duplicate window is shorter than
 // Config.RedeliveryHorizon (a redelivery after the window would be stored

@@ -65,6 +65,43 @@ const (
 	fastReplies = 8192
 )
 
+// fastBatches is the FastBatch mode: each step's records stream into one
+// fast batch as the gate delivers them, stored as they arrive, and settle
+// ends it.
+type fastBatches struct {
+	p           *publisher
+	fast        *fastBatch // the fast batch being streamed
+	fastFlow    uint64     // the acknowledgement interval to ask for (fastFlow; tests lower it)
+	fastStalls  int        // times sending waited for the stream's acknowledgements
+	fastInbox   string     // prefix of its reply subjects
+	fastAnswers chan *nats.Msg
+}
+
+// begin ends the batch an aborted step left open.
+func (x *fastBatches) begin(context.Context) {
+	if x.fast != nil {
+		x.abandonFast()
+	}
+}
+
+func (x *fastBatches) send(ctx context.Context, msg *nats.Msg, rec storedRecord) {
+	p := x.p
+	msg.Header.Set(jetstream.ExpectedStreamHeader, p.stream)
+	p.step = append(p.step, rec)
+	x.sendFast(ctx, msg)
+}
+
+// settle commits the open batch, if the step did not fail, and ends what
+// a failure left open.
+func (x *fastBatches) settle(ctx context.Context) {
+	if x.p.failed == nil && x.fast != nil {
+		x.commitFast(ctx)
+	}
+	if x.fast != nil {
+		x.abandonFast()
+	}
+}
+
 // fastBatch is the fast batch a step is streaming: unlike an atomic batch,
 // its messages are stored as they arrive.
 type fastBatch struct {
@@ -95,17 +132,14 @@ type fastAnswer struct {
 	batchSeq uint64 // of the message answered, from the reply subject
 }
 
-// openFast subscribes to the answers of the publisher's fast batches.
-func (p *publisher) openFast() error {
-	p.fastFlow = fastFlow
-	p.fastInbox = p.nc.NewInbox()
-	p.fastAnswers = make(chan *nats.Msg, fastReplies)
-	sub, err := p.nc.ChanSubscribe(p.fastInbox+".>", p.fastAnswers)
-	if err != nil {
-		return fmt.Errorf("bridge: subscribe to fast batch answers: %w", err)
+// newFastBatches subscribes to the answers of p's fast batches, on p's
+// connection: closing the connection ends the subscription.
+func newFastBatches(p *publisher) (*fastBatches, error) {
+	x := &fastBatches{p: p, fastFlow: fastFlow, fastInbox: p.nc.NewInbox(), fastAnswers: make(chan *nats.Msg, fastReplies)}
+	if _, err := p.nc.ChanSubscribe(x.fastInbox+".>", x.fastAnswers); err != nil {
+		return nil, fmt.Errorf("bridge: subscribe to fast batch answers: %w", err)
 	}
-	p.fastSub = sub
-	return nil
+	return x, nil
 }
 
 // sendFast publishes the step's newest record in the open fast batch,
@@ -120,21 +154,22 @@ func (p *publisher) openFast() error {
 // ending the batch at the first one lost or refused, so what the stream
 // holds of a step is a prefix of it in delivered order, plus records
 // stored before, which it absorbs by message ID wherever they come.
-func (p *publisher) sendFast(ctx context.Context, msg *nats.Msg) {
+func (x *fastBatches) sendFast(ctx context.Context, msg *nats.Msg) {
+	p := x.p
 	if p.failed != nil {
 		return
 	}
 	i := len(p.step) - 1
 	coord := p.step[i].coord // formatted only if an error names it
-	if p.conn.Load() != p.epoch || !p.nc.IsConnected() {
+	if p.connLost() {
 		p.failed = fmt.Errorf("bridge: publish of %s: %w", coord, errConnChanged)
 		return
 	}
-	b := p.fast
+	b := x.fast
 	if b == nil {
 		id := newBatchID(p.nc)
-		b = &fastBatch{id: id, reply: p.fastInbox + "." + id + "." + strconv.FormatUint(p.fastFlow, 10) + "." + fastGapFail + ".",
-			subject: msg.Subject, start: i, flow: p.fastFlow, opened: time.Now()}
+		b = &fastBatch{id: id, reply: x.fastInbox + "." + id + "." + strconv.FormatUint(x.fastFlow, 10) + "." + fastGapFail + ".",
+			subject: msg.Subject, start: i, flow: x.fastFlow, opened: time.Now()}
 	}
 	op := fastOpAppend
 	if b.sent == 0 {
@@ -146,29 +181,30 @@ func (p *publisher) sendFast(ctx context.Context, msg *nats.Msg) {
 		p.failed = fmt.Errorf("bridge: publish of %s to %q: %w", coord, msg.Subject, err)
 		return
 	}
-	p.fast = b
+	x.fast = b
 	b.sent++
 	p.m.inFlight.Inc()
 	if b.sent == 1 {
-		p.awaitFirst(ctx, b)
+		x.awaitFirst(ctx, b)
 		return
 	}
-	p.drainFast(b)
+	x.drainFast(b)
 	if b.end == nil && uint64(b.sent) >= b.acked+fastOutstanding*b.flow {
-		p.fastStalls++
-		if !p.awaitFast(ctx, b, func() bool { return uint64(b.sent) < b.acked+fastOutstanding*b.flow }) {
+		x.fastStalls++
+		if !x.awaitFast(ctx, b, func() bool { return uint64(b.sent) < b.acked+fastOutstanding*b.flow }) {
 			p.m.failures.Add(float64(b.sent))
 			return
 		}
 	}
 	if b.end != nil {
-		p.endFast(b) // ended early: a message failed
+		x.endFast(b) // ended early: a message failed
 	}
 }
 
 // awaitFirst waits for the answer to a batch's first message.
-func (p *publisher) awaitFirst(ctx context.Context, b *fastBatch) {
-	if !p.awaitFast(ctx, b, func() bool { return b.open }) {
+func (x *fastBatches) awaitFirst(ctx context.Context, b *fastBatch) {
+	p := x.p
+	if !x.awaitFast(ctx, b, func() bool { return b.open }) {
 		p.m.failures.Inc()
 		return
 	}
@@ -176,7 +212,7 @@ func (p *publisher) awaitFirst(ctx context.Context, b *fastBatch) {
 	if a == nil {
 		return // open
 	}
-	p.fast = nil
+	x.fast = nil
 	p.m.inFlight.Dec()
 	if a.Error == nil && a.Duplicate && a.Stream == p.stream {
 		// Stored before, and the stream ended the batch with it.
@@ -197,17 +233,18 @@ func (p *publisher) awaitFirst(ctx context.Context, b *fastBatch) {
 // awaitFast drains answers until done reports true, the batch ends, ctx
 // ends or the ack timeout passes; it reports whether done or the end came
 // first, and sets p.failed otherwise.
-func (p *publisher) awaitFast(ctx context.Context, b *fastBatch, done func() bool) bool {
+func (x *fastBatches) awaitFast(ctx context.Context, b *fastBatch, done func() bool) bool {
+	p := x.p
 	timer := time.NewTimer(p.cfg.AckTimeout)
 	defer timer.Stop()
 	for {
-		p.drainFast(b)
+		x.drainFast(b)
 		if b.end != nil || done() {
 			return true
 		}
 		select {
-		case m := <-p.fastAnswers:
-			p.takeFast(b, m)
+		case m := <-x.fastAnswers:
+			x.takeFast(b, m)
 		case <-timer.C:
 			p.failed = fmt.Errorf("bridge: fast batch from %s: %d messages sent, stored through %d: no answer within %v", p.step[b.start].coord, b.sent, b.acked, p.cfg.AckTimeout)
 			return false
@@ -219,11 +256,11 @@ func (p *publisher) awaitFast(ctx context.Context, b *fastBatch, done func() boo
 }
 
 // drainFast takes the answers already received.
-func (p *publisher) drainFast(b *fastBatch) {
+func (x *fastBatches) drainFast(b *fastBatch) {
 	for {
 		select {
-		case m := <-p.fastAnswers:
-			p.takeFast(b, m)
+		case m := <-x.fastAnswers:
+			x.takeFast(b, m)
 		default:
 			return
 		}
@@ -232,8 +269,8 @@ func (p *publisher) drainFast(b *fastBatch) {
 
 // takeFast accounts for one answer: those to earlier batches (an ended
 // or abandoned one's late answers) are dropped.
-func (p *publisher) takeFast(b *fastBatch, m *nats.Msg) {
-	id, seq, ok := parseFastReply(m.Subject, p.fastInbox)
+func (x *fastBatches) takeFast(b *fastBatch, m *nats.Msg) {
+	id, seq, ok := parseFastReply(m.Subject, x.fastInbox)
 	if !ok || id != b.id || b.end != nil {
 		return
 	}
@@ -289,33 +326,35 @@ func parseFastReply(subj, inbox string) (id string, seq uint64, ok bool) {
 // commitFast ends the open fast batch and waits for its acknowledgement,
 // which must count every message sent: a shorter count means the stream
 // ended the batch early and holds only a prefix of it.
-func (p *publisher) commitFast(ctx context.Context) {
-	b := p.fast
+func (x *fastBatches) commitFast(ctx context.Context) {
+	p := x.p
+	b := x.fast
 	if b.end == nil {
-		if p.conn.Load() != p.epoch || !p.nc.IsConnected() {
+		if p.connLost() {
 			p.failed = fmt.Errorf("bridge: publish fast batch from %s: %w", p.step[b.start].coord, errConnChanged)
-			p.dropOpen()
+			x.abandonFast()
 			return
 		}
 		eob := &nats.Msg{Subject: b.subject, Reply: b.reply + strconv.Itoa(b.sent+1) + "." + strconv.Itoa(fastOpEOB) + fastSuffix}
 		if err := p.nc.PublishMsg(eob); err != nil {
 			p.m.failures.Add(float64(b.sent))
 			p.failed = fmt.Errorf("bridge: commit fast batch from %s: %w", p.step[b.start].coord, err)
-			p.dropOpen()
+			x.abandonFast()
 			return
 		}
-		if !p.awaitFast(ctx, b, func() bool { return false }) {
+		if !x.awaitFast(ctx, b, func() bool { return false }) {
 			p.m.failures.Add(float64(b.sent))
-			p.dropOpen()
+			x.abandonFast()
 			return
 		}
 	}
-	p.endFast(b)
+	x.endFast(b)
 }
 
 // endFast accounts for the acknowledgement that ended the open batch.
-func (p *publisher) endFast(b *fastBatch) {
-	p.fast = nil
+func (x *fastBatches) endFast(b *fastBatch) {
+	p := x.p
+	x.fast = nil
 	p.m.inFlight.Sub(float64(b.sent))
 	a := b.end
 	first, last := p.step[b.start].coord.String(), p.step[b.start+b.sent-1].coord.String()
@@ -356,9 +395,10 @@ func (p *publisher) endFast(b *fastBatch) {
 // stored of it stays, a prefix of the step in delivered order that the
 // redo absorbs by message ID; the end frees the stream's slot for the
 // batch now rather than at its timeout (10 seconds by default).
-func (p *publisher) abandonFast() {
-	b := p.fast
-	p.fast = nil
+func (x *fastBatches) abandonFast() {
+	p := x.p
+	b := x.fast
+	x.fast = nil
 	p.m.inFlight.Sub(float64(b.sent))
 	if b.end != nil || !p.nc.IsConnected() {
 		return

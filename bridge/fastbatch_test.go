@@ -101,7 +101,7 @@ func openFastPublisher(t *testing.T, e *env) (*publisher, context.Context) {
 	cfg.Publish = FastBatch
 	cfg.Subject = func(_ string, _ int32, key []byte) (string, error) { return "kafka.a." + string(key), nil }
 	p, ctx := openPublisher(t, cfg)
-	if !p.fastMode {
+	if p.fastMode() == nil {
 		t.Fatal("the publisher is not in FastBatch mode")
 	}
 	return p, ctx
@@ -197,7 +197,7 @@ func TestConnectionBreaksMidFastBatch(t *testing.T) {
 	if n := testutil.ToFloat64(b.pub.m.retries); n == 0 {
 		t.Fatal("no step was retried")
 	}
-	if !b.pub.fastMode {
+	if b.pub.fastMode() == nil {
 		t.Fatal("the test did not run in FastBatch mode")
 	}
 	if h.largestStep < 3 {
@@ -231,20 +231,21 @@ func TestFastBatchAnswers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPublisher(SinkConfig{Stream: testStream, AckTimeout: 2 * time.Second, Logger: testLogger()}, newMetrics(testStream))
-			p.fastInbox, p.fastAnswers = "_INBOX.test", make(chan *nats.Msg, 8)
+			x := &fastBatches{p: p, fastInbox: "_INBOX.test", fastAnswers: make(chan *nats.Msg, 8)}
+			p.mode = x
 			r := stampedRecord(t, ch, 5, nil, headers.SenderID{}, 0)
 			p.step = []storedRecord{r}
-			b := &fastBatch{id: "B", reply: p.fastInbox + ".B.500.fail.", subject: "kafka.a", flow: fastFlow, sent: 1, opened: time.Now()}
-			p.fast = b
+			b := &fastBatch{id: "B", reply: x.fastInbox + ".B.500.fail.", subject: "kafka.a", flow: fastFlow, sent: 1, opened: time.Now()}
+			x.fast = b
 			for _, a := range tc.answers {
 				subj := b.reply + "1.0" + fastSuffix
 				if a == "stale" {
-					subj, a = p.fastInbox+".A.500.fail.1.0"+fastSuffix, `{"stream":"EVENTS","error":{"code":400,"description":"stale"}}`
+					subj, a = x.fastInbox+".A.500.fail.1.0"+fastSuffix, `{"stream":"EVENTS","error":{"code":400,"description":"stale"}}`
 				}
-				p.fastAnswers <- &nats.Msg{Subject: subj, Data: []byte(a)}
+				x.fastAnswers <- &nats.Msg{Subject: subj, Data: []byte(a)}
 			}
-			p.awaitFirst(context.Background(), b)
-			if got := p.fast != nil; got != tc.open {
+			x.awaitFirst(context.Background(), b)
+			if got := x.fast != nil; got != tc.open {
 				t.Fatalf("batch open: %v, want %v", got, tc.open)
 			}
 			if p.step[0].seq != tc.seq {
@@ -270,7 +271,8 @@ func TestFastBatchAnswers(t *testing.T) {
 func TestFastBatchWaitsForFlowAcknowledgements(t *testing.T) {
 	e := newEnv(t, 1, "a")
 	p, ctx := openFastPublisher(t, e)
-	p.fastFlow = 2
+	x := p.fastMode()
+	x.fastFlow = 2
 	ch := headers.Channel{Topic: headers.TopicID{1}, Partition: 0}
 	var offsets []int64
 	var want []string
@@ -284,13 +286,13 @@ func TestFastBatchWaitsForFlowAcknowledgements(t *testing.T) {
 	if got := storedOffsets(t, e); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("stream holds offsets %v, want 0..299 in order", got)
 	}
-	if p.fastStalls < 300/(fastOutstanding*2)-1 {
-		t.Fatalf("sending waited %d times for 300 records at 2 a flow interval", p.fastStalls)
+	if x.fastStalls < 300/(fastOutstanding*2)-1 {
+		t.Fatalf("sending waited %d times for 300 records at 2 a flow interval", x.fastStalls)
 	}
 	if v := testutil.ToFloat64(p.m.inFlight); v != 0 {
 		t.Fatalf("%v publishes in flight after the step settled", v)
 	}
-	t.Logf("sending waited %d times", p.fastStalls)
+	t.Logf("sending waited %d times", x.fastStalls)
 }
 
 // TestFastBatchEnd judges the acknowledgement that ends a batch of five
@@ -315,15 +317,17 @@ func TestFastBatchEnd(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPublisher(SinkConfig{Stream: testStream, Logger: testLogger()}, newMetrics(testStream))
+			x := &fastBatches{p: p}
+			p.mode = x
 			for off := range int64(5) {
 				p.step = append(p.step, stampedRecord(t, ch, off, nil, headers.SenderID{}, 0))
 			}
 			end := tc.end
 			b := &fastBatch{id: "B", sent: 5, end: &end, opened: time.Now()}
-			p.fast = b
-			p.endFast(b)
+			x.fast = b
+			x.endFast(b)
 			switch {
-			case p.fast != nil:
+			case x.fast != nil:
 				t.Fatal("the batch is still open")
 			case tc.failWith == "" && p.failed != nil:
 				t.Fatalf("failed: %v", p.failed)

@@ -109,7 +109,7 @@ func killedBetweenAckAndCommit(t *testing.T, mode PublishMode) {
 		waitFor(t, 10*time.Second, "the restarted bridge to republish stored records", func() bool {
 			return testutil.ToFloat64(b2.pub.m.published) > missing
 		})
-		if !b2.pub.fastMode {
+		if b2.pub.fastMode() == nil {
 			t.Fatal("the test did not run in FastBatch mode")
 		}
 	} else if d := testutil.ToFloat64(b2.pub.m.duplicates); d == 0 {
@@ -161,8 +161,8 @@ func natsRestart(t *testing.T, mode PublishMode) {
 	if v := testutil.ToFloat64(b.pub.m.orderViolations); v != 0 {
 		t.Fatalf("%v order violations reported on a stream whose order is right", v)
 	}
-	if b.pub.fastMode != (mode == FastBatch) {
-		t.Fatalf("publisher in FastBatch mode: %v, configured %v", b.pub.fastMode, mode)
+	if (b.pub.fastMode() != nil) != (mode == FastBatch) {
+		t.Fatalf("publisher in FastBatch mode: %v, configured %v", (b.pub.fastMode() != nil), mode)
 	}
 	t.Logf("retries %v, failures %v, duplicates %v", testutil.ToFloat64(b.pub.m.retries), testutil.ToFloat64(b.pub.m.failures), testutil.ToFloat64(b.pub.m.duplicates))
 }

@@ -319,3 +319,8 @@ func (l *logBuffer) logger() *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// The publisher's mode, or nil when it is in another.
+func (p *publisher) atomicMode() *atomicBatches { x, _ := p.mode.(*atomicBatches); return x }
+func (p *publisher) fastMode() *fastBatches     { x, _ := p.mode.(*fastBatches); return x }
+func (p *publisher) perMsg() *perMessage        { x, _ := p.mode.(*perMessage); return x }

@@ -56,8 +56,8 @@ type peakJS struct {
 
 func (j peakJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
 	p := j.h.publisher
-	j.h.peak = max(j.h.peak, len(p.pending)+1)
-	j.h.peakSubj = max(j.h.peakSubj, p.bySubj[m.Subject]+1)
+	j.h.peak = max(j.h.peak, len(p.perMsg().pending)+1)
+	j.h.peakSubj = max(j.h.peakSubj, p.perMsg().bySubj[m.Subject]+1)
 	return j.JetStream.PublishMsgAsync(m, opts...)
 }
 

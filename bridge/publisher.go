@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
@@ -35,11 +34,11 @@ const (
 var errConnChanged = errors.New("bridge: NATS connection changed during the step")
 
 // publisher is the bridge's stage.External: the handlers hand it delivered
-// records in delivered order. In batch mode it collects their messages
-// and Settle publishes them as atomic batches (batch.go); in per-message
-// mode it publishes each at once and Settle waits for the
-// acknowledgements. Only the stage's step goroutine calls publish, Begin
-// and Settle; the connection callbacks touch conn only.
+// records in delivered order, it turns each into its NATS message and
+// hands that to its mode, which gets the step's messages to JetStream
+// (mode.go). Only the stage's step goroutine calls publish, Begin and
+// Settle, and the mode's methods; the connection callbacks touch conn
+// only.
 type publisher struct {
 	cfg     SinkConfig // with defaults applied
 	js      jetstream.JetStream
@@ -47,83 +46,36 @@ type publisher struct {
 	stream  string
 	filters []string
 	subject SubjectFunc
-	max     int
+	mode    mode // chosen by open; perMessage until then
 	m       *metrics
 	log     *slog.Logger
 	conn    atomic.Uint64 // connection changes seen
 
-	ctx     context.Context // the step's
-	epoch   uint64          // conn at Begin
-	pending []inflight
-	bySubj  map[string]int // publishes in flight per subject
-	step    []storedRecord // the step's records in delivered order; seq 0 until acknowledged
-	batch   []*nats.Msg    // in batch mode, the step's messages in delivered order
-	staging *openBatch     // in batch mode, the batch being streamed (batch.go)
-	atomic  bool           // publish each step as atomic batches (batch.go)
-	failed  error
-
-	// FastBatch mode (fastbatch.go).
-	fastMode    bool
-	fast        *fastBatch // the fast batch being streamed
-	fastFlow    uint64     // the acknowledgement interval to ask for (fastFlow; tests lower it)
-	fastStalls  int        // times sending waited for the stream's acknowledgements
-	fastInbox   string     // prefix of its reply subjects
-	fastAnswers chan *nats.Msg
-	fastSub     *nats.Subscription
-}
-
-type inflight struct {
-	f     jetstream.PubAckFuture
-	subj  string
-	rec   int // index in step
-	start time.Time
+	ctx    context.Context // the step's
+	epoch  uint64          // conn at Begin
+	step   []storedRecord  // the step's records in delivered order; seq 0 until acknowledged
+	failed error           // the step's first NATS failure: Settle returns it
 }
 
 func (p *publisher) connChanged() { p.conn.Add(1) }
 
-// Begin implements stage.External: it waits out what an aborted step left
-// in flight (each resolves within the ack timeout) and starts afresh.
+// connLost reports whether the connection dropped or was replaced since
+// the step began, or is down.
+func (p *publisher) connLost() bool { return p.conn.Load() != p.epoch || !p.nc.IsConnected() }
+
+// Begin implements stage.External: its mode waits out or gives up what an
+// aborted step left, and the step starts afresh.
 func (p *publisher) Begin(ctx context.Context) {
 	p.ctx = ctx
-	for len(p.pending) > 0 && ctx.Err() == nil {
-		p.waitOldest(ctx)
-	}
-	// With ctx ended the step will not settle; forget what is still in
-	// flight rather than spin until it resolves.
-	for _, in := range p.pending {
-		p.m.inFlight.Dec()
-		if p.bySubj[in.subj]--; p.bySubj[in.subj] <= 0 {
-			delete(p.bySubj, in.subj)
-		}
-	}
-	p.pending = p.pending[:0]
-	p.dropOpen()
+	p.mode.begin(ctx)
 	p.failed = nil
 	p.step = p.step[:0]
-	clear(p.batch)
-	p.batch = p.batch[:0]
 	p.epoch = p.conn.Load()
-	if p.bySubj == nil {
-		p.bySubj = make(map[string]int)
-	}
 }
 
 // Settle implements stage.External.
 func (p *publisher) Settle(ctx context.Context) error {
-	// If ctx ends first, the next Begin accounts for the rest.
-	for len(p.pending) > 0 && ctx.Err() == nil {
-		p.waitOldest(ctx)
-	}
-	if len(p.pending) > 0 && p.failed == nil {
-		p.failed = fmt.Errorf("bridge: publish of %s to %q: %w", p.step[p.pending[0].rec].coord, p.pending[0].subj, ctx.Err())
-	}
-	if p.atomic && p.failed == nil && p.staging != nil {
-		p.commitOpen(ctx)
-	}
-	if p.fastMode && p.failed == nil && p.fast != nil {
-		p.commitFast(ctx)
-	}
-	p.dropOpen() // what a failure left open
+	p.mode.settle(ctx)
 	p.checkCausalOrder()
 	if p.failed != nil {
 		p.m.retries.Inc()
@@ -142,49 +94,6 @@ func (p *publisher) checkCausalOrder() {
 	}
 }
 
-// waitOldest waits for the oldest publish in flight and accounts for it.
-func (p *publisher) waitOldest(ctx context.Context) {
-	in := p.pending[0]
-	var err error
-	var dup bool
-	select {
-	case ack := <-in.f.Ok():
-		dup = ack.Duplicate
-		if ack.Stream != p.stream {
-			err = fmt.Errorf("acknowledged by stream %q, not %q", ack.Stream, p.stream)
-			break
-		}
-		if in.rec < len(p.step) {
-			p.step[in.rec].seq = ack.Sequence
-		}
-	case err = <-in.f.Err():
-	case <-ctx.Done():
-		// The step ran out of time; the future resolves later, within
-		// the ack timeout, and the next Begin drains it.
-		if p.failed == nil {
-			p.failed = fmt.Errorf("bridge: publish of %s to %q: %w", p.step[in.rec].coord, in.subj, ctx.Err())
-		}
-		return
-	}
-	p.pending = p.pending[1:]
-	if p.bySubj[in.subj]--; p.bySubj[in.subj] <= 0 {
-		delete(p.bySubj, in.subj)
-	}
-	p.m.inFlight.Dec()
-	if err != nil {
-		p.m.failures.Inc()
-		if p.failed == nil {
-			p.failed = fmt.Errorf("bridge: publish of %s to %q: %w", p.step[in.rec].coord, in.subj, err)
-		}
-		return
-	}
-	p.m.latency.Observe(time.Since(in.start).Seconds())
-	p.m.published.Inc()
-	if dup {
-		p.m.duplicates.Inc()
-	}
-}
-
 // publish hands one delivered record to JetStream. An error is a problem
 // with the record itself (its subject or headers), which recurs on every
 // retry: it fails the step. A failure of NATS is kept for Settle.
@@ -200,47 +109,11 @@ func (p *publisher) publish(m *stage.Message[[]byte, []byte]) error {
 		return fmt.Errorf("%w: subject %q is not captured by stream %q (subjects %q)", ErrNoStream, subj, p.stream, p.filters)
 	}
 	msg, err := message(subj, m)
-	if err == nil {
-		injectTrace(p.cfg.Propagator, m, msg.Header)
-	}
 	if err != nil {
 		return err
 	}
-	if p.atomic {
-		msg.Header.Set(jetstream.ExpectedStreamHeader, p.stream)
-		p.step = append(p.step, storedRecord{coord: m.Coordinate, headers: m.Headers})
-		p.batch = append(p.batch, msg)
-		p.stageRecord(p.ctx)
-		return nil
-	}
-	if p.fastMode {
-		msg.Header.Set(jetstream.ExpectedStreamHeader, p.stream)
-		p.step = append(p.step, storedRecord{coord: m.Coordinate, headers: m.Headers})
-		p.sendFast(p.ctx, msg)
-		return nil
-	}
-	coord := m.Coordinate // formatted only if an error names it
-	for p.failed == nil && len(p.pending) > 0 && (len(p.pending) >= p.max || p.bySubj[subj] > 0) {
-		p.waitOldest(p.ctx)
-	}
-	if p.failed != nil {
-		return nil // the step aborts at Settle; publish nothing more
-	}
-	if p.conn.Load() != p.epoch || !p.nc.IsConnected() {
-		p.failed = fmt.Errorf("bridge: publish of %s: %w", coord, errConnChanged)
-		return nil
-	}
-	start := time.Now()
-	f, err := p.js.PublishMsgAsync(msg, jetstream.WithRetryAttempts(0), jetstream.WithExpectStream(p.stream))
-	if err != nil {
-		p.m.failures.Inc()
-		p.failed = fmt.Errorf("bridge: publish of %s to %q: %w", coord, subj, err)
-		return nil
-	}
-	p.step = append(p.step, storedRecord{coord: m.Coordinate, headers: m.Headers})
-	p.pending = append(p.pending, inflight{f: f, subj: subj, rec: len(p.step) - 1, start: start})
-	p.bySubj[subj]++
-	p.m.inFlight.Inc()
+	injectTrace(p.cfg.Propagator, m, msg.Header)
+	p.mode.send(p.ctx, msg, storedRecord{coord: m.Coordinate, headers: m.Headers})
 	return nil
 }
 

@@ -59,13 +59,13 @@ func TestAcknowledgementAccounting(t *testing.T) {
 		{"foreign stream", []resolved{{ack: &jetstream.PubAck{Stream: "T", Sequence: 1}}}, true, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := &publisher{stream: "S", m: newMetrics("S"), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			p := newPublisher(SinkConfig{Stream: "S", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, newMetrics("S"))
 			ctx := context.Background()
 			p.Begin(ctx)
 			for i, f := range tc.futures {
 				p.step = append(p.step, storedRecord{coord: headers.Coordinate{Offset: int64(i)}})
-				p.pending = append(p.pending, inflight{f: f, subj: "s", rec: i})
-				p.bySubj["s"]++
+				p.perMsg().pending = append(p.perMsg().pending, inflight{f: f, subj: "s", rec: i})
+				p.perMsg().bySubj["s"]++
 				p.m.inFlight.Inc()
 			}
 			err := p.Settle(ctx)
@@ -85,8 +85,8 @@ func TestAcknowledgementAccounting(t *testing.T) {
 					t.Errorf("%s = %v, want %v", name, c.got, c.want)
 				}
 			}
-			if len(p.pending) != 0 || len(p.bySubj) != 0 {
-				t.Errorf("left %d pending, %v per subject", len(p.pending), p.bySubj)
+			if len(p.perMsg().pending) != 0 || len(p.perMsg().bySubj) != 0 {
+				t.Errorf("left %d pending, %v per subject", len(p.perMsg().pending), p.perMsg().bySubj)
 			}
 		})
 	}
@@ -157,13 +157,13 @@ func TestOrderCheckJudgesCausalOrder(t *testing.T) {
 		}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := &publisher{stream: "S", m: newMetrics("S"), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			p := newPublisher(SinkConfig{Stream: "S", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, newMetrics("S"))
 			ctx := context.Background()
 			p.Begin(ctx)
 			for i, d := range tc.steps {
 				p.step = append(p.step, d.rec)
-				p.pending = append(p.pending, inflight{f: resolved{ack: &jetstream.PubAck{Stream: "S", Sequence: d.seq, Duplicate: d.dup}}, subj: "s", rec: i})
-				p.bySubj["s"]++
+				p.perMsg().pending = append(p.perMsg().pending, inflight{f: resolved{ack: &jetstream.PubAck{Stream: "S", Sequence: d.seq, Duplicate: d.dup}}, subj: "s", rec: i})
+				p.perMsg().bySubj["s"]++
 			}
 			if err := p.Settle(ctx); err != nil {
 				t.Fatal(err)
@@ -186,11 +186,11 @@ func (pendingFuture) Msg() *nats.Msg               { return nil }
 // does not hold Settle or the next Begin past their context; Settle fails
 // with the context's error and Begin forgets the publish.
 func TestSettleAndBeginReturnWhenTheStepEnds(t *testing.T) {
-	p := &publisher{stream: "S", m: newMetrics("S"), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p := newPublisher(SinkConfig{Stream: "S", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, newMetrics("S"))
 	p.Begin(context.Background())
 	p.step = append(p.step, storedRecord{})
-	p.pending = append(p.pending, inflight{f: pendingFuture{}, subj: "s"})
-	p.bySubj["s"]++
+	p.perMsg().pending = append(p.perMsg().pending, inflight{f: pendingFuture{}, subj: "s"})
+	p.perMsg().bySubj["s"]++
 	p.m.inFlight.Inc()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -198,7 +198,7 @@ func TestSettleAndBeginReturnWhenTheStepEnds(t *testing.T) {
 		t.Fatalf("Settle = %v, want context.Canceled", err)
 	}
 	p.Begin(ctx)
-	if len(p.pending) != 0 || len(p.bySubj) != 0 || testutil.ToFloat64(p.m.inFlight) != 0 {
-		t.Fatalf("Begin left %d pending, %v per subject, gauge %v", len(p.pending), p.bySubj, testutil.ToFloat64(p.m.inFlight))
+	if len(p.perMsg().pending) != 0 || len(p.perMsg().bySubj) != 0 || testutil.ToFloat64(p.m.inFlight) != 0 {
+		t.Fatalf("Begin left %d pending, %v per subject, gauge %v", len(p.perMsg().pending), p.perMsg().bySubj, testutil.ToFloat64(p.m.inFlight))
 	}
 }

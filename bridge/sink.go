@@ -136,7 +136,9 @@ func (c *SinkConfig) validate() error {
 // newPublisher returns a publisher for c (with defaults applied), not yet
 // connected.
 func newPublisher(c SinkConfig, m *metrics) *publisher {
-	return &publisher{cfg: c, stream: c.Stream, subject: c.Subject, max: c.MaxInFlight, m: m, log: c.Logger}
+	p := &publisher{cfg: c, stream: c.Stream, subject: c.Subject, m: m, log: c.Logger}
+	p.mode = newPerMessage(p, c.MaxInFlight)
+	return p
 }
 
 // open connects and checks the stream. It returns false, and nil, when
@@ -168,13 +170,14 @@ func (p *publisher) open(ctx context.Context) (bool, error) {
 		nc.Close()
 		return false, fmt.Errorf("%w: stream %q: set allow_batched on it (StreamConfig.AllowBatchPublish in nats.go; NATS Server 2.14 or later), or choose another Publish mode (AtomicBatch, PerMessage)", ErrFastBatch, c.Stream)
 	case c.Publish == FastBatch:
-		p.fastMode = true
-		if err := p.openFast(); err != nil {
+		fb, err := newFastBatches(p)
+		if err != nil {
 			nc.Close()
 			return false, err
 		}
+		p.mode = fb
 	case info.Config.AllowAtomicPublish:
-		p.atomic = true
+		p.mode = &atomicBatches{p: p}
 	case c.Publish == AtomicBatch:
 		nc.Close()
 		return false, fmt.Errorf("%w: stream %q: set allow_atomic on it (StreamConfig.AllowAtomicPublish in nats.go; NATS Server 2.12 or later), or set Publish to AtomicBatchOrPerMessage or PerMessage to publish record by record", ErrAtomicPublish, c.Stream)
