@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/parsley-go/parsley/internal/state"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -93,6 +94,14 @@ type Config struct {
 	// them. A negative value decodes every record on the step goroutine: for
 	// codecs that are not safe for concurrent use (Codec).
 	DecodeAhead int
+	// StateCache bounds, in bytes, each task's in-memory cache of the
+	// committed state it reads from its SQLite file (default 32 MiB; a
+	// negative value turns it off). SQLite's own page cache takes a quarter
+	// as much again, at least 2 MiB, so a task's state costs about
+	// 1.25 × StateCache of memory beyond what its steps hold, whatever the
+	// size of the state on disk. A step reads the state of its records'
+	// keys in batched queries before delivering them, into this cache.
+	StateCache int64
 	// PollInterval bounds how long one poll waits for records before the
 	// loop checks for assignment changes and shutdown (default 250ms).
 	PollInterval time.Duration
@@ -171,6 +180,12 @@ func (c *Config) withDefaults() Config {
 		d.DecodeAhead = 1
 	case d.DecodeAhead < 0:
 		d.DecodeAhead = 0
+	}
+	switch {
+	case d.StateCache == 0:
+		d.StateCache = state.DefaultCacheBytes
+	case d.StateCache < 0:
+		d.StateCache = 0
 	}
 	if d.PollInterval <= 0 {
 		d.PollInterval = 250 * time.Millisecond

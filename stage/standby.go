@@ -393,7 +393,7 @@ func (a *App) startStandby(ctx context.Context, id taskID) error {
 	if err := a.moveLegacyStore(ctx, st, id.partition, path); err != nil {
 		return err
 	}
-	kv, err := state.Open(ctx, path)
+	kv, err := state.Open(ctx, path, state.CacheBytes(a.cfg.StateCache))
 	if err != nil {
 		return fmt.Errorf("stage %q partition %d: standby: %w", st.name, id.partition, err)
 	}

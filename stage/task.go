@@ -72,6 +72,7 @@ type task struct {
 	feeding aheadCursor
 
 	foldKeys foldKeyCache
+	readKeys []string // prefetch's scratch (prefetch.go)
 
 	tickTopic string // the stage's tick topic, "" when it does not tick
 
@@ -244,6 +245,9 @@ func (t *task) feed(ctx context.Context, sess *kgo.GroupTransactSession, topic s
 		}
 	}
 	defer func() { t.feeding = aheadCursor{} }()
+	if err := t.prefetch(ctx, ch.Topic, recs); err != nil {
+		return t.stepErr(topic, recs[0].Offset, err)
+	}
 	last := int64(-1)
 	for j, r := range recs {
 		last = r.Offset

@@ -112,7 +112,7 @@ func (a *App) openTask(ctx context.Context, id taskID) (*task, error) {
 	if err := a.moveLegacyStore(ctx, st, id.partition, path); err != nil {
 		return nil, err
 	}
-	kv, err := state.Open(ctx, path)
+	kv, err := state.Open(ctx, path, state.CacheBytes(a.cfg.StateCache))
 	if err != nil {
 		return nil, &fatal{fmt.Errorf("stage %q partition %d: %w", st.name, id.partition, err)}
 	}

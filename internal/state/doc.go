@@ -22,6 +22,7 @@
 //
 // The store runs in WAL mode with synchronous=NORMAL (durability comes from
 // the changelog) over a single connection: one writer, and a task is never
-// used by two goroutines. The schema is versioned with SQLite's user_version;
+// used by two goroutines. Reads of committed values go through a cache
+// bounded in bytes (CacheBytes); Prefetch fills it with many keys a query. The schema is versioned with SQLite's user_version;
 // a file written by an unknown version is refused with ErrUnknownSchema.
 package state

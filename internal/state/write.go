@@ -20,22 +20,15 @@ import (
 // result) over as many rows.
 const rowsPerStmt = 64
 
-// cacheEntries bounds the committed-value cache. At the limit an arbitrary
-// entry makes room: a hot key is read again within a step or two and
-// returns, so the cache keeps what the steps keep touching.
-const cacheEntries = 1 << 16
-
-// cached is one committed key's value, or its absence.
-type cached struct {
-	v  []byte
-	ok bool
-}
+// readsPerStmt is how many keys one batched read asks for.
+const readsPerStmt = 128
 
 // writeStmts are the multi-row statements, prepared with the others when
 // the store opens: preparing inside the transaction would wait for the
 // store's single connection, which the transaction holds.
 type writeStmts struct {
 	putN, delN *sql.Stmt // rowsPerStmt rows
+	getN       *sql.Stmt // readsPerStmt keys
 	args       []any
 }
 
@@ -50,58 +43,85 @@ func (s *Store) prepareWrites(ctx context.Context) error {
 	if s.w.delN, err = s.db.PrepareContext(ctx, q); err != nil {
 		return err
 	}
-	s.w.args = make([]any, 0, 2*rowsPerStmt)
+	q = "SELECT k, v FROM kv WHERE k IN (" + strings.Repeat("?, ", readsPerStmt-1) + "?)"
+	if s.w.getN, err = s.db.PrepareContext(ctx, q); err != nil {
+		return err
+	}
+	s.w.args = make([]any, 0, max(2*rowsPerStmt, readsPerStmt))
 	return nil
 }
 
 // DropCache forgets every cached value; the next reads go to the file. A
 // task drops it whenever it rebuilds, so a rebuilt node starts from what
 // the file holds.
-func (s *Store) DropCache() { clear(s.cache) }
+func (s *Store) DropCache() { s.cache.reset() }
 
-// lookup returns key's cached committed value, as a copy the caller owns
-// (a fold may decode state into a type that aliases it).
-func (s *Store) lookup(key string) (v []byte, ok, hit bool) {
-	c, hit := s.cache[key]
-	if !hit || !c.ok {
-		return nil, false, hit
-	}
-	return append([]byte{}, c.v...), true, true
-}
-
-// remember caches a value just read from the file.
-func (s *Store) remember(key string, v []byte, ok bool) {
-	if s.cache == nil {
-		s.cache = make(map[string]cached)
-	}
-	if len(s.cache) >= cacheEntries {
-		for k := range s.cache {
-			delete(s.cache, k)
-			break
-		}
-	}
-	if ok {
-		v = append([]byte{}, v...)
-	}
-	s.cache[key] = cached{v: v, ok: ok}
-}
-
-// committed brings cached keys up to muts once they are committed. Keys
-// not cached stay out: a restore's replay does not fill the cache.
+// committed brings cached keys up to muts once they are committed.
 func (s *Store) committed(muts []protocol.Mutation) {
-	if len(s.cache) == 0 {
+	if s.cache.len() == 0 {
 		return
 	}
 	for _, m := range muts {
-		if _, hit := s.cache[m.Key]; !hit {
-			continue
-		}
-		if m.Delete {
-			s.cache[m.Key] = cached{}
-		} else {
-			s.cache[m.Key] = cached{v: append([]byte{}, m.Value...), ok: true}
+		s.cache.update(m.Key, m.Value, !m.Delete)
+	}
+}
+
+// Prefetch reads the committed values of keys not cached into the cache,
+// readsPerStmt keys a statement: a step knows the keys its records will
+// read, and one query for many of them costs far less than a query each
+// (database/sql's per-statement work and SQLite's per-statement setup
+// dominate a point read). Keys the file does not hold are cached as absent.
+// It is only a hint: it reads committed data, as Get does, and a key it
+// did not fetch, or whose entry was evicted since, is read by Get.
+func (s *Store) Prefetch(ctx context.Context, keys []string) error {
+	if s.cache.limit <= 0 {
+		return nil
+	}
+	want := s.want[:0]
+	for _, k := range keys {
+		if !s.cache.has(k) {
+			want = append(want, k)
+			s.cache.put(k, nil, false) // absent unless the file says otherwise; dedups too
 		}
 	}
+	s.want = want[:0]
+	for len(want) > 0 {
+		n := min(len(want), readsPerStmt)
+		if err := s.fetch(ctx, want[:n]); err != nil {
+			for _, k := range want {
+				s.cache.drop1(k)
+			}
+			return fmt.Errorf("state: prefetch %d keys: %w", len(want), err)
+		}
+		want = want[n:]
+	}
+	return nil
+}
+
+// fetch reads keys (at most readsPerStmt) into the cache. A short list is
+// padded with its first key: one prepared statement serves every length.
+func (s *Store) fetch(ctx context.Context, keys []string) error {
+	args := s.w.args[:0]
+	for _, k := range keys {
+		args = append(args, keyBytes(k))
+	}
+	for len(args) < readsPerStmt {
+		args = append(args, args[0])
+	}
+	s.w.args = args
+	rows, err := s.w.getN.QueryContext(ctx, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k, v sql.RawBytes
+		if err := rows.Scan(&k, &v); err != nil {
+			return err
+		}
+		s.cache.put(string(k), v, true)
+	}
+	return rows.Err()
 }
 
 // write applies muts in order inside tx: each run of consecutive puts or
