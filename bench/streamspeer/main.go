@@ -219,10 +219,17 @@ func runRound(ctx context.Context, o options, p peers, adm *kadm.Client, brokers
 	if err := cmd.Start(); err != nil {
 		return result{}, err
 	}
+	// A peer that exits before the round ends fails the round.
+	exited := make(chan error, 1)
+	go func() {
+		exited <- cmd.Wait()
+		cancel()
+	}()
+	stopped := false
 	defer func() {
-		if cmd.ProcessState == nil {
+		if !stopped {
 			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+			<-exited
 		}
 	}()
 	prodErr := make(chan error, 1)
@@ -240,6 +247,12 @@ func runRound(ctx context.Context, o options, p peers, adm *kadm.Client, brokers
 	for res.n < n {
 		fs := consumer.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
+			select {
+			case werr := <-exited:
+				stopped = true
+				return res, fmt.Errorf("peer exited after %d of %d outputs: %v", res.n, n, werr)
+			default:
+			}
 			return res, fmt.Errorf("%d of %d outputs: %w", res.n, n, err)
 		}
 		now := time.Now()
@@ -272,14 +285,13 @@ func runRound(ctx context.Context, o options, p peers, adm *kadm.Client, brokers
 	}
 	res.brokerCPU = brokerAfter - brokerBefore
 	_ = cmd.Process.Signal(syscall.SIGTERM)
-	wait := make(chan error, 1)
-	go func() { wait <- cmd.Wait() }()
 	select {
-	case <-wait:
+	case <-exited:
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
-		<-wait
+		<-exited
 	}
+	stopped = true
 	if paced {
 		if err := <-prodErr; err != nil {
 			return res, err
@@ -323,7 +335,18 @@ func createTopic(ctx context.Context, adm *kadm.Client, name string, partitions 
 	if resp.Err != nil {
 		return fmt.Errorf("create %s: %w", name, resp.Err)
 	}
-	return nil
+	// A peer that checks its topics at start must find this one.
+	for {
+		td, err := adm.ListTopics(ctx, name)
+		if err == nil && td.Has(name) && td[name].Err == nil && len(td[name].Partitions) == partitions {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("create %s: %w", name, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // produce writes n payments over keys accounts; with rate > 0 it paces
