@@ -1,0 +1,183 @@
+// Command parsleypeer is the Parsley side of bench/streamspeer: one stage
+// at Parsley's default Config doing the fold the Kafka Streams peer does,
+// run as its own process so the driver can read its CPU and RSS from /proc.
+//
+//	parsleypeer -brokers B -app ID -input T -output T -state-dir D -mode stateful|stateless
+//
+// Stateful folds each payment's amount into its key's total (OnFold) and
+// emits the payment with the total; stateless emits it with a fee (On).
+// With -cpuprofile it writes a pprof CPU profile, and with -requests a JSON
+// count and total round-trip time of the Kafka requests of every client
+// the application built, by request name, when it stops on SIGTERM.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/parsley-go/parsley/stage"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// payment is the benchmark's record; Total and Fee are what the two folds add.
+type payment struct {
+	ID      int64  `json:"id"`
+	Account string `json:"account"`
+	Amount  int64  `json:"amount"`
+	TS      int64  `json:"ts"`
+	Total   *int64 `json:"total,omitempty"`
+	Fee     *int64 `json:"fee,omitempty"`
+}
+
+type total struct{ Sum int64 }
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("parsleypeer: ")
+	brokers := flag.String("brokers", "", "comma-separated seed brokers")
+	app := flag.String("app", "", "application ID (also the consumer group)")
+	input := flag.String("input", "", "input topic")
+	output := flag.String("output", "", "output topic")
+	stateDir := flag.String("state-dir", "", "state directory")
+	mode := flag.String("mode", "stateful", "stateful (OnFold) or stateless (On)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
+	requests := flag.String("requests", "", "write Kafka request counts (JSON) here on exit")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *brokers, *app, *input, *output, *stateDir, *mode, *cpuprofile, *requests); err != nil {
+		log.Print(err)
+		os.Exit(1)
+	}
+}
+
+func build(mode, input, output string) (*stage.Stage, error) {
+	in := stage.NewTopic(input, stage.String(), stage.String())
+	out := stage.NewTopic(output, stage.String(), stage.String())
+	switch mode {
+	case "stateful":
+		b := stage.WithState(stage.Named("fold"), stage.JSON[total](), total{})
+		stage.OnFold(b, in, func(s total, m stage.Message[string, string]) (stage.Step[total], error) {
+			var p payment
+			if err := json.Unmarshal([]byte(m.Value), &p); err != nil {
+				return stage.Step[total]{}, fmt.Errorf("payment %q: %w", m.Value, err)
+			}
+			s.Sum += p.Amount
+			sum := s.Sum
+			p.Total = &sum
+			v, err := json.Marshal(p)
+			if err != nil {
+				return stage.Step[total]{}, err
+			}
+			return stage.Next(s, out.Send(m.Key, string(v))), nil
+		})
+		return b.Into(out).Build()
+	case "stateless":
+		return stage.On(stage.Named("map"), in, func(m stage.Message[string, string]) ([]stage.Emission, error) {
+			var p payment
+			if err := json.Unmarshal([]byte(m.Value), &p); err != nil {
+				return nil, fmt.Errorf("payment %q: %w", m.Value, err)
+			}
+			fee := p.Amount / 100
+			p.Fee = &fee
+			v, err := json.Marshal(p)
+			if err != nil {
+				return nil, err
+			}
+			return []stage.Emission{out.Send(m.Key, string(v))}, nil
+		}).Into(out).Build()
+	}
+	return nil, fmt.Errorf("mode %q: want stateful or stateless", mode)
+}
+
+func run(ctx context.Context, brokers, app, input, output, stateDir, mode, cpuprofile, requests string) error {
+	st, err := build(mode, input, output)
+	if err != nil {
+		return err
+	}
+	rc := newRequestCounter()
+	a, err := stage.New(stage.Config{
+		ApplicationID: app,
+		InstanceID:    "peer-1",
+		Brokers:       strings.Split(brokers, ","),
+		StateDir:      stateDir,
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		ClientOpts:    []kgo.Opt{kgo.WithHooks(rc)},
+	}, st)
+	if err != nil {
+		return err
+	}
+	if cpuprofile != "" {
+		f, err := os.Create(cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	err = a.Run(ctx)
+	if requests != "" {
+		if werr := os.WriteFile(requests, rc.json(), 0o644); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if ctx.Err() != nil {
+		return nil // stopped by the driver
+	}
+	return err
+}
+
+// requestCounter counts the requests every client writes, and their
+// round-trip time, by request key.
+type requestCounter struct {
+	mu   sync.Mutex
+	n    map[int16]int64
+	wait map[int16]time.Duration
+}
+
+func newRequestCounter() *requestCounter {
+	return &requestCounter{n: make(map[int16]int64), wait: make(map[int16]time.Duration)}
+}
+
+var _ kgo.HookBrokerE2E = (*requestCounter)(nil)
+
+func (c *requestCounter) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e kgo.BrokerE2E) {
+	c.mu.Lock()
+	c.n[key]++
+	c.wait[key] += e.DurationE2E()
+	c.mu.Unlock()
+}
+
+// RequestStat is one request kind's count and summed round trip.
+type RequestStat struct {
+	Count   int64   `json:"count"`
+	TotalMS float64 `json:"total_ms"`
+}
+
+func (c *requestCounter) json() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]RequestStat, len(c.n))
+	for k, n := range c.n {
+		out[kmsg.NameForKey(k)] = RequestStat{Count: n, TotalMS: float64(c.wait[k]) / float64(time.Millisecond)}
+	}
+	b, _ := json.MarshalIndent(out, "", "  ")
+	return b
+}
