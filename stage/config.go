@@ -34,6 +34,11 @@ const (
 )
 
 // Config configures an application.
+//
+// Unset is zero, for every field: a zero duration or count means the
+// default stated at the field. A negative duration or count is the same as
+// zero, except where a field gives it a meaning of its own (DecodeAhead and
+// HoldWarningAfter: off; Standbys: rejected).
 type Config struct {
 	// ApplicationID names the application: its consumer group, the prefix
 	// of its changelog topics and its transactional IDs, and part of every
@@ -96,10 +101,18 @@ type Config struct {
 	// PollInterval bounds how long one poll waits for records before the
 	// loop checks for assignment changes and shutdown (default 250ms).
 	PollInterval time.Duration
-	// SessionTimeout, RebalanceTimeout and TransactionTimeout are passed to
-	// the client when non-zero.
-	SessionTimeout     time.Duration
-	RebalanceTimeout   time.Duration
+	// SessionTimeout is the group session timeout (default 45s, franz-go's).
+	// The heartbeat interval is a third of it, at most 250ms: on Kafka a
+	// member hears of a rebalance only in a heartbeat's answer, and every
+	// member's commit waits until the join ends (session.go, maxHeartbeat).
+	SessionTimeout time.Duration
+	// RebalanceTimeout bounds how long the group waits for members to
+	// rejoin in a rebalance (default 60s, franz-go's).
+	RebalanceTimeout time.Duration
+	// TransactionTimeout is the producer's transaction timeout (default
+	// 40s, franz-go's): the broker aborts a transaction open longer. A step
+	// that has not ended after twice this (one minute when it is zero) is
+	// cancelled and aborted: the step timeout.
 	TransactionTimeout time.Duration
 
 	// TruncateInterval is how often each task drops from its stamps the
