@@ -115,6 +115,9 @@ type hooks struct {
 	afterCommit func()
 	// afterAbort runs after a step that did not commit.
 	afterAbort func()
+	// filled runs on the session loop when a step's polling ends, with the
+	// polls and records the step takes.
+	filled func(polls, records int)
 	// idle runs on the session loop at every poll that needs no step.
 	idle func()
 	// opened runs on the session loop when a task is opened.

@@ -86,8 +86,21 @@ type Config struct {
 	// error (default 1s).
 	RetryBackoff time.Duration
 
-	// MaxPollRecords bounds the records of one step (default 500).
+	// MaxPollRecords bounds the records of one poll (default 500). A step
+	// spans several polls (CommitInterval, MaxStepRecords).
 	MaxPollRecords int
+	// CommitInterval is how long a step goes on polling before it commits
+	// (default 100ms, as Kafka Streams under exactly-once): a transaction
+	// costs the broker a few round trips and much CPU whatever it holds,
+	// so a busy step takes many polls into one. A step never waits for
+	// records to arrive: it commits as soon as a poll finds nothing more
+	// already fetched, so light load adds no latency. A revoke, or any
+	// change of the assignment, ends the polling at once.
+	CommitInterval time.Duration
+	// MaxStepRecords bounds the records one step takes over all its polls
+	// (default 10,000, at least MaxPollRecords): what a step holds in
+	// memory and replays after an abort.
+	MaxStepRecords int
 	// DecodeAhead is how many goroutines decode the keys and values of a
 	// step's fetched records while the step goroutine delivers the records
 	// before them (default 1; at most GOMAXPROCS-1, so none on one core).
@@ -179,6 +192,13 @@ func (c *Config) withDefaults() Config {
 	if d.MaxPollRecords <= 0 {
 		d.MaxPollRecords = 500
 	}
+	if d.CommitInterval <= 0 {
+		d.CommitInterval = 100 * time.Millisecond
+	}
+	if d.MaxStepRecords <= 0 {
+		d.MaxStepRecords = 10_000
+	}
+	d.MaxStepRecords = max(d.MaxStepRecords, d.MaxPollRecords)
 	switch {
 	case d.DecodeAhead == 0:
 		d.DecodeAhead = 1

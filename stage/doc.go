@@ -37,9 +37,11 @@
 // The application is one consumer group (the ApplicationID) with one
 // transactional producer per instance. A co-partitioning balancer gives
 // partition p of every source topic to the same instance; a task is
-// (stage, p) and has its own causal node (package protocol). Each poll of
-// up to Config.MaxPollRecords records is one step and one Kafka
-// transaction: records are fed to the nodes, released records reach user
+// (stage, p) and has its own causal node (package protocol). A step is one
+// Kafka transaction over several polls (of up to Config.MaxPollRecords
+// records each): it polls on until Config.CommitInterval has passed, it
+// holds Config.MaxStepRecords, or nothing more is fetched, whichever comes
+// first. Its records are fed to the nodes, released records reach user
 // logic in causal order, emissions are encoded, partitioned (Kafka's murmur2
 // of the encoded key; a nil key goes to the task's partition modulo the
 // sink's count), stamped for exactly that partition and produced, and the
