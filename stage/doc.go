@@ -91,6 +91,25 @@
 // start below the frontier changes nothing (PositionAdvance only moves
 // forward). See docs/architecture.md.
 //
+// # Where a change goes
+//
+// The session loop is app.go (Run, the client loop) and session.go (one
+// client incarnation: its options, the assignment callbacks, the poll loop
+// and how far a step polls). Then, by concern:
+//
+//   - rebalancing: balancer.go (the co-partitioning plan), assign.go (which
+//     tasks may run with an assignment), tasks.go (reconcile: opening and
+//     closing tasks), fence.go (a departed owner's open transaction);
+//   - transactions: step.go (one step's transaction and its end),
+//     anchor.go (franz-go's KIP-447 wait and the offset that spares it),
+//     outcome.go (what the loop does after a step ends), positions.go;
+//   - standbys: standby.go (placement, the standby jobs and their wire
+//     format in the join's user data);
+//   - tasks: task.go (a task and its step work), env.go (what a task may
+//     use of the App), restore.go, holds.go, ticks.go, truncate.go;
+//   - what other goroutines read: snapshot.go, health.go, introspect.go,
+//     metrics.go.
+//
 // # Topics the application needs
 //
 // Every source, sink and changelog topic must exist before Run; Run checks
