@@ -137,6 +137,7 @@ func TestAbortedStepLeavesNoStateBehind(t *testing.T) {
 			e.changelogs(1, st)
 			cfg := e.config("a")
 			cfg.MaxPollRecords = 1
+			cfg.MaxStepRecords = 1 // one poll a step: the test counts steps
 			a, err := New(cfg, st)
 			if err != nil {
 				t.Fatal(err)
@@ -183,6 +184,7 @@ func TestAliasingStateUnderAborts(t *testing.T) {
 			e.changelogs(parts, st)
 			cfg := e.config("a")
 			cfg.MaxPollRecords = 7
+			cfg.MaxStepRecords = 7 // one poll a step: the test counts steps
 			a, err := New(cfg, st)
 			if err != nil {
 				t.Fatal(err)
@@ -298,6 +300,7 @@ func TestKeepAfterInPlaceUpdate(t *testing.T) {
 	e.changelogs(1, st)
 	cfg := e.config("a")
 	cfg.MaxPollRecords = 1
+	cfg.MaxStepRecords = 1 // one poll a step: the test counts steps
 	a, err := New(cfg, st)
 	if err != nil {
 		t.Fatal(err)

@@ -74,11 +74,11 @@ type App struct {
 	rejoined bool
 
 	// Owned by the session loop.
-	tasks        map[taskID]*task
-	env          *taskEnv    // what tasks use of the App (env.go)
-	sent         sendResults // the open step's produce results
-	xfails       uint        // consecutive steps whose external sinks did not settle
-	aheadRetries int         // consecutive steps retried at once after a fetchedAheadError
+	tasks               map[taskID]*task
+	env                 *taskEnv    // what tasks use of the App (env.go)
+	sent                sendResults // the open step's produce results
+	xfails              uint        // consecutive steps whose external sinks did not settle
+	fetchedAheadRetries int         // consecutive steps retried at once after a fetchedAheadError
 	// freshAtLogStart: the client starts a partition without a group
 	// offset at its log start (ClientOpts keep franz-go's default), so an
 	// offsetless step may commit that (anchor.go).
@@ -97,7 +97,6 @@ type App struct {
 	beat             atomic.Int64 // real-clock unix nanos of the loop's last sign of life
 	steps            atomic.Int64 // committed steps
 	ready            atomic.Bool
-	restoringN       atomic.Int32 // restores in progress (restore.go), for Ready
 
 	hooks hooks
 
@@ -116,6 +115,9 @@ type hooks struct {
 	afterCommit func()
 	// afterAbort runs after a step that did not commit.
 	afterAbort func()
+	// filled runs on the session loop when a step's polling ends, with the
+	// polls and records the step takes.
+	filled func(polls, records int)
 	// idle runs on the session loop at every poll that needs no step.
 	idle func()
 	// opened runs on the session loop when a task is opened.
@@ -240,6 +242,10 @@ func (a *App) leaveGroup() {
 // CommittedSteps returns how many steps this instance committed.
 func (a *App) CommittedSteps() int64 { return a.steps.Load() }
 
-// Ready reports whether the instance joined its group and no task of it is
-// restoring its store.
-func (a *App) Ready() bool { return a.ready.Load() && a.restoringN.Load() == 0 }
+// Ready is Readiness without the reason: the one readiness of an instance
+// (joined, and every assigned task restored and processing), as /readyz
+// serves it.
+func (a *App) Ready() bool {
+	ok, _ := a.Readiness()
+	return ok
+}

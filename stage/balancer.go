@@ -113,17 +113,11 @@ type memberView struct {
 	warm         map[int32]bool     // the partition numbers it keeps standby copies of
 }
 
-// planCoPartitioned assigns partition numbers to members and returns, per
-// member in the order given, the topic partitions it gets this round.
-// Members are ranked by instance ID, then member ID, so every leader
-// computes the same plan from the same join.
-func planCoPartitioned(members []memberView, topics map[string]int32) []map[string][]int32 {
-	out, _, _ := planOwners(members, topics)
-	return out
-}
-
-// planOwners is planCoPartitioned that also returns, per partition number,
-// its planned owner (an index into members) and the members holding any of
+// planOwners assigns partition numbers to members and returns, per member
+// in the order given, the topic partitions it gets this round. Members are
+// ranked by instance ID, then member ID, so every leader computes the same
+// plan from the same join. It also returns, per partition number, its
+// planned owner (an index into members) and the members holding any of
 // its partitions now, for standby placement (standby.go).
 func planOwners(members []memberView, topics map[string]int32) (out []map[string][]int32, owner []int, claimants [][]int) {
 	out = make([]map[string][]int32, len(members))

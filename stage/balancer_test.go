@@ -171,3 +171,9 @@ func TestRunnableTasks(t *testing.T) {
 		t.Errorf("paused = %v, want b[1] (stage both lacks a[1], so onlyb may not consume b[1] either)", pause)
 	}
 }
+
+// planCoPartitioned is planOwners' assignment alone.
+func planCoPartitioned(members []memberView, topics map[string]int32) []map[string][]int32 {
+	out, _, _ := planOwners(members, topics)
+	return out
+}

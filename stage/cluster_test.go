@@ -31,6 +31,7 @@ func TestMigrationAcrossJoinAndLeave(t *testing.T) {
 	cfg1, cfg2 := e.config("i1"), e.config("i2")
 
 	cfg1.MaxPollRecords = 4
+	cfg1.MaxStepRecords = 4 // one poll a step: the test counts steps
 	a1, err := New(cfg1, st)
 	if err != nil {
 		t.Fatal(err)

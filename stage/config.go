@@ -35,6 +35,11 @@ const (
 )
 
 // Config configures an application.
+//
+// Unset is zero, for every field: a zero duration or count means the
+// default stated at the field. A negative duration or count is the same as
+// zero, except where a field gives it a meaning of its own (DecodeAhead and
+// HoldWarningAfter: off; Standbys: rejected).
 type Config struct {
 	// ApplicationID names the application: its consumer group, the prefix
 	// of its changelog topics and its transactional IDs, and part of every
@@ -82,8 +87,21 @@ type Config struct {
 	// error (default 1s).
 	RetryBackoff time.Duration
 
-	// MaxPollRecords bounds the records of one step (default 500).
+	// MaxPollRecords bounds the records of one poll (default 500). A step
+	// spans several polls (CommitInterval, MaxStepRecords).
 	MaxPollRecords int
+	// CommitInterval is how long a step goes on polling before it commits
+	// (default 100ms, as Kafka Streams under exactly-once): a transaction
+	// costs the broker a few round trips and much CPU whatever it holds,
+	// so a busy step takes many polls into one. A step never waits for
+	// records to arrive: it commits as soon as a poll finds nothing more
+	// already fetched, so light load adds no latency. A revoke, or any
+	// change of the assignment, ends the polling at once.
+	CommitInterval time.Duration
+	// MaxStepRecords bounds the records one step takes over all its polls
+	// (default 10,000, at least MaxPollRecords): what a step holds in
+	// memory and replays after an abort.
+	MaxStepRecords int
 	// DecodeAhead is how many goroutines decode the keys and values of a
 	// step's fetched records while the step goroutine delivers the records
 	// before them (default 1; at most GOMAXPROCS-1, so none on one core).
@@ -105,10 +123,18 @@ type Config struct {
 	// PollInterval bounds how long one poll waits for records before the
 	// loop checks for assignment changes and shutdown (default 250ms).
 	PollInterval time.Duration
-	// SessionTimeout, RebalanceTimeout and TransactionTimeout are passed to
-	// the client when non-zero.
-	SessionTimeout     time.Duration
-	RebalanceTimeout   time.Duration
+	// SessionTimeout is the group session timeout (default 45s, franz-go's).
+	// The heartbeat interval is a third of it, at most 250ms: on Kafka a
+	// member hears of a rebalance only in a heartbeat's answer, and every
+	// member's commit waits until the join ends (session.go, maxHeartbeat).
+	SessionTimeout time.Duration
+	// RebalanceTimeout bounds how long the group waits for members to
+	// rejoin in a rebalance (default 60s, franz-go's).
+	RebalanceTimeout time.Duration
+	// TransactionTimeout is the producer's transaction timeout (default
+	// 40s, franz-go's): the broker aborts a transaction open longer. A step
+	// that has not ended after twice this (one minute when it is zero) is
+	// cancelled and aborted: the step timeout.
 	TransactionTimeout time.Duration
 
 	// TruncateInterval is how often each task drops from its stamps the
@@ -175,6 +201,13 @@ func (c *Config) withDefaults() Config {
 	if d.MaxPollRecords <= 0 {
 		d.MaxPollRecords = 500
 	}
+	if d.CommitInterval <= 0 {
+		d.CommitInterval = 100 * time.Millisecond
+	}
+	if d.MaxStepRecords <= 0 {
+		d.MaxStepRecords = 10_000
+	}
+	d.MaxStepRecords = max(d.MaxStepRecords, d.MaxPollRecords)
 	switch {
 	case d.DecodeAhead == 0:
 		d.DecodeAhead = 1

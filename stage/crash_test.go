@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +22,9 @@ const (
 	envChild   = "PARSLEY_STAGE_CRASH_CHILD"
 	envBrokers = "PARSLEY_STAGE_CRASH_BROKERS"
 	envDir     = "PARSLEY_STAGE_CRASH_DIR"
+	// envPolls names a file holding the polls of the step in progress (0
+	// between steps), so the test knows what its kill interrupted.
+	envPolls = "PARSLEY_STAGE_CRASH_POLLS"
 )
 
 func TestMain(m *testing.M) {
@@ -49,6 +54,7 @@ func crashChild() int {
 		TransactionTimeout: 5 * time.Second,
 		RetryBackoff:       50 * time.Millisecond,
 		MaxPollRecords:     5,
+		MaxStepRecords:     20, // a step spans up to four polls
 		Logger:             testLogger(),
 	}
 	a, err := New(cfg, counterStage(in, out))
@@ -59,6 +65,11 @@ func crashChild() int {
 	a.hooks.beforeEnd = func(int64) bool {
 		time.Sleep(3 * time.Millisecond)
 		return false
+	}
+	if path := os.Getenv(envPolls); path != "" {
+		a.hooks.filled = func(polls, _ int) { os.WriteFile(path, []byte(strconv.Itoa(polls)), 0o644) }
+		a.hooks.afterCommit = func() { os.WriteFile(path, []byte("0"), 0o644) }
+		a.hooks.afterAbort = a.hooks.afterCommit
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -73,6 +84,8 @@ func crashChild() int {
 // with SIGKILL while it is processing, and restarts it — once with its
 // SQLite files deleted — several times. The read_committed outputs have no
 // duplicate and no gap, and the fold state is a pure fold over the inputs.
+// Steps span several polls (MaxStepRecords 4 polls' worth), and at least
+// one kill must land inside a transaction whose step took more than one.
 func TestCrashWithSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
@@ -81,13 +94,14 @@ func TestCrashWithSIGKILL(t *testing.T) {
 	in, out := NewTopic("in", String(), String()), NewTopic("out", String(), String())
 	e.changelogs(2, counterStage(in, out))
 	dir := t.TempDir()
+	pollsFile := filepath.Join(t.TempDir(), "polls")
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	spawn := func() *exec.Cmd {
 		cmd := exec.Command(exe, "-test.run=^$")
-		cmd.Env = append(os.Environ(), envChild+"=1", envBrokers+"="+strings.Join(e.c.Addrs(), ","), envDir+"="+dir)
+		cmd.Env = append(os.Environ(), envChild+"=1", envBrokers+"="+strings.Join(e.c.Addrs(), ","), envDir+"="+dir, envPolls+"="+pollsFile)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -95,7 +109,7 @@ func TestCrashWithSIGKILL(t *testing.T) {
 		return cmd
 	}
 	want := make(map[string][]string)
-	produced, midTxn := 0, 0
+	produced, midTxn, midMulti := 0, 0, 0
 	const rounds, batch = 4, 150
 	for round := range rounds {
 		if round == 2 {
@@ -125,13 +139,23 @@ func TestCrashWithSIGKILL(t *testing.T) {
 				state = tx.State
 			}
 		}
+		polls := 0
+		if b, err := os.ReadFile(pollsFile); err == nil {
+			polls, _ = strconv.Atoi(string(b))
+		}
 		if state == "Ongoing" {
 			midTxn++
+			if polls > 1 {
+				midMulti++
+			}
 		}
-		t.Logf("round %d: killed with %d of %d outputs committed; transaction %s", round, len(e.readCommitted("out", produced, 300*time.Millisecond)), produced, state)
+		t.Logf("round %d: killed with %d of %d outputs committed; transaction %s in a step of %d polls", round, len(e.readCommitted("out", produced, 300*time.Millisecond)), produced, state, polls)
 	}
 	if midTxn == 0 {
 		t.Fatal("no kill landed inside a transaction; the test proved nothing about crashes mid-step")
+	}
+	if midMulti == 0 {
+		t.Fatal("no kill landed inside a step of several polls; the test proved nothing about a step spanning a commit interval")
 	}
 	cmd := spawn()
 	outs := e.readExactly("out", produced, 60*time.Second)

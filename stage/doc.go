@@ -37,9 +37,11 @@
 // The application is one consumer group (the ApplicationID) with one
 // transactional producer per instance. A co-partitioning balancer gives
 // partition p of every source topic to the same instance; a task is
-// (stage, p) and has its own causal node (package protocol). Each poll of
-// up to Config.MaxPollRecords records is one step and one Kafka
-// transaction: records are fed to the nodes, released records reach user
+// (stage, p) and has its own causal node (package protocol). A step is one
+// Kafka transaction over several polls (of up to Config.MaxPollRecords
+// records each): it polls on until Config.CommitInterval has passed, it
+// holds Config.MaxStepRecords, or nothing more is fetched, whichever comes
+// first. Its records are fed to the nodes, released records reach user
 // logic in causal order, emissions are encoded, partitioned (Kafka's murmur2
 // of the encoded key; a nil key goes to the task's partition modulo the
 // sink's count), stamped for exactly that partition and produced, and the
@@ -88,6 +90,25 @@
 // start; those records are fetched and dropped the same way. Reporting a
 // start below the frontier changes nothing (PositionAdvance only moves
 // forward). See docs/architecture.md.
+//
+// # Where a change goes
+//
+// The session loop is app.go (Run, the client loop) and session.go (one
+// client incarnation: its options, the assignment callbacks, the poll loop
+// and how far a step polls). Then, by concern:
+//
+//   - rebalancing: balancer.go (the co-partitioning plan), assign.go (which
+//     tasks may run with an assignment), tasks.go (reconcile: opening and
+//     closing tasks), fence.go (a departed owner's open transaction);
+//   - transactions: step.go (one step's transaction and its end),
+//     anchor.go (franz-go's KIP-447 wait and the offset that spares it),
+//     outcome.go (what the loop does after a step ends), positions.go;
+//   - standbys: standby.go (placement, the standby jobs and their wire
+//     format in the join's user data);
+//   - tasks: task.go (a task and its step work), env.go (what a task may
+//     use of the App), restore.go, holds.go, ticks.go, truncate.go;
+//   - what other goroutines read: snapshot.go, health.go, introspect.go,
+//     metrics.go.
 //
 // # Topics the application needs
 //

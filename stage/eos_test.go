@@ -151,6 +151,7 @@ func TestExactlyOnceUnderForcedAborts(t *testing.T) {
 
 	cfg := e.config("i1")
 	cfg.MaxPollRecords = 7
+	cfg.MaxStepRecords = 7 // one poll a step: the test counts steps
 	a, err := New(cfg, st)
 	if err != nil {
 		t.Fatal(err)

@@ -32,7 +32,6 @@ func (a *App) startRestore(t *task) {
 		a.restores = make(map[taskID]*restoreJob)
 	}
 	a.restores[t.id] = j
-	a.restoringN.Add(1)
 	newClient := func(opts ...kgo.Opt) (*kgo.Client, error) {
 		return kgo.NewClient(append(a.baseOpts(), opts...)...)
 	}
@@ -54,7 +53,6 @@ func (a *App) closeTask(t *task) {
 		j.cancel()
 		<-j.done
 		delete(a.restores, t.id)
-		a.restoringN.Add(-1)
 	}
 	t.close()
 }
@@ -79,7 +77,6 @@ func (a *App) finishRestores() error {
 			continue
 		}
 		delete(a.restores, id)
-		a.restoringN.Add(-1)
 		a.repause = true
 		t := a.tasks[id]
 		res, err := j.res, j.err

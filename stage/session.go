@@ -169,16 +169,8 @@ func (a *App) session(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err // the polled records are fetched again next time
 		}
-		var lost error
-		fs.EachError(func(t string, p int32, err error) {
-			if dl := a.fetchDataLoss(t, p, err); dl != nil {
-				lost = errors.Join(lost, dl) // the client has already moved its cursor
-			} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				a.log.Warn("stage: fetch error", "topic", t, "partition", p, "err", err)
-			}
-		})
-		if lost != nil {
-			return &fatal{lost}
+		if err := a.fetchErrors(fs); err != nil {
+			return err
 		}
 		if err := a.finishRestores(); err != nil {
 			return err
@@ -197,10 +189,81 @@ func (a *App) session(ctx context.Context) error {
 			a.observe()
 			continue
 		}
+		if fs.NumRecords() > 0 {
+			if fs, err = a.fillStep(ctx, sess, fs); err != nil {
+				return err
+			}
+		}
 		if err := a.step(ctx, sess, fs); err != nil {
 			return err
 		}
 	}
+}
+
+// fetchErrors logs the fetch errors of a poll, and returns the data losses
+// among them as a fatal error: the client has already moved its cursor.
+func (a *App) fetchErrors(fs kgo.Fetches) error {
+	var lost error
+	fs.EachError(func(t string, p int32, err error) {
+		if dl := a.fetchDataLoss(t, p, err); dl != nil {
+			lost = errors.Join(lost, dl)
+		} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			a.log.Warn("stage: fetch error", "topic", t, "partition", p, "err", err)
+		}
+	})
+	if lost != nil {
+		return &fatal{lost}
+	}
+	return nil
+}
+
+// stepPollWait is how long a step's further poll waits for records not yet
+// fetched: long enough to take what the client has buffered, short enough
+// that a step under light load commits without waiting.
+const stepPollWait = time.Millisecond
+
+// fillStep polls on after the step's first poll, fs, until
+// Config.CommitInterval has passed since it, the step holds
+// Config.MaxStepRecords, a poll finds nothing already fetched, the
+// assignment changes (a revoke ends the step promptly; reconcile runs
+// before the next one) or ctx ends. Every record polled is in the step: the
+// client marks polled records uncommitted, and End commits or rewinds them
+// all, so the step feeds every one of them.
+func (a *App) fillStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.Fetches) (kgo.Fetches, error) {
+	deadline := time.Now().Add(a.cfg.CommitInterval)
+	n, polls := fs.NumRecords(), 1
+	defer func() {
+		if a.hooks.filled != nil {
+			a.hooks.filled(polls, n)
+		}
+	}()
+	for n < a.cfg.MaxStepRecords && time.Now().Before(deadline) && ctx.Err() == nil && !a.assignmentChanged() {
+		pctx, cancel := context.WithTimeout(ctx, stepPollWait)
+		more := sess.PollRecords(pctx, min(a.cfg.MaxPollRecords, a.cfg.MaxStepRecords-n))
+		cancel()
+		if more.IsClientClosed() {
+			return nil, errors.New("stage: client closed")
+		}
+		if err := a.fetchErrors(more); err != nil {
+			return nil, err
+		}
+		m := more.NumRecords()
+		if m == 0 {
+			break
+		}
+		fs = append(fs, more...)
+		n += m
+		polls++
+	}
+	return fs, nil
+}
+
+// assignmentChanged reports whether the group changed the assignment since
+// the last reconcile.
+func (a *App) assignmentChanged() bool {
+	a.amu.Lock()
+	defer a.amu.Unlock()
+	return a.gen != a.seenGen
 }
 
 // needsStep reports whether some restored task has no node: a step builds

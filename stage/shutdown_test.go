@@ -22,6 +22,7 @@ func TestShutdownMidStep(t *testing.T) {
 	e.changelogs(2, st)
 	cfg := e.config("i1")
 	cfg.MaxPollRecords = 5
+	cfg.MaxStepRecords = 5                // one poll a step: the test counts steps
 	cfg.SessionTimeout = 30 * time.Second // a member that does not leave would block the successor
 	cfg.LeaveOnShutdown = true
 	a, err := New(cfg, st)

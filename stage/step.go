@@ -112,7 +112,7 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 		}
 		a.steps.Add(1)
 		a.xfails = 0
-		a.aheadRetries = 0
+		a.fetchedAheadRetries = 0
 		a.scope.commitStep()
 		if a.hooks.afterCommit != nil {
 			a.hooks.afterCommit()
@@ -128,11 +128,11 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	}
 	switch out.verdict {
 	case stepRetryHost:
-		if ahead := (*fetchedAheadError)(nil); errors.As(out.err, &ahead) && a.aheadRetries < maxAheadRetries {
+		if ahead := (*fetchedAheadError)(nil); errors.As(out.err, &ahead) && a.fetchedAheadRetries < maxAheadRetries {
 			// The abort rewound the client, and reconcile has paused the
 			// partition or built its task: the retry will not meet these
 			// records again, so it need not wait.
-			a.aheadRetries++
+			a.fetchedAheadRetries++
 			a.log.Debug("stage: step aborted for records fetched ahead of their task; retrying at once", "err", out.err)
 			return nil
 		}
