@@ -1,6 +1,6 @@
-// Package rig is the root of Parsley's test rigs: the soaks, the
-// verification kit they share, the launchers of embedded and real Kafka,
-// and the helpers of the observer's and the tracing tests.
+// Package rig is the root of Parsley's test rigs: the soaks, the real-Kafka
+// launcher, and the helpers of the observer's, the secured clients' and
+// the tracing tests.
 //
 // The rigs sit above everything they exercise (they import stage, bridge,
 // clock and observer), so they live in one tree apart from the runtime's
@@ -8,9 +8,6 @@
 // kafkasec, aliascodec, broker), which import nothing above them. No
 // production package imports a rig; internal/depcheck holds both rules.
 //
-//   - verify: the kit — one workload, one ground truth, one oracle, and the
-//     fault plug-ins every soak is built from
-//   - launch: one vocabulary for the embedded broker and real Kafka
 //   - netsoak: network faults through in-process proxies, embedded broker
 //   - failover: broker kills on a three-node real Kafka cluster
 //   - testkafka: the real-Kafka launcher (JVMs from Maven Central)
