@@ -11,7 +11,7 @@ import (
 	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/parsley-go/parsley/internal/obsdemo"
-	"github.com/parsley-go/parsley/internal/obstest"
+	"github.com/parsley-go/parsley/internal/rig/obstest"
 	"github.com/parsley-go/parsley/observer"
 )
 

@@ -15,7 +15,7 @@ import (
 	"testing"
 
 	"github.com/parsley-go/parsley/internal/broker"
-	"github.com/parsley-go/parsley/internal/obstest"
+	"github.com/parsley-go/parsley/internal/rig/obstest"
 	"github.com/parsley-go/parsley/observer"
 )
 

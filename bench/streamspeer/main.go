@@ -3,7 +3,7 @@
 //
 //	go run ./bench/streamspeer [-rounds 5] [-records 500000] [-keys 64]
 //
-// It starts one broker with internal/testkafka, builds the Parsley peer
+// It starts one broker with internal/rig/testkafka, builds the Parsley peer
 // (bench/streamspeer/parsleypeer) and the Kafka Streams peer (the Maven
 // project in bench/streamspeer/streams), produces the input once (JSON
 // payments over -keys keys, -partitions partitions), and alternates rounds
@@ -36,7 +36,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/testkafka"
+	"github.com/parsley-go/parsley/internal/rig/testkafka"
 	"github.com/parsley-go/parsley/stage"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"

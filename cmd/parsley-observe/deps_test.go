@@ -55,7 +55,7 @@ func TestDependencies(t *testing.T) {
 	}
 }
 
-// TestNoTestHooksInTheBinary: the test-only helpers (internal/obstest,
+// TestNoTestHooksInTheBinary: the test-only helpers (internal/rig/obstest,
 // which imports testing) and the testing package stay out of the binary.
 func TestNoTestHooksInTheBinary(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
@@ -67,7 +67,7 @@ func TestNoTestHooksInTheBinary(t *testing.T) {
 		t.Fatalf("go list -deps gave %d packages; is go list working?", len(deps))
 	}
 	for _, d := range deps {
-		if d == "testing" || strings.HasSuffix(d, "/internal/obstest") {
+		if d == "testing" || strings.HasSuffix(d, "/internal/rig/obstest") {
 			t.Errorf("parsley-observe links %s, which is for tests only", d)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/testcert"
+	"github.com/parsley-go/parsley/internal/rig/testcert"
 )
 
 // TestCertReloaderFollowsRenewals: a renewed certificate is served from

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/testcert"
+	"github.com/parsley-go/parsley/internal/rig/testcert"
 )
 
 // TestServeRefusesBadFlagsBeforeCreatingFiles: serve checks every flag,

@@ -14,7 +14,7 @@
 // When PARSLEY_TEST_BROKERS names a real cluster (see EnvBrokers), Start
 // and New use it instead of kfake, so the same integration tests run
 // against Apache Kafka (the real-Kafka tier of .ci/run starts one with
-// internal/testkafka). Tests that need kfake's hooks call KfakeOnly.
+// internal/rig/testkafka). Tests that need kfake's hooks call KfakeOnly.
 package broker
 
 import (
@@ -61,7 +61,7 @@ func ClientOpts(opts ...kgo.Opt) Option {
 
 // FakeOpts passes options straight to kfake, for behaviour this package
 // does not name (faults, persistence, ACLs). A real cluster ignores them;
-// the one internal/testkafka starts already allows group session timeouts
+// the one internal/rig/testkafka starts already allows group session timeouts
 // down to 100ms, the one kfake option the tests commonly set.
 func FakeOpts(opts ...kfake.Opt) Option {
 	return func(c *config) { c.fakeOpts = append(c.fakeOpts, opts...) }

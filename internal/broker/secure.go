@@ -11,7 +11,7 @@ import (
 
 // EnvSecure names the environment variable that points tests at the
 // SASL_SSL listener of the real cluster: the path of a JSON file the
-// launcher (internal/testkafka/cmd/testkafka -sasl-ssl) writes, in the form
+// launcher (internal/rig/testkafka/cmd/testkafka -sasl-ssl) writes, in the form
 // of testkafka.Secure.
 const EnvSecure = "PARSLEY_TEST_SECURE"
 
@@ -40,7 +40,7 @@ func Secure(t interface {
 	t.Helper()
 	path := os.Getenv(EnvSecure)
 	if path == "" {
-		t.Skip("needs the real cluster's SASL_SSL listener: run under internal/testkafka/cmd/testkafka -sasl-ssl")
+		t.Skip("needs the real cluster's SASL_SSL listener: run under internal/rig/testkafka/cmd/testkafka -sasl-ssl")
 	}
 	s, err := readSecure(path)
 	if err != nil {

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/parsley-go/parsley/internal/testkafka"
+	"github.com/parsley-go/parsley/internal/rig/testkafka"
 )
 
 // TestReadSecureReadsTheLaunchersFile: the file the launcher writes is the

@@ -15,7 +15,7 @@ func TestNATSStaysInTheBridge(t *testing.T) {
 	mayUseNATS := map[string]bool{
 		module + "/bridge":               true,
 		module + "/examples/nats-bridge": true,
-		module + "/internal/netsoak":     true,
+		module + "/internal/rig/netsoak": true,
 	}
 	for _, line := range strings.Split(strings.TrimSpace(list("-f", "{{.ImportPath}} {{join .Imports \" \"}} {{join .TestImports \" \"}} {{join .XTestImports \" \"}}", "./...")), "\n") {
 		pkg, imps, _ := strings.Cut(line, " ")

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/testcert"
+	"github.com/parsley-go/parsley/internal/rig/testcert"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )

@@ -10,7 +10,7 @@
 // KRaft default 9 s is next tried up to 5 s after the cluster recovered.
 // Both cost a client only a few small requests a second while something is
 // failing, and nothing while nothing is. The failover soak
-// (internal/testkafka/failover) measures the difference; docs/performance.md,
+// (internal/rig/failover) measures the difference; docs/performance.md,
 // "Broker failover (#37)", records it.
 //
 // Options a user passes after these override them: franz-go applies options

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
-	"github.com/parsley-go/parsley/internal/obstest"
+	"github.com/parsley-go/parsley/internal/rig/obstest"
 )
 
 // chromium finds Debian's chromium. Without one the test skips, unless CI

@@ -8,7 +8,7 @@ import (
 
 	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/internal/broker"
-	"github.com/parsley-go/parsley/internal/obstest"
+	"github.com/parsley-go/parsley/internal/rig/obstest"
 	"github.com/parsley-go/parsley/observer"
 	"github.com/parsley-go/parsley/observer/web"
 )

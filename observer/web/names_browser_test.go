@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
-	"github.com/parsley-go/parsley/internal/obstest"
+	"github.com/parsley-go/parsley/internal/rig/obstest"
 	"github.com/parsley-go/parsley/observer"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/parsley-go/parsley/internal/obsdemo"
-	"github.com/parsley-go/parsley/internal/obstest"
+	"github.com/parsley-go/parsley/internal/rig/obstest"
 	"github.com/parsley-go/parsley/observer"
 	"github.com/parsley-go/parsley/observer/web"
 	"github.com/twmb/franz-go/pkg/kgo"

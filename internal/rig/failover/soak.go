@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/testkafka"
+	"github.com/parsley-go/parsley/internal/rig/testkafka"
 	"github.com/parsley-go/parsley/internal/wait"
 	"github.com/parsley-go/parsley/stage"
 	"github.com/twmb/franz-go/pkg/kadm"

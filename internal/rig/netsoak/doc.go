@@ -20,7 +20,7 @@
 // every causal pair is in order at every stage and in the stream, and the
 // per-key state is exact.
 //
-// Run it with `go run ./internal/netsoak/cmd/netsoak` (see
-// docs/verification.md); `go test ./internal/netsoak` runs the oracle's
+// Run it with `go run ./internal/rig/netsoak/cmd/netsoak` (see
+// docs/verification.md); `go test ./internal/rig/netsoak` runs the oracle's
 // self-check and a short smoke run.
 package netsoak

@@ -1,5 +1,5 @@
 // Command failover-soak runs the broker-failover soak against a real
-// three-broker Kafka cluster it starts (see internal/testkafka/failover):
+// three-broker Kafka cluster it starts (see internal/rig/failover):
 // a stamped producer and a settlement stage on three instances run while
 // the leader of a source partition, a transaction coordinator and the
 // group coordinator are killed and restarted in turn, then (with -rolling)
@@ -12,7 +12,7 @@
 // timestamped, with the soak's own events, for a fault's timeline. It needs
 // java and mvn on PATH.
 //
-//	go run ./internal/testkafka/cmd/failover-soak [-runs 1] [-warmup 10s] [-rolling] [-clientlog FILE]
+//	go run ./internal/rig/failover/cmd/failover-soak [-runs 1] [-warmup 10s] [-rolling] [-clientlog FILE]
 package main
 
 import (
@@ -28,7 +28,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/testkafka/failover"
+	"github.com/parsley-go/parsley/internal/rig/failover"
 )
 
 func main() {

@@ -1,11 +1,11 @@
 // Command netsoak runs the network-fault soak (package
-// internal/netsoak): a causal pipeline on the embedded broker with a
+// internal/rig/netsoak): a causal pipeline on the embedded broker with a
 // fault-injecting proxy on every link, judged by an oracle that reads only
 // the outputs and the producer's ground truth.
 //
-//	go run ./internal/netsoak/cmd/netsoak                      # one 5-minute run, random seed
-//	go run ./internal/netsoak/cmd/netsoak -seed 7 -runs 3      # replay seed 7, then 8 and 9
-//	go run ./internal/netsoak/cmd/netsoak -duration 1m -v      # shorter, with component logs
+//	go run ./internal/rig/netsoak/cmd/netsoak                      # one 5-minute run, random seed
+//	go run ./internal/rig/netsoak/cmd/netsoak -seed 7 -runs 3      # replay seed 7, then 8 and 9
+//	go run ./internal/rig/netsoak/cmd/netsoak -duration 1m -v      # shorter, with component logs
 //
 // It prints one summary line per run and exits 1 if any run had a
 // violation, missed a fault kind, or left a zombie unfenced.
@@ -20,7 +20,7 @@ import (
 	"os/signal"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/netsoak"
+	"github.com/parsley-go/parsley/internal/rig/netsoak"
 	"github.com/rs/zerolog"
 )
 

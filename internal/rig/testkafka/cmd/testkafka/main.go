@@ -31,7 +31,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/testkafka"
+	"github.com/parsley-go/parsley/internal/rig/testkafka"
 )
 
 func main() {
