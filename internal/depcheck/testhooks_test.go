@@ -15,11 +15,13 @@ import (
 // isTestHook reports whether a package exists for tests: the simulator and
 // conformance kit, a test-support package of the module (its name ends in
 // "test", as stagetest and extest do), a test rig under internal/rig (the
-// soaks, their kit and the launchers), or the standard library's testing
-// package. Production code imports none of them, directly or through
+// soaks, their kit and the launchers), a benchmark under bench/ (peers and
+// drivers run by hand, which may use the rigs), or the standard library's
+// testing package. Production code imports none of them, directly or through
 // another package of the module.
 func isTestHook(pkg string) bool {
-	if pkg == "testing" || pkg == module+"/sim" || pkg == rigs || strings.HasPrefix(pkg, rigs+"/") {
+	if pkg == "testing" || pkg == module+"/sim" || pkg == rigs || strings.HasPrefix(pkg, rigs+"/") ||
+		strings.HasPrefix(pkg, module+"/bench/") {
 		return true
 	}
 	return strings.HasPrefix(pkg, module+"/") && strings.HasSuffix(pkg[strings.LastIndexByte(pkg, '/')+1:], "test")
