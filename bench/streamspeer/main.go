@@ -65,6 +65,13 @@ func main() {
 	if o.rounds < 1 || o.records < 1 || o.keys < 1 || o.partitions < 1 || o.rate < 0 {
 		log.Fatal("rounds, records, keys and partitions must be positive, rate not negative")
 	}
+	if o.profileDir != "" {
+		// The peers write their profiles there; a missing directory would
+		// fail the first round after the broker and the input are ready.
+		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
+			log.Fatalf("-profile %s: %v", o.profileDir, err)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, o); err != nil {
