@@ -164,7 +164,7 @@ func (a *App) session(ctx context.Context) error {
 		fs := sess.PollRecords(pctx, a.cfg.MaxPollRecords)
 		cancel()
 		if fs.IsClientClosed() {
-			return errors.New("stage: client closed")
+			return errClientClosed
 		}
 		if err := ctx.Err(); err != nil {
 			return err // the polled records are fetched again next time
@@ -217,6 +217,9 @@ func (a *App) fetchErrors(fs kgo.Fetches) error {
 	return nil
 }
 
+// errClientClosed ends a session whose client was closed under a poll.
+var errClientClosed = errors.New("stage: client closed")
+
 // stepPollWait is how long a step's further poll waits for records not yet
 // fetched: long enough to take what the client has buffered, short enough
 // that a step under light load commits without waiting.
@@ -242,7 +245,7 @@ func (a *App) fillStep(ctx context.Context, sess *kgo.GroupTransactSession, fs k
 		more := sess.PollRecords(pctx, min(a.cfg.MaxPollRecords, a.cfg.MaxStepRecords-n))
 		cancel()
 		if more.IsClientClosed() {
-			return nil, errors.New("stage: client closed")
+			return nil, errClientClosed
 		}
 		if err := a.fetchErrors(more); err != nil {
 			return nil, err
