@@ -162,9 +162,10 @@ func (b *Bridge) checkSubjects(ctx context.Context, js jetstream.JetStream, filt
 // exists; the stage runtime reports missing ones.
 func (b *Bridge) partitions(ctx context.Context) (map[string]int32, error) {
 	// The stage runtime's failover defaults (internal/kclient), which the
-	// user's ClientOpts override, as they do for the stage's own clients.
+	// user's ClientOpts override, and its seed list without a broker that
+	// refuses connections (kclient.Seeds), as for the stage's own clients.
 	opts := append([]kgo.Opt{kgo.SeedBrokers(b.cfg.Brokers...)}, kclient.Opts()...)
-	cl, err := kgo.NewClient(append(opts, b.cfg.ClientOpts...)...)
+	cl, err := kclient.NewClient(append(opts, b.cfg.ClientOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

@@ -14,10 +14,30 @@ import (
 // failed requests are retried after 100 ms doubling to 250 ms (franz-go:
 // 250 ms doubling to 5 s) and up to 200 times (franz-go: 20), so that the
 // retry timeout, not the count, ends a request retried through an outage.
-// docs/performance.md, "Broker failover (#37)", has the measurements.
+// docs/performance.md, "Real Kafka: broker failover", has the measurements.
 //
 // Put them before your own options, which then override them:
 //
 //	opts := append(clock.ClientOpts(), kgo.SeedBrokers(seeds...), kgo.TransactionalID(id))
 //	cl, err := kgo.NewClient(opts...)
+//
+// Options alone cannot keep a dead broker out of the client's seed list,
+// which a transactional client needs through a broker failure; NewClient
+// does that too.
 func ClientOpts() []kgo.Opt { return kclient.Opts() }
+
+// NewClient is kgo.NewClient(append(ClientOpts(), opts...)...) with one
+// more thing a client needs through a broker failure: while a broker
+// refuses connections its address leaves the client's seed list, and it
+// returns once the broker accepts one (the list is never emptied).
+//
+// franz-go sends a coordinator lookup to its discovered brokers in turn and
+// once a round to a seed address, and one of the seeds is the dead
+// broker's; a lookup that fails to dial ends the request waiting on it
+// (franz-go v1.22) — an EndTxn whose outcome is then unknown, a
+// TxnOffsetCommit, a heartbeat. The seeds are read from the SeedBrokers
+// option; a client that calls UpdateSeedBrokers itself (or sets
+// OnRebootstrapRequired) should build with kgo.NewClient instead.
+func NewClient(opts ...kgo.Opt) (*kgo.Client, error) {
+	return kclient.NewClient(append(ClientOpts(), opts...)...)
+}

@@ -25,3 +25,19 @@ func ExampleClientOpts() {
 	fmt.Println(cl.OptValue(kgo.MetadataMinAge).(time.Duration), cl.OptValue(kgo.RequestRetries))
 	// Output: 100ms 50
 }
+
+// NewClient builds the same client, which also keeps a broker that refuses
+// connections out of its seed list until it is back.
+func ExampleNewClient() {
+	cl, err := clock.NewClient(
+		kgo.SeedBrokers("127.0.0.1:9092", "127.0.0.1:9093", "127.0.0.1:9094"),
+		kgo.TransactionalID("invoicer"),
+	)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer cl.Close()
+	fmt.Println(cl.OptValue(kgo.MetadataMinAge).(time.Duration))
+	// Output: 100ms
+}

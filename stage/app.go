@@ -190,7 +190,7 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	a.started.Store(true)
 	defer a.stopped.Store(true)
-	boot, err := kgo.NewClient(a.baseOpts()...)
+	boot, err := a.newClient()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

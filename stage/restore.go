@@ -10,7 +10,6 @@ import (
 	"fmt"
 
 	"github.com/parsley-go/parsley/internal/state"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // restoreJob is one task's restore. Until done is closed its goroutine
@@ -32,9 +31,7 @@ func (a *App) startRestore(t *task) {
 		a.restores = make(map[taskID]*restoreJob)
 	}
 	a.restores[t.id] = j
-	newClient := func(opts ...kgo.Opt) (*kgo.Client, error) {
-		return kgo.NewClient(append(a.baseOpts(), opts...)...)
-	}
+	newClient := a.newClient
 	go func() {
 		defer close(j.done)
 		if a.hooks.restore != nil {

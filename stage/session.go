@@ -25,6 +25,14 @@ func (a *App) baseOpts() []kgo.Opt {
 	return append(opts, a.cfg.ClientOpts...)
 }
 
+// newClient builds a client from baseOpts and opts whose seed list leaves
+// out a broker that refuses connections (kclient.Seeds): a coordinator
+// lookup sent to a dead broker's seed address ends the request waiting on
+// it, and an EndTxn so ended costs a rebuild and a restore.
+func (a *App) newClient(opts ...kgo.Opt) (*kgo.Client, error) {
+	return kclient.NewClient(append(a.baseOpts(), opts...)...)
+}
+
 func (a *App) sessionOpts() []kgo.Opt {
 	var sources []string
 	for t := range a.bySource {
@@ -120,10 +128,12 @@ func (a *App) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) 
 
 // session runs one client incarnation until ctx ends or the client fails.
 func (a *App) session(ctx context.Context) error {
-	sess, err := kgo.NewGroupTransactSession(a.sessionOpts()...)
+	seeds := new(kclient.Seeds) // see newClient
+	sess, err := kgo.NewGroupTransactSession(append(a.sessionOpts(), seeds.Opt())...)
 	if err != nil {
 		return &fatal{fmt.Errorf("%w: %w", ErrInvalidConfig, err)}
 	}
+	seeds.Attach(sess.Client())
 	if a.hooks.onSession != nil {
 		a.hooks.onSession(sess)
 	}

@@ -402,10 +402,8 @@ func (a *App) startStandby(ctx context.Context, id taskID) error {
 	j.applied.Store(kv.Checkpoint())
 	j.lag.Store(-1)
 	tl := &state.Tailer{
-		Admin: a.admin,
-		NewClient: func(opts ...kgo.Opt) (*kgo.Client, error) {
-			return kgo.NewClient(append(a.baseOpts(), opts...)...)
-		},
+		Admin:     a.admin,
+		NewClient: a.newClient,
 		Topic:     ChangelogTopic(a.cfg.ApplicationID, st.name),
 		Partition: id.partition,
 		Store:     kv,

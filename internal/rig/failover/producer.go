@@ -47,16 +47,17 @@ func (p *producer) abortedIDs() map[string]bool {
 }
 
 func (p *producer) newClient() (*kgo.Client, error) {
-	// The failover options a user of clock is advised to start from
-	// (clock.ClientOpts): the producer's own failover is part of every
-	// stall the soak measures.
-	opts := append([]kgo.Opt{kgo.SeedBrokers(p.addrs...)}, clock.ClientOpts()...)
-	opts = append(opts,
+	// The client a user of clock is advised to build (clock.NewClient:
+	// the failover options, and a seed list without a broker that refuses
+	// connections): the producer's own failover is part of every stall the
+	// soak measures.
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(p.addrs...),
 		kgo.TransactionalID(producerTxnID),
-		kgo.TransactionTimeout(20*time.Second),
+		kgo.TransactionTimeout(20 * time.Second),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-	)
-	return kgo.NewClient(append(opts, p.opts...)...)
+	}
+	return clock.NewClient(append(opts, p.opts...)...)
 }
 
 // run produces until ctx ends. Failed transactions are aborted and the
