@@ -31,9 +31,15 @@ type Options struct {
 	// Rolling adds a rolling restart after the three kills: each broker
 	// in turn is stopped with SIGTERM (a controlled shutdown, in which
 	// Kafka moves its leaderships before it exits) and restarted.
-	Rolling  bool
-	Logf     func(format string, args ...any)
-	StageLog *slog.Logger // the stage instances' logger (default: discard)
+	Rolling bool
+	// SessionTimeout is the stage instances' group session timeout
+	// (default 45 s, Kafka's and the stage's default). It must outlast a
+	// broker failure: with 6 s, shorter than the brokers' own failure
+	// detection (broker.session.timeout.ms, 9 s), a live group coordinator
+	// expired a member whose heartbeats the dead broker had held up.
+	SessionTimeout time.Duration
+	Logf           func(format string, args ...any)
+	StageLog       *slog.Logger // the stage instances' logger (default: discard)
 	// ClientLog, if set, receives the franz-go debug logs of the stage
 	// instances and the producer, each line prefixed with the wall-clock
 	// time and the client's name, for a fault's timeline.
@@ -46,6 +52,9 @@ func (o *Options) defaults() {
 	}
 	if o.Warmup <= 0 {
 		o.Warmup = 10 * time.Second
+	}
+	if o.SessionTimeout <= 0 {
+		o.SessionTimeout = 45 * time.Second
 	}
 	if o.StallLimit <= 0 {
 		o.StallLimit = 90 * time.Second
@@ -190,7 +199,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 			InstanceID:         inst,
 			Brokers:            c.Addrs(),
 			StateDir:           filepath.Join(dir, inst),
-			SessionTimeout:     6 * time.Second,
+			SessionTimeout:     opts.SessionTimeout,
 			RebalanceTimeout:   10 * time.Second,
 			TransactionTimeout: 20 * time.Second,
 			Logger:             opts.StageLog.With("instance", inst),

@@ -12,7 +12,7 @@
 // timestamped, with the soak's own events, for a fault's timeline. It needs
 // java and mvn on PATH.
 //
-//	go run ./internal/rig/failover/cmd/failover-soak [-runs 1] [-warmup 10s] [-rolling] [-clientlog FILE]
+//	go run ./internal/rig/failover/cmd/failover-soak [-runs 1] [-warmup 10s] [-rolling] [-session 45s] [-clientlog FILE]
 package main
 
 import (
@@ -36,13 +36,14 @@ func main() {
 	warmup := flag.Duration("warmup", 10*time.Second, "steady state before the first fault and after each restart")
 	verbose := flag.Bool("v", false, "log the stage instances at debug level to stderr (and to -clientlog)")
 	rolling := flag.Bool("rolling", true, "after the kills, restart every broker in turn with a controlled shutdown")
+	session := flag.Duration("session", 45*time.Second, "the stage instances' group session timeout")
 	clientLog := flag.String("clientlog", "", "write the clients' franz-go debug logs and the soak's events, timestamped, to this file")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
-	opts := failover.Options{Warmup: *warmup, Rolling: *rolling, Logf: log.Printf}
+	opts := failover.Options{Warmup: *warmup, Rolling: *rolling, SessionTimeout: *session, Logf: log.Printf}
 	stageLog := io.Writer(os.Stderr)
 	if *clientLog != "" {
 		f, err := os.Create(*clientLog)
