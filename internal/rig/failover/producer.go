@@ -54,7 +54,7 @@ func (p *producer) newClient() (*kgo.Client, error) {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(p.addrs...),
 		kgo.TransactionalID(producerTxnID),
-		kgo.TransactionTimeout(20 * time.Second),
+		kgo.TransactionTimeout(txnTimeout),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 	}
 	return clock.NewClient(append(opts, p.opts...)...)
@@ -135,13 +135,25 @@ func (p *producer) run(ctx context.Context) error {
 	return nil
 }
 
+// produceDeadline bounds a transaction's produce. It outlasts the longest
+// election the soak has seen (19.7 s), so that the transaction under way
+// when a broker dies waits for the election rather than aborting and
+// replacing the client at its end; it is shorter than txnTimeout, after
+// which the coordinator would abort the transaction itself. (At 15 s with a
+// 20 s transaction timeout, a 14 s election ended the producer's
+// transaction and replaced its client 1.4 s after the election.)
+const (
+	produceDeadline = 30 * time.Second
+	txnTimeout      = 40 * time.Second // franz-go's default
+)
+
 // transact writes recs in one transaction and ends it as end says. On a
 // produce error it aborts.
 func (p *producer) transact(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, end kgo.TransactionEndTry) error {
 	if err := cl.BeginTransaction(); err != nil {
 		return err
 	}
-	tctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	tctx, cancel := context.WithTimeout(ctx, produceDeadline)
 	defer cancel()
 	if err := cl.ProduceSync(tctx, recs...).FirstErr(); err != nil {
 		actx, acancel := context.WithTimeout(context.Background(), 15*time.Second)
