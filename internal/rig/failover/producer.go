@@ -135,16 +135,19 @@ func (p *producer) run(ctx context.Context) error {
 	return nil
 }
 
-// produceDeadline bounds a transaction's produce. It outlasts the longest
-// election the soak has seen (19.7 s), so that the transaction under way
-// when a broker dies waits for the election rather than aborting and
-// replacing the client at its end; it is shorter than txnTimeout, after
-// which the coordinator would abort the transaction itself. (At 15 s with a
-// 20 s transaction timeout, a 14 s election ended the producer's
-// transaction and replaced its client 1.4 s after the election.)
+// txnDeadline bounds a transaction's produce, and separately its end (or
+// its abort). It outlasts the longest election the soak has seen (19.7 s),
+// so that a transaction under way when a broker dies waits for the election
+// rather than giving up and replacing the client at its end; the produce
+// deadline is shorter than txnTimeout, after which the coordinator would
+// abort the transaction itself. At 15 s (with a 20 s transaction timeout) a
+// 14 s election ended a produce, and a 15 s one an EndTxn that met
+// CONCURRENT_TRANSACTIONS until the dead broker's partitions had a new
+// leader, each at the election: the soak counted the replaced client as
+// the client's share.
 const (
-	produceDeadline = 30 * time.Second
-	txnTimeout      = 40 * time.Second // franz-go's default
+	txnDeadline = 30 * time.Second
+	txnTimeout  = 40 * time.Second // franz-go's default
 )
 
 // transact writes recs in one transaction and ends it as end says. On a
@@ -153,15 +156,15 @@ func (p *producer) transact(ctx context.Context, cl *kgo.Client, recs []*kgo.Rec
 	if err := cl.BeginTransaction(); err != nil {
 		return err
 	}
-	tctx, cancel := context.WithTimeout(ctx, produceDeadline)
+	tctx, cancel := context.WithTimeout(ctx, txnDeadline)
 	defer cancel()
 	if err := cl.ProduceSync(tctx, recs...).FirstErr(); err != nil {
-		actx, acancel := context.WithTimeout(context.Background(), 15*time.Second)
+		actx, acancel := context.WithTimeout(context.Background(), txnDeadline)
 		defer acancel()
 		return errors.Join(err, cl.AbortBufferedRecords(actx), cl.EndTransaction(actx, kgo.TryAbort))
 	}
 	// End even if ctx is done, so the run stops with no open transaction.
-	ectx, ecancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ectx, ecancel := context.WithTimeout(context.Background(), txnDeadline)
 	defer ecancel()
 	return cl.EndTransaction(ectx, end)
 }
