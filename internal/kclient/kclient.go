@@ -11,7 +11,9 @@
 // Both cost a client only a few small requests a second while something is
 // failing, and nothing while nothing is. The failover soak
 // (internal/rig/failover) measures the difference; docs/performance.md,
-// "Broker failover (#37)", records it.
+// "Real Kafka: broker failover", records it. Options cannot keep a dead
+// broker out of a client's seed list; Seeds does, once attached to the
+// client.
 //
 // Options a user passes after these override them: franz-go applies options
 // in order and the last one wins.
