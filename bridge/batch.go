@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -55,21 +56,57 @@ func (m PublishMode) String() string {
 	return fmt.Sprintf("PublishMode(%d)", int(m))
 }
 
-// maxBatch is the most messages of one atomic batch: JetStream's default
-// limit (server option max_batch_size, jetstream limits). A step that
-// delivers more is published as consecutive batches of at most maxBatch.
+// maxBatch is JetStream's default limit on the messages of one atomic
+// batch (server option max_batch_size, jetstream limits). The bridge
+// learns the limit of the stream's server (probeLimit) before its first
+// batch, and publishes a step that delivers more as consecutive batches.
 const maxBatch = 1000
+
+// maxProbedBatch is the largest batch the bridge uses when the server
+// allows larger ones: the stage's default step budget (MaxStepRecords), so
+// that a default step is one batch there.
+const maxProbedBatch = 10_000
 
 // ErrAtomicPublish: the configuration asks for atomic batches and the
 // stream does not allow atomic publish.
 var ErrAtomicPublish = errors.New("bridge: stream does not allow atomic publish")
 
+// ErrBatchLimit: the stream's server refused atomic batches for their size
+// (JetStream error 10199) again after the bridge had learned its limit.
+// Retrying would be refused the same way: the step fails instead (a
+// *BatchLimitError).
+var ErrBatchLimit = errors.New("bridge: stream refuses atomic batches of the size the server says it allows")
+
+// BatchLimitError is the failure ErrBatchLimit names: the stream, the batch
+// limit its server reported and the size of the batch it refused.
+type BatchLimitError struct {
+	Stream string
+	Limit  int // the server's limit as the bridge learned it
+	Size   int // the messages of the refused batch
+	Err    error
+}
+
+func (e *BatchLimitError) Error() string {
+	return fmt.Sprintf("bridge: stream %q refused an atomic batch of %d messages as too large, after its server reported a limit of %d (max_batch_size): %v", e.Stream, e.Size, e.Limit, e.Err)
+}
+
+func (e *BatchLimitError) Unwrap() []error { return []error{ErrBatchLimit, e.Err} }
+
 // atomicBatches is the AtomicBatch mode: each step's records stream into
-// an atomic batch as the gate delivers them, and settle commits it.
+// atomic batches as the gate delivers them, and settle commits the last.
 type atomicBatches struct {
 	p       *publisher
 	batch   []*nats.Msg // the step's messages in delivered order
 	staging *openBatch  // the batch being streamed
+	// limit is the most messages of one batch: the server's limit, up
+	// to maxProbedBatch, once probeLimit learned it; 0 until then, and
+	// again after the server refused a batch for its size.
+	limit int
+	// refused: the server refused the last batch for its size, and no
+	// batch committed since. A second refusal, at the limit learned after
+	// the first, is permanent: the step fails with a *BatchLimitError
+	// rather than retry forever.
+	refused bool
 }
 
 // begin gives up the batch an aborted step left open.
@@ -96,6 +133,79 @@ func (x *atomicBatches) settle(ctx context.Context) {
 	x.dropOpen()
 }
 
+// probeLimit learns the batch limit of the stream's server, which no API
+// reports, from how it answers a message of a batch it does not know: a
+// batch sequence above its limit is refused as too large (10199), one at
+// or below it as an incomplete batch (10176), and neither is stored (a
+// batch starts only at sequence 1). It searches the sequences 2 to
+// maxProbedBatch+1 on subject, one request each (about 14).
+func (x *atomicBatches) probeLimit(ctx context.Context, subject string) (int, error) {
+	p := x.p
+	tooLarge := func(seq int) (bool, error) {
+		h := nats.Header{}
+		h.Set(jetstreamext.BatchIDHeader, newBatchID(p.nc))
+		h.Set(jetstreamext.BatchSeqHeader, strconv.Itoa(seq))
+		actx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
+		defer cancel()
+		resp, err := p.nc.RequestMsgWithContext(actx, &nats.Msg{Subject: subject, Header: h})
+		if err != nil {
+			return false, err
+		}
+		var r struct {
+			Error *jetstream.APIError `json:"error"`
+		}
+		if err := json.Unmarshal(resp.Data, &r); err != nil {
+			return false, fmt.Errorf("undecodable answer %q: %w", resp.Data, err)
+		}
+		switch {
+		case r.Error != nil && r.Error.ErrorCode == jetstreamext.JSErrCodeBatchPublishExceedsLimit:
+			return true, nil
+		case r.Error != nil && r.Error.ErrorCode == jetstreamext.JSErrCodeBatchPublishIncomplete:
+			return false, nil
+		case r.Error != nil:
+			return false, r.Error
+		}
+		return false, fmt.Errorf("unexpected answer %q", resp.Data)
+	}
+	// The limit is the largest n in [1, maxProbedBatch] with sequence n
+	// not too large, or maxProbedBatch; sequence 1 needs no probe.
+	lo, hi := 1, maxProbedBatch+1 // lo is allowed; hi is too large or past the cap
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		large, err := tooLarge(mid)
+		if err != nil {
+			return 0, err
+		}
+		if large {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return lo, nil
+}
+
+// learnLimit sets x.limit, from probeLimit (or the publisher's test
+// probe), on subject; a failure is kept in p.failed.
+func (x *atomicBatches) learnLimit(ctx context.Context, subject string) {
+	p := x.p
+	probe := p.probe
+	if probe == nil {
+		probe = x.probeLimit
+	}
+	limit, err := probe(ctx, subject)
+	if err != nil {
+		p.failed = fmt.Errorf("bridge: learn the atomic batch limit of stream %q on %q: %w", p.stream, subject, err)
+		return
+	}
+	x.limit = limit
+	if limit < maxBatch {
+		p.log.Warn("bridge: the stream's server takes smaller atomic batches than JetStream's default; publishing steps as batches of its limit", "stream", p.stream, "max_batch_size", limit)
+	} else {
+		p.log.Debug("bridge: learned the atomic batch limit", "stream", p.stream, "limit", limit)
+	}
+}
+
 // openBatch is the atomic batch a step is streaming to JetStream: its
 // messages go out as the gate delivers their records, so the server stages
 // them while the step goes on, all but the newest, which is held back to
@@ -112,13 +222,13 @@ type openBatch struct {
 // stageRecord streams the step's newest record (the last of x.batch) into
 // the open batch, opening one if none is: it sends the record held back
 // before it, holds this one, and commits the batch when it reaches
-// maxBatch. A failure of NATS is kept in p.failed for Settle; once set,
-// nothing more is sent.
+// x.limit, learned before the publisher's first batch. A failure of NATS is
+// kept in p.failed for Settle; once set, nothing more is sent.
 //
 // Nothing of an open batch is stored before its commit (the stream stages
 // it aside), and the stream abandons a batch whose sequence has a gap, so a
 // connection that breaks in the middle leaves nothing: every batch is
-// stored whole, in order, or not at all. A step longer than maxBatch
+// stored whole, in order, or not at all. A step longer than x.limit
 // commits its batches one after the other, the next opened only once the
 // previous one's commit was acknowledged, so no batch is stored after one
 // that was not.
@@ -131,21 +241,27 @@ func (x *atomicBatches) stageRecord(ctx context.Context) {
 	p.m.inFlight.Inc()
 	b := x.staging
 	if b == nil {
+		if x.limit == 0 {
+			x.learnLimit(ctx, x.batch[i].Subject)
+			if p.failed != nil {
+				p.m.inFlight.Dec()
+				return
+			}
+		}
 		pub, err := jetstreamext.NewBatchPublisher(p.js, jetstreamext.BatchFlowControl{AckFirst: false, AckTimeout: p.cfg.AckTimeout})
 		if err != nil {
 			p.m.inFlight.Dec()
 			p.failed = fmt.Errorf("bridge: open batch at %s: %w", p.step[i].coord, err)
 			return
 		}
-		x.staging = &openBatch{pub: pub, start: i, subject: x.batch[i].Subject, opened: time.Now()}
-		return // held back
-	}
-	if err := x.sendHeld(b); err != nil {
+		b = &openBatch{pub: pub, start: i, subject: x.batch[i].Subject, opened: time.Now()}
+		x.staging = b // the record is held back
+	} else if err := x.sendHeld(b); err != nil {
 		p.failed = err
 		x.dropOpen()
 		return
 	}
-	if i-b.start+1 == maxBatch {
+	if i-b.start+1 >= x.limit {
 		x.commitOpen(ctx)
 	}
 }
@@ -193,6 +309,10 @@ func (x *atomicBatches) commitOpen(ctx context.Context) {
 		err = fmt.Errorf("acknowledged by stream %q, not %q", ack.Stream, p.stream)
 	case err == nil && ack.BatchSize != uint64(n):
 		err = fmt.Errorf("acknowledged %d records, sent %d", ack.BatchSize, n)
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishExceedsLimit:
+		p.m.failures.Add(float64(n))
+		x.refuse(n, fmt.Errorf("bridge: publish batch %s..%s (%d records): %w", first, last, n, err))
+		return
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishDuplicateMsgID:
 		// An earlier attempt of this step, or a batch of it, is stored:
 		// the stream refuses a batch holding a stored message ID whole.
@@ -205,12 +325,31 @@ func (x *atomicBatches) commitOpen(ctx context.Context) {
 		p.failed = fmt.Errorf("bridge: publish batch %s..%s (%d records): %w", first, last, n, err)
 		return
 	}
+	x.refused = false
 	// The batch is stored contiguously in order, ending at ack.Sequence.
 	for i := start; i < end; i++ {
 		p.step[i].seq = ack.Sequence - uint64(end-1-i)
 	}
 	p.m.latency.Observe(time.Since(b.opened).Seconds())
 	p.m.published.Add(float64(n))
+}
+
+// refuse accounts for a batch of n messages the server refused as too
+// large (err): its limit was lowered since the bridge learned it. The
+// first time, the bridge learns it again before the next batch and the
+// step is retried (p.failed); a second refusal at the limit learned since
+// is permanent, and the step fails with a *BatchLimitError (p.permanent),
+// which stops a bridge instead of retrying a batch the server never takes.
+func (x *atomicBatches) refuse(n int, err error) {
+	p := x.p
+	if x.refused {
+		p.permanent = &BatchLimitError{Stream: p.stream, Limit: x.limit, Size: n, Err: err}
+		p.failed = p.permanent
+		return
+	}
+	p.log.Warn("bridge: the stream's server refused an atomic batch as too large; learning its limit again", "stream", p.stream, "records", n, "limit", x.limit)
+	x.refused, x.limit = true, 0
+	p.failed = err
 }
 
 // dropOpen gives up the open batch, if any, without committing it: the
