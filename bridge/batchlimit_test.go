@@ -1,12 +1,12 @@
 package bridge
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
-
-	"context"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/parsley-go/parsley/headers"
@@ -16,14 +16,18 @@ import (
 )
 
 // batchStep publishes n records of topic "a" partition 0 from offset from
-// through p as one step and returns Settle's error.
-func batchStep(t *testing.T, p *publisher, ctx context.Context, from, n int) error {
+// through p as one step and returns Settle's error. The records at offsets
+// oversized carry a 4 KiB value.
+func batchStep(t *testing.T, p *publisher, ctx context.Context, from, n int, oversized ...int64) error {
 	t.Helper()
 	ch := headers.Channel{Topic: headers.TopicID{1}, Partition: 0}
 	p.Begin(ctx)
 	for off := int64(from); off < int64(from+n); off++ {
 		r := stampedRecord(t, ch, off, nil, headers.SenderID{}, 0)
 		m := &stage.Message[[]byte, []byte]{Topic: "a", Partition: 0, Offset: off, Coordinate: r.coord, Headers: r.headers, Key: []byte("k"), Value: []byte("v")}
+		if slices.Contains(oversized, off) {
+			m.Value = make([]byte, 4096)
+		}
 		if err := p.publish(m); err != nil {
 			return err
 		}
