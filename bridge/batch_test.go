@@ -481,3 +481,26 @@ func openPublisher(t *testing.T, cfg SinkConfig) (*publisher, context.Context) {
 	t.Cleanup(p.close)
 	return p, ctx
 }
+
+// TestLightLoadCommitsAtOnce: with a commit interval far past the test's
+// timeout, a step that finds nothing more to fetch commits at once: a lone
+// record reaches the stream and its step commits.
+func TestLightLoadCommitsAtOnce(t *testing.T) {
+	e := newEnv(t, 1, "events")
+	cfg := e.config("events")
+	cfg.CommitInterval = time.Hour
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(b)
+	waitFor(t, 30*time.Second, "the bridge to be ready", b.Ready)
+	atStart := b.CommittedSteps()
+	want := produceN(e, "events", 1, 0, 1)
+	waitFor(t, 30*time.Second, "the record in the stream", func() bool { return len(e.streamMsgs(testStream)) == 1 })
+	waitFor(t, 30*time.Second, "its step to commit", func() bool { return b.CommittedSteps() > atStart })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnceInOrder(t, e.streamMsgs(testStream), want)
+}
