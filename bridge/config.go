@@ -121,7 +121,13 @@ type Config struct {
 	// MaxStepRecords bounds the records one step takes over all its
 	// polls (default 10,000, at least MaxPollRecords; as
 	// stage.Config.MaxStepRecords): what a step holds in memory and
-	// publishes again after an abort.
+	// publishes again after an abort. The commit interval bounds a step's
+	// polling, not its publishing: in PerMessage mode a step waits for
+	// its acknowledgements MaxInFlight at a time, so a step of
+	// MaxStepRecords records takes MaxStepRecords/MaxInFlight round trips
+	// to NATS, which must stay well inside TransactionTimeout (a step that
+	// outlives its transaction is aborted and redone the same way): lower
+	// MaxStepRecords for a distant NATS server.
 	MaxStepRecords int
 	// PollInterval, SessionTimeout, RebalanceTimeout and
 	// TransactionTimeout are passed to the stage runtime.
