@@ -251,14 +251,17 @@ func TestConnectionBreaksMidBatch(t *testing.T) {
 	}
 }
 
-// TestLargeStepSplitsIntoBatches: a step that delivers more records than
-// an atomic batch may hold is published as consecutive batches of at most
-// maxBatch, and the stream holds every record once, in delivered order.
+// TestLargeStepSplitsIntoBatches: a step spanning many polls delivers more
+// records than an atomic batch may hold; it is published as consecutive
+// batches of at most maxBatch, and the stream holds every record once, in
+// delivered order.
 func TestLargeStepSplitsIntoBatches(t *testing.T) {
 	e := newEnv(t, 1, "events")
 	want := produceN(e, "events", 1, 0, 2*maxBatch+500)
 	cfg := e.config("events")
-	cfg.MaxPollRecords = 3 * maxBatch
+	// Polls of 100 records; the step ends at its budget or when nothing
+	// more is fetched, not at its interval.
+	cfg.MaxPollRecords, cfg.MaxStepRecords, cfg.CommitInterval = 100, 3*maxBatch, time.Minute
 	b, h := newHooked(t, cfg)
 	r := e.start(b)
 	waitFor(t, 60*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })
@@ -349,7 +352,7 @@ func TestConnectionBreaksInALaterBatch(t *testing.T) {
 	proxy.skip = 1
 	cfg := e.config("events")
 	cfg.NATSURL = proxy.url()
-	cfg.MaxPollRecords = 2 * maxBatch
+	cfg.MaxPollRecords, cfg.MaxStepRecords, cfg.CommitInterval = 100, 2*maxBatch, time.Minute
 	cfg.Subject, _ = Template("kafka.{topic}.{key}") // a subject per record
 	b, h := newHooked(t, cfg)
 	stored := cutAndRedo(t, e, b, proxy, "a second batch", "the first batch", want)
@@ -477,4 +480,27 @@ func openPublisher(t *testing.T, cfg SinkConfig) (*publisher, context.Context) {
 	}
 	t.Cleanup(p.close)
 	return p, ctx
+}
+
+// TestLightLoadCommitsAtOnce: with a commit interval far past the test's
+// timeout, a step that finds nothing more to fetch commits at once: a lone
+// record reaches the stream and its step commits.
+func TestLightLoadCommitsAtOnce(t *testing.T) {
+	e := newEnv(t, 1, "events")
+	cfg := e.config("events")
+	cfg.CommitInterval = time.Hour
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(b)
+	waitFor(t, 30*time.Second, "the bridge to be ready", b.Ready)
+	atStart := b.CommittedSteps()
+	want := produceN(e, "events", 1, 0, 1)
+	waitFor(t, 30*time.Second, "the record in the stream", func() bool { return len(e.streamMsgs(testStream)) == 1 })
+	waitFor(t, 30*time.Second, "its step to commit", func() bool { return b.CommittedSteps() > atStart })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnceInOrder(t, e.streamMsgs(testStream), want)
 }

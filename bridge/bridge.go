@@ -63,18 +63,16 @@ func newBridge(cfg Config, external func(*publisher) stage.External) (*Bridge, e
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	b.app, err = stage.New(stage.Config{
-		ApplicationID:   c.Group,
-		InstanceID:      c.InstanceID,
-		LeaveOnShutdown: c.LeaveOnShutdown,
-		Brokers:         c.Brokers,
-		StateDir:        c.StateDir,
-		OnStepError:     stage.StopOnError,
-		RetryBackoff:    c.RetryBackoff,
-		MaxPollRecords:  c.MaxPollRecords,
-		// One atomic batch a step, as before steps spanned polls (#31):
-		// the bridge's own tests count on small steps; its owner widens
-		// this with them.
-		MaxStepRecords:     c.MaxPollRecords,
+		ApplicationID:      c.Group,
+		InstanceID:         c.InstanceID,
+		LeaveOnShutdown:    c.LeaveOnShutdown,
+		Brokers:            c.Brokers,
+		StateDir:           c.StateDir,
+		OnStepError:        stage.StopOnError,
+		RetryBackoff:       c.RetryBackoff,
+		MaxPollRecords:     c.MaxPollRecords,
+		CommitInterval:     c.CommitInterval,
+		MaxStepRecords:     c.MaxStepRecords,
 		PollInterval:       c.PollInterval,
 		SessionTimeout:     c.SessionTimeout,
 		RebalanceTimeout:   c.RebalanceTimeout,

@@ -103,11 +103,32 @@ type Config struct {
 	// is retried; it doubles with each consecutive failure up to 32 times
 	// (default 100ms).
 	RetryBackoff time.Duration
-	// MaxPollRecords bounds the records one step polls (default 1,000:
-	// what one atomic batch may hold, so a step is usually one batch; a
-	// step that delivers more, with records released from earlier holds,
-	// is published as consecutive batches).
+	// MaxPollRecords bounds the records of one poll (default 500, as
+	// stage.Config.MaxPollRecords). A step spans several polls
+	// (CommitInterval, MaxStepRecords): the poll size is only how much
+	// the step takes from the client at a time.
 	MaxPollRecords int
+	// CommitInterval is how long a step goes on polling and publishing
+	// before it commits (default 100ms, as stage.Config.CommitInterval).
+	// A step commits at once when a poll finds nothing more already
+	// fetched, so under light load it adds no latency. A step's records
+	// are published as atomic batches of at most the stream server's
+	// batch limit (max_batch_size, 1,000 by default) each, the next
+	// opened once the previous one is stored; the Kafka transaction
+	// commits once, after the last. Longer steps mean fewer Kafka
+	// transactions and, in FastBatch mode, fewer batches.
+	CommitInterval time.Duration
+	// MaxStepRecords bounds the records one step takes over all its
+	// polls (default 10,000, at least MaxPollRecords; as
+	// stage.Config.MaxStepRecords): what a step holds in memory and
+	// publishes again after an abort. The commit interval bounds a step's
+	// polling, not its publishing: in PerMessage mode a step waits for
+	// its acknowledgements MaxInFlight at a time, so a step of
+	// MaxStepRecords records takes MaxStepRecords/MaxInFlight round trips
+	// to NATS, which must stay well inside TransactionTimeout (a step that
+	// outlives its transaction is aborted and redone the same way): lower
+	// MaxStepRecords for a distant NATS server.
+	MaxStepRecords int
 	// PollInterval, SessionTimeout, RebalanceTimeout and
 	// TransactionTimeout are passed to the stage runtime.
 	PollInterval       time.Duration
@@ -132,9 +153,18 @@ func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		c.Name = "bridge"
 	}
+	// The stage's step sizing, spelled out so that Config documents
+	// what runs.
 	if c.MaxPollRecords <= 0 {
-		c.MaxPollRecords = maxBatch
+		c.MaxPollRecords = 500
 	}
+	if c.CommitInterval <= 0 {
+		c.CommitInterval = 100 * time.Millisecond
+	}
+	if c.MaxStepRecords <= 0 {
+		c.MaxStepRecords = 10_000
+	}
+	c.MaxStepRecords = max(c.MaxStepRecords, c.MaxPollRecords)
 	s := c.sink().withDefaults()
 	c.RedeliveryHorizon, c.MaxInFlight, c.AckTimeout, c.RetryBackoff, c.Logger = s.RedeliveryHorizon, s.MaxInFlight, s.AckTimeout, s.RetryBackoff, s.Logger
 	return c

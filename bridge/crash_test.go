@@ -25,6 +25,9 @@ const (
 	// acknowledgements and its Kafka commit: ample time for the parent to
 	// read "acked" and kill it there.
 	ackedPause = 25 * time.Millisecond
+	// childPoll and childStep size the child's steps: polls of childPoll
+	// records, steps of up to childStep, so that a busy step spans polls.
+	childPoll, childStep = 5, 20
 
 	envChild   = "PARSLEY_BRIDGE_CRASH_CHILD"
 	envBrokers = "PARSLEY_BRIDGE_CRASH_BROKERS"
@@ -42,8 +45,8 @@ func TestMain(m *testing.M) {
 
 // crashChild runs a bridge with small steps until it is killed or
 // interrupted. After every acknowledged step, before the Kafka commit, it
-// prints "acked" and pauses, so that the parent can kill it inside that
-// window. It prints "dup N" whenever JetStream reports more duplicates,
+// prints "acked N" (the step's records) and pauses, so that the parent can
+// kill it inside that window. It prints "dup N" whenever JetStream reports more duplicates,
 // and "pub N" after every step: the publishes acknowledged so far.
 func crashChild() int {
 	subj, _ := Template("kafka.{topic}.{partition}")
@@ -52,7 +55,7 @@ func crashChild() int {
 		StateDir: os.Getenv(envDir), Topics: []string{"events"}, Subject: subj,
 		NATSURL: os.Getenv(envNATS), NATSOptions: []nats.Option{nats.ReconnectWait(50 * time.Millisecond)},
 		Stream: testStream, MaxInFlight: 4, AckTimeout: 2 * time.Second,
-		RetryBackoff: 50 * time.Millisecond, MaxPollRecords: 5, PollInterval: 50 * time.Millisecond,
+		RetryBackoff: 50 * time.Millisecond, MaxPollRecords: childPoll, MaxStepRecords: childStep, PollInterval: 50 * time.Millisecond,
 		SessionTimeout: 2 * time.Second, RebalanceTimeout: 3 * time.Second, TransactionTimeout: 5 * time.Second,
 		Logger: testLogger(),
 	}
@@ -75,7 +78,7 @@ func crashChild() int {
 			fmt.Printf("dup %d\n", int(d))
 		}
 		fmt.Printf("pub %d\n", int(testutil.ToFloat64(b.pub.m.published)))
-		fmt.Println("acked")
+		fmt.Printf("acked %d\n", len(h.step))
 		time.Sleep(ackedPause)
 		return nil
 	}
@@ -89,10 +92,12 @@ func crashChild() int {
 }
 
 // TestCrashWithSIGKILL runs the bridge as a separate OS process and kills
-// it with SIGKILL while it forwards, several times, then lets a last
-// incarnation finish. The stream holds every record exactly once, in
-// offset order per partition, and some incarnation had to republish a
-// step whose acknowledgements came before the kill.
+// it with SIGKILL while it forwards, several times, each time inside a
+// step spanning several polls (after its publishes were acknowledged,
+// before its Kafka commit), then lets a last incarnation finish. The
+// stream holds every record exactly once, in offset order per partition,
+// and some incarnation had to republish a step whose acknowledgements came
+// before the kill.
 func TestCrashWithSIGKILL(t *testing.T) {
 	crashWithSIGKILL(t, false)
 }
@@ -119,7 +124,7 @@ func crashWithSIGKILL(t *testing.T, fast bool) {
 		t.Fatal(err)
 	}
 	var dups, published atomic.Int64 // published: acknowledged publishes, summed over incarnations
-	acked := make(chan struct{}, 1)  // a child is between acknowledgements and commit
+	acked := make(chan int, 1)       // a child is between acknowledgements and commit of a step of this many records
 	spawn := func() *exec.Cmd {
 		cmd := exec.Command(exe, "-test.run=^$")
 		cmd.Env = append(append(os.Environ(), childEnv...), envBrokers+"="+strings.Join(e.kafka.Addrs(), ","), envNATS+"="+e.natsURL(), envDir+"="+dir)
@@ -141,10 +146,12 @@ func crashWithSIGKILL(t *testing.T, fast bool) {
 						pub = v
 					}
 				}
-				if sc.Text() == "acked" {
-					select {
-					case acked <- struct{}{}:
-					default:
+				if n, ok := strings.CutPrefix(sc.Text(), "acked "); ok {
+					if v, err := strconv.Atoi(n); err == nil {
+						select {
+						case acked <- v:
+						default:
+						}
 					}
 				}
 				if n, ok := strings.CutPrefix(sc.Text(), "dup "); ok {
@@ -163,22 +170,26 @@ func crashWithSIGKILL(t *testing.T, fast bool) {
 		cmd := spawn()
 		want = append(want, produceN(e, "events", 2, round*batch, batch)...)
 		waitFor(t, 30*time.Second, "the child to forward", func() bool { return len(e.streamMsgs(testStream)) >= before+15 })
-		// Kill inside the window of the next acknowledged step: its redo
-		// must find its messages stored and add none.
+		// Kill inside the window of the next acknowledged step that
+		// spans polls: its redo must find its messages stored and add
+		// none.
 		select {
 		case <-acked: // stale: an earlier step's window
 		default:
 		}
-		select {
-		case <-acked:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("round %d: the child acknowledged no step in 30 s", round)
+		step := 0
+		for deadline := time.After(30 * time.Second); step <= childPoll; {
+			select {
+			case step = <-acked:
+			case <-deadline:
+				t.Fatalf("round %d: the child acknowledged no step of more than one poll (%d records) in 30 s", round, childPoll)
+			}
 		}
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		cmd.Wait()
-		t.Logf("round %d: killed with %d of %d records in the stream", round, len(e.streamMsgs(testStream)), len(want))
+		t.Logf("round %d: killed in a step of %d records (polls of %d), with %d of %d records in the stream", round, step, childPoll, len(e.streamMsgs(testStream)), len(want))
 	}
 	cmd := spawn()
 	waitFor(t, 60*time.Second, "every record in the stream", func() bool { return len(e.streamMsgs(testStream)) >= len(want) })

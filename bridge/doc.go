@@ -35,7 +35,8 @@
 // Config.Publish chooses how a step reaches JetStream; there are three:
 //
 //   - AtomicBatch, the default: each step as one atomic JetStream batch
-//     (at most 1,000 messages; a larger step as consecutive batches),
+//     (at most the server's max_batch_size, 1,000 by default, which the
+//     bridge learns from the server; a larger step as consecutive batches),
 //     which the stream stores whole and in delivered order or not at all.
 //     Choose it unless the stream cannot take it: subscribers never see
 //     part of a step that did not commit. It needs NATS Server 2.12 and a
@@ -60,6 +61,11 @@
 // twice), a stream without atomic publish in the default mode or without
 // batched publish in FastBatch mode, and a subject mapping that sends a
 // source partition to a subject the stream does not capture.
+//
+// A step is sized as a stage's step (Config.MaxPollRecords,
+// Config.CommitInterval, Config.MaxStepRecords): it polls and publishes
+// until its commit interval passed or it holds its record budget, and
+// commits at once when nothing more is fetched.
 //
 // A Bridge exposes what it is doing as a stage application does: Tasks,
 // ExplainHolds, Ready (not latched: false again while it rejoins),

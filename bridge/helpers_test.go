@@ -32,9 +32,10 @@ type env struct {
 	kafka *broker.Cluster
 	dir   string
 
-	natsDir  string
-	natsPort int
-	nats     *server.Server
+	natsDir    string
+	natsPort   int
+	natsLimits server.JSLimitOpts // the server's JetStream limits (max_batch_size), at its next start
+	nats       *server.Server
 }
 
 var compact = map[string]*string{"cleanup.policy": ptr("compact")}
@@ -66,7 +67,7 @@ func (e *env) startNATS() {
 	e.t.Helper()
 	s, err := server.NewServer(&server.Options{
 		Host: "127.0.0.1", Port: e.natsPort, JetStream: true, StoreDir: e.natsDir,
-		NoLog: true, NoSigs: true,
+		JetStreamLimits: e.natsLimits, NoLog: true, NoSigs: true,
 	})
 	if err != nil {
 		e.t.Fatal(err)

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,8 +21,20 @@ type hooked struct {
 	after          func() error
 	peak, peakSubj int
 	largestStep    int       // most records a step handed the publisher
-	firstRecords   time.Time // when the first step that handed the publisher records began
 	begun          time.Time // when the current step began
+
+	mu           sync.Mutex
+	firstRecords time.Time // when the first step that handed the publisher records began
+}
+
+// started returns when the first step that handed the publisher records
+// began, or the zero time until that step reaches its Settle. A batch may
+// be stored in the middle of a step (when it fills one), so a reader that
+// saw a step's records stored may have to wait for this.
+func (h *hooked) started() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.firstRecords
 }
 
 func (h *hooked) Begin(ctx context.Context) {
@@ -34,11 +47,13 @@ func (h *hooked) Begin(ctx context.Context) {
 
 func (h *hooked) Settle(ctx context.Context) error {
 	h.largestStep = max(h.largestStep, len(h.step))
+	h.mu.Lock()
 	if len(h.step) > 0 && h.firstRecords.IsZero() {
 		// Steps without records (the one that builds a restored task's
 		// gate, an aborted first poll) are startup, not forwarding.
 		h.firstRecords = h.begun
 	}
+	h.mu.Unlock()
 	if err := h.publisher.Settle(ctx); err != nil {
 		return err
 	}

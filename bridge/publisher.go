@@ -55,6 +55,13 @@ type publisher struct {
 	epoch  uint64          // conn at Begin
 	step   []storedRecord  // the step's records in delivered order; seq 0 until acknowledged
 	failed error           // the step's first NATS failure: Settle returns it
+	// permanent is a refusal that recurs on every retry (a
+	// *BatchLimitError): publish returns it, failing the next step on its
+	// first record instead of retrying it forever.
+	permanent error
+	// probe, when set (by tests only), replaces the atomic mode's
+	// probeLimit.
+	probe func(ctx context.Context, subject string) (int, error)
 }
 
 func (p *publisher) connChanged() { p.conn.Add(1) }
@@ -98,6 +105,9 @@ func (p *publisher) checkCausalOrder() {
 // with the record itself (its subject or headers), which recurs on every
 // retry: it fails the step. A failure of NATS is kept for Settle.
 func (p *publisher) publish(m *stage.Message[[]byte, []byte]) error {
+	if p.permanent != nil {
+		return p.permanent
+	}
 	subj, err := p.subject(m.Topic, m.Partition, keyBytes(m))
 	if err != nil {
 		return fmt.Errorf("%w: subject mapping: %w", ErrNoStream, err)

@@ -177,7 +177,12 @@ func (p *publisher) open(ctx context.Context) (bool, error) {
 		}
 		p.mode = fb
 	case info.Config.AllowAtomicPublish:
-		p.mode = &atomicBatches{p: p}
+		ab, err := newAtomicBatches(p)
+		if err != nil {
+			nc.Close()
+			return false, err
+		}
+		p.mode = ab
 	case c.Publish == AtomicBatch:
 		nc.Close()
 		return false, fmt.Errorf("%w: stream %q: set allow_atomic on it (StreamConfig.AllowAtomicPublish in nats.go; NATS Server 2.12 or later), or set Publish to AtomicBatchOrPerMessage or PerMessage to publish record by record", ErrAtomicPublish, c.Stream)
