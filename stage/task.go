@@ -34,21 +34,23 @@ type task struct {
 	kv        *state.Store
 
 	// Committed steps' writes not yet in kv, the highest changelog
-	// checkpoint among them (-1 none), and how many steps they span
-	// (storewrites.go).
+	// checkpoint among them (-1 none), how many steps they span and what
+	// they cost in bytes (storewrites.go).
 	pending      *protocol.Batch
 	pendingCP    int64
 	pendingSteps int
+	pendingBytes int64
 
 	inputs []headers.Channel // per source, in the stage's declaration order
 	sinks  []headers.TopicID
 	byID   map[headers.TopicID]*binding
 
-	node   *protocol.Node // nil: rebuild at the next step
-	batch  *protocol.Batch
-	clNext int64 // one past the last changelog offset produced in the step; -1 none
-	stamp  headers.Stamp
-	bufs   emitBuffers // the step's emitted records and stamps (emitbuf.go)
+	node    *protocol.Node // nil: rebuild at the next step
+	batch   *protocol.Batch
+	flushed []protocol.Mutation // the batch's mutations as flush sent them; nil: not flushed
+	clNext  int64               // one past the last changelog offset produced in the step; -1 none
+	stamp   headers.Stamp
+	bufs    emitBuffers // the step's emitted records and stamps (emitbuf.go)
 
 	lastSink struct { // the last emission's sink (sinkMeta)
 		name string
@@ -110,6 +112,7 @@ func (t *task) reset() {
 	if t.batch != nil {
 		t.batch.Discard()
 	}
+	t.flushed = nil
 	t.clNext = -1
 	t.clearSends()
 	t.bufs.release()
@@ -455,7 +458,8 @@ func (t *task) flush(ctx context.Context, sess *kgo.GroupTransactSession) error 
 	if err := t.node.Flush(); err != nil {
 		return t.stepErr("", -1, err)
 	}
-	rs := state.Records(t.changelog, t.partition, t.batch.Mutations())
+	t.flushed = t.batch.Mutations() // sorted once: the changelog's, then the commit's (storewrites.go)
+	rs := state.Records(t.changelog, t.partition, t.flushed)
 	promise := t.changelogPromise // bound once: a method value per record allocates
 	t.env.sent.produced += len(rs)
 	for i := range rs {
