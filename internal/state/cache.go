@@ -28,7 +28,7 @@ func CacheBytes(n int64) Option { return func(o *options) { o.cacheBytes = n } }
 
 // CacheLimit returns the bound of the store's cache of committed values in
 // bytes (CacheBytes); 0 when the cache is off.
-func (s *Store) CacheLimit() int64 { return max(s.cache.limit, 0) }
+func (s *Store) CacheLimit() int64 { return max(s.cacheBytes, 0) }
 
 // pageCacheKiB is SQLite's page cache for a value cache of n bytes, in KiB.
 func pageCacheKiB(n int64) int64 { return max(n/4, 2<<20) >> 10 }
