@@ -494,23 +494,39 @@ func foldKey(key []byte) string {
 
 // foldKeyCache remembers the fold keys of recent record keys: a stream
 // touches the same keys again and again, and each new key string would be
-// an allocation per record. When full it starts over.
-type foldKeyCache map[string]string
+// an allocation per record. It holds at most foldKeyCacheKeys keys and
+// foldKeyCacheBytes bytes of them; when full it starts over, keeping its
+// map's memory.
+type foldKeyCache struct {
+	m     map[string]string // record key (aliasing the fold key) → fold key
+	bytes int
+}
 
-const foldKeyCacheSize = 4096
+const (
+	foldKeyCacheKeys  = 32 << 10
+	foldKeyCacheBytes = 1 << 20
+)
 
 func (c *foldKeyCache) of(key []byte) string {
 	if key == nil {
 		return foldKey(nil)
 	}
-	if k, ok := (*c)[string(key)]; ok {
+	if k, ok := c.m[string(key)]; ok {
 		return k
 	}
-	if *c == nil || len(*c) >= foldKeyCacheSize {
-		*c = make(foldKeyCache)
-	}
 	k := foldKey(key)
-	(*c)[k[1:]] = k
+	if len(k) > foldKeyCacheBytes {
+		return k
+	}
+	if c.m == nil {
+		c.m = make(map[string]string)
+	}
+	if len(c.m) >= foldKeyCacheKeys || c.bytes+len(k) > foldKeyCacheBytes {
+		clear(c.m)
+		c.bytes = 0
+	}
+	c.m[k[1:]] = k
+	c.bytes += len(k)
 	return k
 }
 
