@@ -29,8 +29,8 @@ import (
 // writing step began, so every changelog record past the checkpoint is
 // written after that time, as Store.Apply requires.
 const (
-	storeEvery        = 32   // committed steps per SQLite transaction, at most
-	storeMaxKeys      = 4096 // unwritten keys that write at once
+	storeEvery        = 32      // committed steps per SQLite transaction, at most
+	storeMaxKeys      = 1 << 16 // unwritten keys that write at once (the byte bound is usually first)
 	storeCloseTimeout = 10 * time.Second
 
 	// unwrittenMin is the least byte bound of the unwritten writes, so a

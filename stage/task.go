@@ -410,7 +410,7 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 	// AppendStampTo refuses reserved application header names. The send
 	// sequence PrepareSend took is then never used, which is harmless: the
 	// failed step aborts and the node is rebuilt from committed state.
-	if hs, t.bufs.stamps, err = headers.AppendStampTo(hs, t.bufs.stampBuf(), &t.stamp, headers.DialectVC); err != nil {
+	if hs, t.bufs.stamps, err = headers.AppendStampTo(hs, t.bufs.stampBuf(headers.VCSize(&t.stamp.Clock)+stampTagSize), &t.stamp, headers.DialectVC); err != nil {
 		return fmt.Errorf("emission to %q: %w", name, err)
 	}
 	ts := m.ts

@@ -61,9 +61,11 @@ func (l *filterLayer) probe(h uint64) (int, uint64) {
 }
 
 // newKeyFilter returns an empty filter whose first layer holds expect keys
-// (at least filterMinBytes of them, at most maxBytes).
+// and takes at least filterMinBytes and an eighth of maxBytes, at most
+// maxBytes: a state that grows from empty then needs three layers (an
+// eighth, a quarter, a half), and a probe touches a word in each.
 func newKeyFilter(expect int, maxBytes int64) *keyFilter {
-	size := max(int64(expect)*filterBitsPerKey/8, filterMinBytes)
+	size := max(int64(expect)*filterBitsPerKey/8, filterMinBytes, maxBytes/8)
 	size = min(size, max(maxBytes, 8))
 	f := &keyFilter{seed: maphash.MakeSeed(), maxBytes: maxBytes}
 	f.layers = append(f.layers, newFilterLayer(size))

@@ -54,13 +54,12 @@ func unseenKeys(n int) []string {
 
 // TestKeyFilterNeverHidesAHeldKey: the key filter answers "absent" only for
 // keys the file does not hold, whichever way the file came to hold them —
-// Applies after the filter was built (through deletes and growth past its
-// first layer), a file another store wrote before this one opened it (a
-// task's store before a rescope, a standby's before the takeover), a
-// changelog restored into a store whose filter was built, and a Reset. It
-// also checks that the filter spares most queries for keys never written,
-// or a filter that always says "maybe" would pass.
-// (Checked by breaking it: without the filter's adds in Apply, or with the
+// Applies after the filter was built (through deletes), a file another
+// store wrote before this one opened it (a task's store before a rescope,
+// a standby's before the takeover), a changelog restored into a store
+// whose filter was built, and a Reset. It also checks that the filter
+// spares most queries for keys never written, or a filter that always says
+// "maybe" would pass. (Checked by breaking it: without the filter's adds in Apply, or with the
 // file's keys left out of the build, Get answers "absent" for held keys.)
 func TestKeyFilterNeverHidesAHeldKey(t *testing.T) {
 	ctx := context.Background()
@@ -75,7 +74,7 @@ func TestKeyFilterNeverHidesAHeldKey(t *testing.T) {
 		checkReads(t, s, nil, unseen) // builds the filter on the empty file
 		rng := rand.New(rand.NewPCG(1, 2))
 		model := map[string][]byte{}
-		for round := range 8 {
+		for round := range 5 {
 			m, muts := manyKeys(fmt.Sprintf("r%d-", round), 10_000)
 			for k, v := range m {
 				model[k] = v
@@ -90,9 +89,6 @@ func TestKeyFilterNeverHidesAHeldKey(t *testing.T) {
 			}
 			s.DropCache() // reads go past the value cache
 			checkReads(t, s, model, unseen)
-		}
-		if n := len(s.filter.layers); n < 2 {
-			t.Fatalf("filter has %d layers after 80,000 keys, want it grown", n)
 		}
 		if b := s.filter.bytes(); b > filterMax(s.CacheLimit()) || s.cache.limit != s.CacheLimit()-b {
 			t.Fatalf("filter takes %d bytes, value cache %d of %d: want the filter within an eighth, the cache the rest", b, s.cache.limit, s.CacheLimit())
@@ -156,4 +152,38 @@ func TestKeyFilterNeverHidesAHeldKey(t *testing.T) {
 		}
 		checkReads(t, s, model, append(stale, unseen...))
 	})
+}
+
+// TestKeyFilterGrows: past its first layer's keys the filter adds layers
+// within its bound, and still holds every key added, and past the bound it
+// still does, at a higher false-positive rate.
+func TestKeyFilterGrows(t *testing.T) {
+	const max = 512 << 10
+	f := newKeyFilter(0, max)
+	unseen := unseenKeys(5000)
+	for i := range 400_000 {
+		f.add(fmt.Sprintf("k%d", i))
+		if f.bytes() > max {
+			t.Fatalf("after %d keys the filter takes %d bytes, bound %d", i+1, f.bytes(), max)
+		}
+		if i == 100_000 {
+			spared := 0
+			for _, k := range unseen {
+				if !f.mayHold(k) {
+					spared++
+				}
+			}
+			if spared < len(unseen)*95/100 {
+				t.Fatalf("after %d keys, %d layers, the filter spares %d of %d unseen keys, want 95%%", i+1, len(f.layers), spared, len(unseen))
+			}
+		}
+	}
+	if len(f.layers) < 3 {
+		t.Fatalf("%d layers after 400,000 keys, want it grown", len(f.layers))
+	}
+	for i := range 400_000 {
+		if k := fmt.Sprintf("k%d", i); !f.mayHold(k) {
+			t.Fatalf("%q added but ruled out", k)
+		}
+	}
 }

@@ -74,8 +74,8 @@ func (s *Store) committed(muts []protocol.Mutation) {
 // It is only a hint: it reads committed data, as Get does, and a key it
 // did not fetch, or whose entry was evicted since, is read by Get.
 //
-// Keys the key filter is certain the file does not hold are cached as
-// absent without a query (filter.go); the first Prefetch builds the filter.
+// Keys the key filter is certain the file does not hold cost no query, nor
+// a cache entry (filter.go); the first Prefetch builds the filter.
 func (s *Store) Prefetch(ctx context.Context, keys []string) error {
 	if s.cache.limit <= 0 {
 		return nil
@@ -87,11 +87,12 @@ func (s *Store) Prefetch(ctx context.Context, keys []string) error {
 	}
 	want := s.want[:0]
 	for _, k := range keys {
-		if !s.cache.has(k) {
+		if !s.cache.has(k) && s.filter.mayHold(k) {
+			// Keys the filter rules out are not cached: Get answers them
+			// from the filter, and a fold over new keys would only churn
+			// the cache with them.
 			s.cache.put(k, nil, false) // absent unless the file says otherwise; dedups too
-			if s.filter.mayHold(k) {
-				want = append(want, k)
-			}
+			want = append(want, k)
 		}
 	}
 	s.want = want[:0]
