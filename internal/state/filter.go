@@ -18,6 +18,7 @@ package state
 
 import (
 	"context"
+	"database/sql"
 	"hash/maphash"
 	"math/bits"
 
@@ -63,7 +64,9 @@ func (l *filterLayer) probe(h uint64) (int, uint64) {
 // newKeyFilter returns an empty filter whose first layer holds expect keys
 // and takes at least filterMinBytes and an eighth of maxBytes, at most
 // maxBytes: a state that grows from empty then needs three layers (an
-// eighth, a quarter, a half), and a probe touches a word in each.
+// eighth, a quarter, a half), and a probe touches a word in each. Past
+// that the last layer takes every new key, and answers "may hold" more
+// often.
 func newKeyFilter(expect int, maxBytes int64) *keyFilter {
 	size := max(int64(expect)*filterBitsPerKey/8, filterMinBytes, maxBytes/8)
 	size = min(size, max(maxBytes, 8))
@@ -121,33 +124,58 @@ func (f *keyFilter) add(key string) (grew bool) {
 // an eighth, which the value cache gives up as the filter grows.
 func filterMax(cacheBytes int64) int64 { return cacheBytes / 8 }
 
-// buildFilter scans the file's keys into a new filter. Until it succeeds
-// the store reads every key it has not cached from the file.
-func (s *Store) buildFilter(ctx context.Context) error {
-	var n int
-	if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM kv").Scan(&n); err != nil {
+// filterScanKeys is how many of the file's keys one Prefetch adds to a
+// filter being built: a large restored file is scanned over many steps, so
+// no step pays for the whole scan (10,000,000 keys would take seconds, and
+// a step that timed out would retry the same scan).
+const filterScanKeys = 1 << 16
+
+// scanFilter adds the next filterScanKeys of the file's keys, in key
+// order, to the filter being built (starting one if there is none) and
+// marks it complete at the file's last key. Keys written meanwhile are
+// added by Apply whether their range is scanned yet or not, and a key
+// deleted before its range is scanned is not in the file, so a complete
+// filter holds every key the file holds. Until it is complete the store
+// queries every key it has not cached.
+func (s *Store) scanFilter(ctx context.Context) error {
+	if s.filter == nil {
+		s.filter = newKeyFilter(0, filterMax(s.cacheBytes))
+		s.filterFrom, s.filterBuilt = nil, false
+		s.filterResized()
+	}
+	var rows *sql.Rows
+	var err error
+	if s.filterFrom == nil {
+		rows, err = s.db.QueryContext(ctx, "SELECT k FROM kv ORDER BY k LIMIT ?", filterScanKeys)
+	} else {
+		rows, err = s.db.QueryContext(ctx, "SELECT k FROM kv WHERE k > ? ORDER BY k LIMIT ?", s.filterFrom, filterScanKeys)
+	}
+	if err != nil {
 		return err
 	}
-	f := newKeyFilter(2*n, filterMax(s.cacheBytes))
-	if n > 0 {
-		rows, err := s.db.QueryContext(ctx, "SELECT k FROM kv")
-		if err != nil {
+	defer rows.Close()
+	n, grew := 0, false
+	var k []byte
+	for rows.Next() {
+		if err := rows.Scan(&k); err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var k []byte
-			if err := rows.Scan(&k); err != nil {
-				return err
-			}
-			f.add(string(k))
+		if s.filter.add(string(k)) {
+			grew = true
 		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
+		n++
 	}
-	s.filter = f
-	s.filterResized()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if grew {
+		s.filterResized()
+	}
+	if n < filterScanKeys {
+		s.filterBuilt, s.filterFrom = true, nil
+		return nil
+	}
+	s.filterFrom = append(s.filterFrom[:0], k...)
 	return nil
 }
 
@@ -163,10 +191,19 @@ func (s *Store) filterResized() {
 }
 
 // mayHold reports whether the file may hold key: true unless the filter is
-// built and certain it does not.
-func (s *Store) mayHold(key string) bool { return s.filter == nil || s.filter.mayHold(key) }
+// complete and certain it does not.
+func (s *Store) mayHold(key string) bool {
+	return !s.filterBuilt || s.filter.mayHold(key)
+}
 
-// filterPuts adds muts' puts to the filter, before they are written.
+// dropFilter forgets the filter; the next Prefetch starts building anew.
+func (s *Store) dropFilter() {
+	s.filter, s.filterFrom, s.filterBuilt = nil, nil, false
+	s.filterResized()
+}
+
+// filterPuts adds muts' puts to the filter, complete or being built,
+// before they are written.
 func (s *Store) filterPuts(muts []protocol.Mutation) {
 	if s.filter == nil {
 		return

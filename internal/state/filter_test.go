@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -186,4 +187,65 @@ func TestKeyFilterGrows(t *testing.T) {
 			t.Fatalf("%q added but ruled out", k)
 		}
 	}
+}
+
+// TestKeyFilterBuiltOverManyPrefetches: a file of more keys than one
+// Prefetch scans is added to the filter a part each Prefetch, in key
+// order, while Applies write keys before and past the scan's position and
+// delete others; every read meanwhile and after answers as the file does,
+// and the filter completes. (Checked by breaking it: a filter taken as
+// complete after its first part, or one that did not take the puts of
+// Applies while being built, hides held keys.)
+func TestKeyFilterBuiltOverManyPrefetches(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "t.db")
+	model, muts := manyKeys("k", 2*filterScanKeys+100)
+	w := open(t, path)
+	if err := w.Apply(ctx, muts, 1, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	s := open(t, path)
+	rng := rand.New(rand.NewPCG(9, 10))
+	unseen := unseenKeys(500)
+	for step := 0; !s.filterBuilt; step++ {
+		if step > 10 {
+			t.Fatalf("filter not built after %d prefetches", step)
+		}
+		var sample []string
+		for range 300 {
+			sample = append(sample, fmt.Sprintf("\x02k%06d", rng.IntN(2*filterScanKeys+100)))
+		}
+		if err := s.Prefetch(ctx, append(sample, unseen...)); err != nil {
+			t.Fatal(err)
+		}
+		// Writes on both sides of the scan's position: new keys, and
+		// deletes of held ones.
+		var ws []protocol.Mutation
+		for range 50 {
+			k := fmt.Sprintf("\x02k%06d-new%d", rng.IntN(2*filterScanKeys+100), step)
+			ws = append(ws, protocol.Mutation{Key: k, Value: []byte("n")})
+			model[k] = []byte("n")
+			d := fmt.Sprintf("\x02k%06d", rng.IntN(2*filterScanKeys+100))
+			ws = append(ws, protocol.Mutation{Key: d, Delete: true})
+			delete(model, d)
+		}
+		if err := s.Apply(ctx, lastPerKey(ws), int64(step+2), time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		s.DropCache()
+		for k := range model {
+			if strings.Contains(k, "-new") {
+				sample = append(sample, k)
+			}
+		}
+		check := map[string][]byte{}
+		for _, k := range sample {
+			if v, ok := model[k]; ok {
+				check[k] = v
+			}
+		}
+		checkReads(t, s, check, unseen)
+	}
+	checkReads(t, s, model, unseen)
 }

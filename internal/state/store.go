@@ -36,11 +36,13 @@ type Store struct {
 	cpTime     int64 // unix milliseconds; 0: unknown
 	mirrors    *Incarnation
 
-	w          writeStmts // write.go
-	cacheBytes int64      // the bound of cache and filter together
-	cache      valueCache // committed values only (cache.go)
-	filter     *keyFilter // nil: not built (filter.go)
-	want       []string   // Prefetch's scratch
+	w           writeStmts // write.go
+	cacheBytes  int64      // the bound of cache and filter together
+	cache       valueCache // committed values only (cache.go)
+	filter      *keyFilter // nil: not started (filter.go)
+	filterFrom  []byte     // the last key scanned into filter; nil: none
+	filterBuilt bool       // filter holds every key of the file
+	want        []string   // Prefetch's scratch
 
 	beforeCommit func() error // tests: fail an Apply before SQLite's commit
 }
@@ -341,8 +343,7 @@ func (s *Store) Apply(ctx context.Context, muts []protocol.Mutation, checkpoint 
 // rather than resumed.
 func (s *Store) Reset(ctx context.Context, inc Incarnation) error {
 	s.DropCache()
-	s.filter = nil // rebuilt from the file when next needed
-	s.filterResized()
+	s.dropFilter() // rebuilt from the file when next needed
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err

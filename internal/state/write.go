@@ -75,19 +75,19 @@ func (s *Store) committed(muts []protocol.Mutation) {
 // did not fetch, or whose entry was evicted since, is read by Get.
 //
 // Keys the key filter is certain the file does not hold cost no query, nor
-// a cache entry (filter.go); the first Prefetch builds the filter.
+// a cache entry (filter.go); Prefetch builds the filter, a part each call.
 func (s *Store) Prefetch(ctx context.Context, keys []string) error {
 	if s.cache.limit <= 0 {
 		return nil
 	}
-	if s.filter == nil {
-		if err := s.buildFilter(ctx); err != nil {
+	if !s.filterBuilt {
+		if err := s.scanFilter(ctx); err != nil {
 			return fmt.Errorf("state: build key filter: %w", err)
 		}
 	}
 	want := s.want[:0]
 	for _, k := range keys {
-		if !s.cache.has(k) && s.filter.mayHold(k) {
+		if !s.cache.has(k) && s.mayHold(k) {
 			// Keys the filter rules out are not cached: Get answers them
 			// from the filter, and a fold over new keys would only churn
 			// the cache with them.

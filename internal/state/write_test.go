@@ -182,7 +182,7 @@ func TestPrefetchMatchesModel(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, k := range want {
-			if !s.cache.has(k) && s.filter.mayHold(k) {
+			if !s.cache.has(k) && s.mayHold(k) {
 				t.Fatalf("round %d: %q prefetched but neither cached nor ruled out by the filter", round, k)
 			}
 			v, ok, err := s.Get(k)
