@@ -181,6 +181,7 @@ func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts
 	// The committed state: the file under the committed steps' writes not
 	// yet in it (storewrites.go).
 	t.batch = protocol.NewBatch(t.committed())
+	t.flushed = nil
 	t.clNext = -1
 	n, err := protocol.New(ctx, protocol.Config{
 		ApplicationID: t.env.appID,
