@@ -115,10 +115,12 @@ type Config struct {
 	// StateCache bounds, in bytes, each task's in-memory cache of the
 	// committed state it reads from its SQLite file (default 32 MiB; a
 	// negative value turns it off). SQLite's own page cache takes a quarter
-	// as much again, at least 2 MiB, so a task's state costs about
-	// 1.25 × StateCache of memory beyond what its steps hold, whatever the
-	// size of the state on disk. A step reads the state of its records'
-	// keys in batched queries before delivering them, into this cache.
+	// as much again, at least 2 MiB, and the committed steps' writes held
+	// in memory until they are written to the file another quarter, at
+	// least 1 MiB, so a task's state costs about 1.5 × StateCache of memory
+	// beyond what the open step holds, whatever the size of the state on
+	// disk. A step reads the state of its records' keys in batched queries
+	// before delivering them, into this cache.
 	StateCache int64
 	// PollInterval bounds how long one poll waits for records before the
 	// loop checks for assignment changes and shutdown (default 250ms).

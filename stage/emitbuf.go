@@ -26,6 +26,9 @@ const (
 // stampHeaders is how many headers a vc stamp adds: vc, vc-sender, vc-seq.
 const stampHeaders = 3
 
+// stampTagSize is the bytes of vc-sender and vc-seq.
+const stampTagSize = 16 + 8
+
 // outRecord is an emission's record with room for its headers, so the
 // usual emission (the stamp and at most one application header) needs no
 // header allocation of its own.
@@ -45,12 +48,14 @@ func (b *emitBuffers) record() *outRecord {
 	return r
 }
 
-// stampBuf returns the buffer to append the next stamp's values to. A
-// stamp larger than what is left grows it like append, which leaves the
-// values already handed out where they are.
-func (b *emitBuffers) stampBuf() []byte {
-	if c := cap(b.stamps); c-len(b.stamps) < stampRoom {
-		b.stamps = make([]byte, 0, min(max(2*c, minStampBuf), maxStampBuf))
+// stampBuf returns the buffer to append the next stamp's values to, with
+// room for need bytes. When what is left is short it starts a new buffer
+// (the values already handed out stay where they are), of room for four
+// such stamps at least: growing the old one like append would copy the
+// handed-out bytes too, every stamp once a stamp outgrows a buffer.
+func (b *emitBuffers) stampBuf(need int) []byte {
+	if c := cap(b.stamps); c-len(b.stamps) < max(need, stampRoom) {
+		b.stamps = make([]byte, 0, max(min(max(2*c, minStampBuf), maxStampBuf), 4*need))
 	}
 	return b.stamps
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/parsley-go/parsley/internal/state"
 	"github.com/parsley-go/parsley/protocol"
 )
 
@@ -17,8 +18,8 @@ import (
 // committed state. A committed step's writes join the task's unwritten
 // writes, a batch over the file that the step batch reads through, and
 // those are written in one SQLite transaction every storeEvery steps, when
-// they hold storeMaxKeys keys, when the file's checkpoint time is
-// checkpointRefresh old, and when the task closes. Keys written by every
+// they hold storeMaxKeys keys or unwrittenBound(kv) bytes, when the file's
+// checkpoint time is checkpointRefresh old, and when the task closes. Keys written by every
 // step (the node's frontiers, sequences and acknowledged sends; a fold's
 // hot keys) then cost one row write per few steps, not one per step.
 //
@@ -28,10 +29,30 @@ import (
 // writing step began, so every changelog record past the checkpoint is
 // written after that time, as Store.Apply requires.
 const (
-	storeEvery        = 32   // committed steps per SQLite transaction, at most
-	storeMaxKeys      = 4096 // unwritten keys that write at once
+	storeEvery        = 32      // committed steps per SQLite transaction, at most
+	storeMaxKeys      = 1 << 16 // unwritten keys that write at once (the byte bound is usually first)
 	storeCloseTimeout = 10 * time.Second
+
+	// unwrittenMin is the least byte bound of the unwritten writes, so a
+	// small or disabled state cache still groups a few steps' writes.
+	unwrittenMin = 1 << 20
+	// unwrittenOverhead is what one unwritten key costs besides its key
+	// and value bytes: its map entry in the batch and the Mutation's
+	// string and slice headers. An estimate that errs high.
+	unwrittenOverhead = 96
 )
+
+// unwrittenBound is how many bytes of unwritten writes a task over kv
+// holds at most between steps: a quarter of its state cache, at least
+// unwrittenMin. With SQLite's page cache (another quarter) a task's state
+// costs about 1.5 × StateCache of memory beyond what one step holds
+// (Config.StateCache).
+func unwrittenBound(kv *state.Store) int64 { return max(kv.CacheLimit()/4, unwrittenMin) }
+
+// mutationBytes is what m costs held in a batch (unwrittenOverhead).
+func mutationBytes(m protocol.Mutation) int64 {
+	return int64(len(m.Key)+len(m.Value)) + unwrittenOverhead
+}
 
 // unwritten returns the task's committed writes not yet in the file.
 func (t *task) unwritten() *protocol.Batch {
@@ -96,23 +117,28 @@ func (t *task) commit(ctx context.Context, began time.Time) error {
 		return nil
 	}
 	p := t.unwritten()
-	for _, m := range t.batch.Mutations() {
+	for _, m := range t.stepMutations() {
+		if old, ok := p.Staged(m.Key); ok {
+			t.pendingBytes -= mutationBytes(old)
+		}
 		if m.Delete {
 			_ = p.Delete(m.Key) // a Batch write never fails
 		} else {
 			_ = p.Put(m.Key, m.Value)
 		}
+		t.pendingBytes += mutationBytes(m)
 	}
 	if cp := t.env.sent.load(&t.clNext); cp >= 0 {
 		t.pendingCP = max(t.pendingCP, cp)
 	}
 	t.batch.Discard()
+	t.flushed = nil
 	t.clNext = -1
 	t.clearSends()
 	if p.Len() > 0 || t.pendingCP >= 0 {
 		t.pendingSteps++
 	}
-	due := t.pendingSteps >= storeEvery || p.Len() >= storeMaxKeys ||
+	due := t.pendingSteps >= storeEvery || p.Len() >= storeMaxKeys || t.pendingBytes >= unwrittenBound(t.kv) ||
 		began.Sub(t.kv.CheckpointTime()) >= checkpointRefresh
 	if !due {
 		return nil
@@ -121,6 +147,16 @@ func (t *task) commit(ctx context.Context, began time.Time) error {
 		return fmt.Errorf("stage %q partition %d: %w", t.st.name, t.partition, err)
 	}
 	return nil
+}
+
+// stepMutations returns the committed step's writes: those flush sorted
+// and sent to the changelog, or the batch's when the step was not flushed
+// (tests commit batches directly).
+func (t *task) stepMutations() []protocol.Mutation {
+	if t.flushed != nil && len(t.flushed) == t.batch.Len() {
+		return t.flushed
+	}
+	return t.batch.Mutations()
 }
 
 // writeUnwritten writes the unwritten steps and their checkpoint to the
@@ -132,7 +168,7 @@ func (t *task) writeUnwritten(ctx context.Context, at time.Time) error {
 		return err
 	}
 	p.Discard()
-	t.pendingCP, t.pendingSteps = -1, 0
+	t.pendingCP, t.pendingSteps, t.pendingBytes = -1, 0, 0
 	return nil
 }
 

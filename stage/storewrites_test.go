@@ -97,3 +97,78 @@ func storeContents(t *testing.T, s protocol.Store) map[string]string {
 	}
 	return out
 }
+
+// TestUnwrittenWritesStayWithinTheirBound commits steps of few, large
+// values, far below storeEvery steps and storeMaxKeys keys, and checks that
+// after every commit the unwritten writes, counted here from their keys and
+// values, hold at most unwrittenBound bytes, and that every committed step
+// stays readable and reaches the file at close.
+func TestUnwrittenWritesStayWithinTheirBound(t *testing.T) {
+	ctx := context.Background()
+	for _, cache := range []int64{-1, 8 << 20} {
+		t.Run(fmt.Sprintf("cache=%d", cache), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "task.db")
+			kv, err := state.Open(ctx, path, state.CacheBytes(cache))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tk := &task{
+				env:  &taskEnv{sent: new(sendResults), log: slog.New(slog.NewTextHandler(io.Discard, nil))},
+				st:   &Stage{name: "s"},
+				kv:   kv,
+				node: new(protocol.Node),
+			}
+			tk.batch = protocol.NewBatch(tk.unwritten())
+			bound := max(kv.CacheLimit()/4, 1<<20)
+			if got := unwrittenBound(kv); got != bound {
+				t.Fatalf("unwrittenBound = %d, want %d (a quarter of the cache, at least 1 MiB)", got, bound)
+			}
+			rng := rand.New(rand.NewPCG(5, 6))
+			model := make(map[string]string)
+			began, offset, wrote := time.Now(), int64(0), 0
+			for step := range storeEvery - 1 {
+				for range 8 {
+					k := fmt.Sprintf("k%03d", rng.IntN(400))
+					v := fmt.Sprintf("%d-%0*d", step, 20<<10, rng.IntN(1000))
+					_ = tk.batch.Put(k, []byte(v))
+					model[k] = v
+				}
+				offset += int64(tk.batch.Len())
+				tk.clNext = offset
+				began = began.Add(time.Millisecond)
+				cp := kv.Checkpoint()
+				if err := tk.commit(ctx, began); err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
+				if kv.Checkpoint() != cp {
+					wrote++
+				}
+				var held int64
+				for _, m := range tk.unwritten().Mutations() {
+					held += int64(len(m.Key) + len(m.Value))
+				}
+				if held > bound {
+					t.Fatalf("step %d: %d bytes unwritten, want at most %d", step, held, bound)
+				}
+				if tk.unwritten().Len() >= storeMaxKeys {
+					t.Fatalf("step %d: %d keys unwritten: the key bound, not the byte bound, is tested", step, tk.unwritten().Len())
+				}
+				if got := storeContents(t, protocol.NewBatch(tk.unwritten())); !maps.Equal(got, model) {
+					t.Fatalf("step %d: reads miss committed steps", step)
+				}
+			}
+			if wrote < 2 {
+				t.Fatalf("the file was written %d times in %d steps, want the byte bound to write it repeatedly", wrote, storeEvery-1)
+			}
+			tk.closeStore()
+			kv, err = state.Open(ctx, path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer kv.Close()
+			if got := storeContents(t, kv); !maps.Equal(got, model) {
+				t.Fatal("closed file misses committed steps")
+			}
+		})
+	}
+}

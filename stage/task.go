@@ -34,21 +34,23 @@ type task struct {
 	kv        *state.Store
 
 	// Committed steps' writes not yet in kv, the highest changelog
-	// checkpoint among them (-1 none), and how many steps they span
-	// (storewrites.go).
+	// checkpoint among them (-1 none), how many steps they span and what
+	// they cost in bytes (storewrites.go).
 	pending      *protocol.Batch
 	pendingCP    int64
 	pendingSteps int
+	pendingBytes int64
 
 	inputs []headers.Channel // per source, in the stage's declaration order
 	sinks  []headers.TopicID
 	byID   map[headers.TopicID]*binding
 
-	node   *protocol.Node // nil: rebuild at the next step
-	batch  *protocol.Batch
-	clNext int64 // one past the last changelog offset produced in the step; -1 none
-	stamp  headers.Stamp
-	bufs   emitBuffers // the step's emitted records and stamps (emitbuf.go)
+	node    *protocol.Node // nil: rebuild at the next step
+	batch   *protocol.Batch
+	flushed []protocol.Mutation // the batch's mutations as flush sent them; nil: not flushed
+	clNext  int64               // one past the last changelog offset produced in the step; -1 none
+	stamp   headers.Stamp
+	bufs    emitBuffers // the step's emitted records and stamps (emitbuf.go)
 
 	lastSink struct { // the last emission's sink (sinkMeta)
 		name string
@@ -110,6 +112,7 @@ func (t *task) reset() {
 	if t.batch != nil {
 		t.batch.Discard()
 	}
+	t.flushed = nil
 	t.clNext = -1
 	t.clearSends()
 	t.bufs.release()
@@ -178,6 +181,7 @@ func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts
 	// The committed state: the file under the committed steps' writes not
 	// yet in it (storewrites.go).
 	t.batch = protocol.NewBatch(t.committed())
+	t.flushed = nil
 	t.clNext = -1
 	n, err := protocol.New(ctx, protocol.Config{
 		ApplicationID: t.env.appID,
@@ -407,7 +411,7 @@ func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawM
 	// AppendStampTo refuses reserved application header names. The send
 	// sequence PrepareSend took is then never used, which is harmless: the
 	// failed step aborts and the node is rebuilt from committed state.
-	if hs, t.bufs.stamps, err = headers.AppendStampTo(hs, t.bufs.stampBuf(), &t.stamp, headers.DialectVC); err != nil {
+	if hs, t.bufs.stamps, err = headers.AppendStampTo(hs, t.bufs.stampBuf(headers.VCSize(&t.stamp.Clock)+stampTagSize), &t.stamp, headers.DialectVC); err != nil {
 		return fmt.Errorf("emission to %q: %w", name, err)
 	}
 	ts := m.ts
@@ -455,7 +459,8 @@ func (t *task) flush(ctx context.Context, sess *kgo.GroupTransactSession) error 
 	if err := t.node.Flush(); err != nil {
 		return t.stepErr("", -1, err)
 	}
-	rs := state.Records(t.changelog, t.partition, t.batch.Mutations())
+	t.flushed = t.batch.Mutations() // sorted once: the changelog's, then the commit's (storewrites.go)
+	rs := state.Records(t.changelog, t.partition, t.flushed)
 	promise := t.changelogPromise // bound once: a method value per record allocates
 	t.env.sent.produced += len(rs)
 	for i := range rs {
@@ -490,23 +495,39 @@ func foldKey(key []byte) string {
 
 // foldKeyCache remembers the fold keys of recent record keys: a stream
 // touches the same keys again and again, and each new key string would be
-// an allocation per record. When full it starts over.
-type foldKeyCache map[string]string
+// an allocation per record. It holds at most foldKeyCacheKeys keys and
+// foldKeyCacheBytes bytes of them; when full it starts over, keeping its
+// map's memory.
+type foldKeyCache struct {
+	m     map[string]string // record key (aliasing the fold key) → fold key
+	bytes int
+}
 
-const foldKeyCacheSize = 4096
+const (
+	foldKeyCacheKeys  = 32 << 10
+	foldKeyCacheBytes = 1 << 20
+)
 
 func (c *foldKeyCache) of(key []byte) string {
 	if key == nil {
 		return foldKey(nil)
 	}
-	if k, ok := (*c)[string(key)]; ok {
+	if k, ok := c.m[string(key)]; ok {
 		return k
 	}
-	if *c == nil || len(*c) >= foldKeyCacheSize {
-		*c = make(foldKeyCache)
-	}
 	k := foldKey(key)
-	(*c)[k[1:]] = k
+	if len(k) > foldKeyCacheBytes {
+		return k
+	}
+	if c.m == nil {
+		c.m = make(map[string]string)
+	}
+	if len(c.m) >= foldKeyCacheKeys || c.bytes+len(k) > foldKeyCacheBytes {
+		clear(c.m)
+		c.bytes = 0
+	}
+	c.m[k[1:]] = k
+	c.bytes += len(k)
 	return k
 }
 

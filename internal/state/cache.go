@@ -22,8 +22,13 @@ type options struct{ cacheBytes int64 }
 // CacheBytes bounds the store's cache of committed values to about n bytes
 // of keys, values and bookkeeping; n <= 0 turns the cache off. SQLite's own
 // page cache is a quarter of it, at least 2 MiB, so a store's memory is
-// about 1.25 n plus what a step holds.
+// about 1.25 n plus what its caller holds in memory (a stage task holds
+// its unwritten writes, another quarter: Config.StateCache).
 func CacheBytes(n int64) Option { return func(o *options) { o.cacheBytes = n } }
+
+// CacheLimit returns the bound of the store's cache of committed values in
+// bytes (CacheBytes); 0 when the cache is off.
+func (s *Store) CacheLimit() int64 { return max(s.cacheBytes, 0) }
 
 // pageCacheKiB is SQLite's page cache for a value cache of n bytes, in KiB.
 func pageCacheKiB(n int64) int64 { return max(n/4, 2<<20) >> 10 }

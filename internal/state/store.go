@@ -36,9 +36,13 @@ type Store struct {
 	cpTime     int64 // unix milliseconds; 0: unknown
 	mirrors    *Incarnation
 
-	w     writeStmts // write.go
-	cache valueCache // committed values only (cache.go)
-	want  []string   // Prefetch's scratch
+	w           writeStmts // write.go
+	cacheBytes  int64      // the bound of cache and filter together
+	cache       valueCache // committed values only (cache.go)
+	filter      *keyFilter // nil: not started (filter.go)
+	filterFrom  []byte     // the last key scanned into filter; nil: none
+	filterBuilt bool       // filter holds every key of the file
+	want        []string   // Prefetch's scratch
 
 	beforeCommit func() error // tests: fail an Apply before SQLite's commit
 }
@@ -66,7 +70,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1) // one writer; a task is single-threaded
-	s := &Store{path: path, db: db, cache: valueCache{limit: o.cacheBytes}}
+	s := &Store{path: path, db: db, cacheBytes: o.cacheBytes, cache: valueCache{limit: o.cacheBytes}}
 	if err := s.init(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
@@ -198,6 +202,9 @@ func (s *Store) Get(key string) ([]byte, bool, error) {
 	if v, ok, hit := s.cache.get(key); hit {
 		return v, ok, nil
 	}
+	if !s.mayHold(key) {
+		return nil, false, nil
+	}
 	var v []byte
 	err := s.get.QueryRow(keyBytes(key)).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -300,6 +307,7 @@ func (s *Store) Apply(ctx context.Context, muts []protocol.Mutation, checkpoint 
 		return fmt.Errorf("state: begin: %w", err)
 	}
 	defer tx.Rollback()
+	s.filterPuts(muts) // before the file may hold them
 	if err := s.write(ctx, tx, muts); err != nil {
 		return err
 	}
@@ -335,6 +343,7 @@ func (s *Store) Apply(ctx context.Context, muts []protocol.Mutation, checkpoint 
 // rather than resumed.
 func (s *Store) Reset(ctx context.Context, inc Incarnation) error {
 	s.DropCache()
+	s.dropFilter() // rebuilt from the file when next needed
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err

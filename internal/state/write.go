@@ -73,15 +73,26 @@ func (s *Store) committed(muts []protocol.Mutation) {
 // dominate a point read). Keys the file does not hold are cached as absent.
 // It is only a hint: it reads committed data, as Get does, and a key it
 // did not fetch, or whose entry was evicted since, is read by Get.
+//
+// Keys the key filter is certain the file does not hold cost no query, nor
+// a cache entry (filter.go); Prefetch builds the filter, a part each call.
 func (s *Store) Prefetch(ctx context.Context, keys []string) error {
 	if s.cache.limit <= 0 {
 		return nil
 	}
+	if !s.filterBuilt {
+		if err := s.scanFilter(ctx); err != nil {
+			return fmt.Errorf("state: build key filter: %w", err)
+		}
+	}
 	want := s.want[:0]
 	for _, k := range keys {
-		if !s.cache.has(k) {
-			want = append(want, k)
+		if !s.cache.has(k) && s.mayHold(k) {
+			// Keys the filter rules out are not cached: Get answers them
+			// from the filter, and a fold over new keys would only churn
+			// the cache with them.
 			s.cache.put(k, nil, false) // absent unless the file says otherwise; dedups too
+			want = append(want, k)
 		}
 	}
 	s.want = want[:0]
