@@ -54,7 +54,7 @@ type options struct {
 	throughput                        bool
 	rate, latencyRecords, warmup      int
 	profileDir, timelineDir           string
-	latencyDump                       string
+	latencyDump, peerB                string
 	timeout                           time.Duration
 }
 
@@ -69,6 +69,7 @@ func main() {
 	flag.IntVar(&o.rate, "rate", 5000, "input rate of the latency rounds, records/s (0: none)")
 	flag.IntVar(&o.latencyRecords, "latency-records", 25000, "measured records per latency round")
 	flag.IntVar(&o.warmup, "warmup", 5000, "warm-up records per latency round, produced at -rate and read back before the measured ones")
+	flag.StringVar(&o.peerB, "peer-b", "", "a second Parsley peer binary (go build ./bench/streamspeer/parsleypeer of another commit): latency rounds run it as parsley-b beside the others, an A/B control in the same run")
 	flag.BoolVar(&o.throughput, "throughput", true, "run the throughput rounds (false: latency rounds only)")
 	flag.StringVar(&o.latencyDump, "latency-dump", "", "write every latency round output (system, round, phase, id, send, receipt, latency) to this CSV file")
 	flag.StringVar(&o.timelineDir, "timeline", "", "directory for the Parsley peer's timeline (requests, fetches, deliveries, acknowledgements; CSV) and client debug log per latency round")
@@ -214,7 +215,11 @@ func (b bench) latencyRounds(ctx context.Context) (err error) {
 	fmt.Printf("latency at %d rec/s (producer send to read_committed receipt): %d warm-up records read back first, then %d measured per round\n", o.rate, o.warmup, o.latencyRecords)
 	fmt.Println("round system    p50      p99      max   warm-up: first output  worst")
 	for r := 1; r <= o.rounds; r++ {
-		for _, sys := range []string{"parsley", "streams"} {
+		systems := []string{"parsley", "streams"}
+		if o.peerB != "" {
+			systems = []string{"parsley", "parsley-b", "streams"}
+		}
+		for _, sys := range systems {
 			res, err := b.latencyRound(ctx, r, sys)
 			if err != nil {
 				return fmt.Errorf("latency round %d %s: %w", r, sys, err)
@@ -272,7 +277,7 @@ func (b bench) startPeer(ctx context.Context, cancel context.CancelFunc, app, sy
 	stateDir := filepath.Join(b.p.dir, app)
 	var cmd *exec.Cmd
 	switch sys {
-	case "parsley":
+	case "parsley", "parsley-b":
 		name := "map"
 		if mode == "stateful" {
 			name = "fold"
@@ -287,7 +292,11 @@ func (b bench) startPeer(ctx context.Context, cancel context.CancelFunc, app, sy
 		if timeline && o.timelineDir != "" {
 			args = append(args, "-timeline", filepath.Join(o.timelineDir, app+".timeline.csv"), "-debuglog", filepath.Join(o.timelineDir, app+".debug.log"))
 		}
-		cmd = exec.Command(b.p.parsley, args...)
+		bin := b.p.parsley
+		if sys == "parsley-b" {
+			bin = o.peerB
+		}
+		cmd = exec.Command(bin, args...)
 	default:
 		cmd = exec.Command("java", "-cp", b.p.javaCP, "parsley.bench.StreamsPeer", strings.Join(b.brokers, ","), app, input, out, stateDir, mode)
 	}
