@@ -93,9 +93,13 @@ type Config struct {
 	// CommitInterval is how long a step goes on polling before it commits
 	// (default 100ms, as Kafka Streams under exactly-once): a transaction
 	// costs the broker a few round trips and much CPU whatever it holds,
-	// so a busy step takes many polls into one. A step never waits for
+	// so a busy step takes many polls into one. A step does not wait for
 	// records to arrive: it commits as soon as a poll finds nothing more
-	// already fetched, so light load adds no latency. A revoke, or any
+	// already fetched, so light load adds no latency. One exception, under
+	// a steady flow: a step whose first poll found records already
+	// buffered waits up to 5 ms for the fetch that poll sent, which
+	// carries what reached the broker while the previous step ran (without
+	// it those records would wait out this step too). A revoke, or any
 	// change of the assignment, ends the polling at once.
 	CommitInterval time.Duration
 	// MaxStepRecords bounds the records one step takes over all its polls

@@ -171,7 +171,9 @@ func (a *App) session(ctx context.Context) error {
 			return err
 		}
 		pctx, cancel := context.WithTimeout(ctx, a.cfg.PollInterval)
+		polled := time.Now()
 		fs := sess.PollRecords(pctx, a.cfg.MaxPollRecords)
+		backlog := time.Since(polled) < bufferedPoll // stepfill.go
 		cancel()
 		if fs.IsClientClosed() {
 			return errClientClosed
@@ -200,7 +202,7 @@ func (a *App) session(ctx context.Context) error {
 			continue
 		}
 		if fs.NumRecords() > 0 {
-			if fs, err = a.fillStep(ctx, sess, fs); err != nil {
+			if fs, err = a.fillStep(ctx, sess, fs, backlog); err != nil {
 				return err
 			}
 		}
@@ -232,17 +234,19 @@ var errClientClosed = errors.New("stage: client closed")
 
 // stepPollWait is how long a step's further poll waits for records not yet
 // fetched: long enough to take what the client has buffered, short enough
-// that a step under light load commits without waiting.
+// that a step under light load commits without waiting. A step that found
+// a backlog waits longer once (fillWait, stepfill.go).
 const stepPollWait = time.Millisecond
 
 // fillStep polls on after the step's first poll, fs, until
 // Config.CommitInterval has passed since it, the step holds
-// Config.MaxStepRecords, a poll finds nothing already fetched, the
+// Config.MaxStepRecords, a poll finds nothing already fetched (backlog: the
+// loop's poll found fs buffered, fillWait), the
 // assignment changes (a revoke ends the step promptly; reconcile runs
 // before the next one) or ctx ends. Every record polled is in the step: the
 // client marks polled records uncommitted, and End commits or rewinds them
 // all, so the step feeds every one of them.
-func (a *App) fillStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.Fetches) (kgo.Fetches, error) {
+func (a *App) fillStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.Fetches, backlog bool) (kgo.Fetches, error) {
 	deadline := time.Now().Add(a.cfg.CommitInterval)
 	n, polls := fs.NumRecords(), 1
 	defer func() {
@@ -251,7 +255,7 @@ func (a *App) fillStep(ctx context.Context, sess *kgo.GroupTransactSession, fs k
 		}
 	}()
 	for n < a.cfg.MaxStepRecords && time.Now().Before(deadline) && ctx.Err() == nil && !a.assignmentChanged() {
-		pctx, cancel := context.WithTimeout(ctx, stepPollWait)
+		pctx, cancel := context.WithTimeout(ctx, fillWait(backlog, polls, time.Until(deadline)))
 		more := sess.PollRecords(pctx, min(a.cfg.MaxPollRecords, a.cfg.MaxStepRecords-n))
 		cancel()
 		if more.IsClientClosed() {

@@ -14,9 +14,15 @@
 // first output to the Nth, per second), the ratio to the other system in
 // the same round, process CPU per record and max RSS (from /proc), launch
 // to first output, and the broker's CPU over the round. Latency rounds then
-// run each stateful peer over a fresh input produced at -rate records/s and
-// report end-to-end latency p50/p99 (producer send to consumer receipt).
-// It needs a JDK and Maven, like the real-Kafka test tier.
+// run each stateful peer over a fresh input produced at -rate records/s:
+// first -warmup records, whose outputs the driver waits to read back so
+// that neither peer's start counts, then -latency-records measured ones,
+// and report end-to-end latency p50/p99/max of the measured records
+// (producer send to read_committed receipt) and the warm-up's worst
+// separately. -throughput=false runs the latency rounds only;
+// -latency-dump writes every output's send and receipt time as CSV, and
+// -timeline the Parsley peer's request and delivery timeline. It needs a
+// JDK and Maven, like the real-Kafka test tier.
 package main
 
 import (
@@ -33,6 +39,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -44,8 +51,10 @@ import (
 
 type options struct {
 	rounds, records, keys, partitions int
-	rate, latencyRecords              int
-	profileDir                        string
+	throughput                        bool
+	rate, latencyRecords, warmup      int
+	profileDir, timelineDir           string
+	latencyDump, peerB                string
 	timeout                           time.Duration
 }
 
@@ -58,18 +67,29 @@ func main() {
 	flag.IntVar(&o.keys, "keys", 64, "distinct keys (accounts)")
 	flag.IntVar(&o.partitions, "partitions", 4, "partitions of every topic")
 	flag.IntVar(&o.rate, "rate", 5000, "input rate of the latency rounds, records/s (0: none)")
-	flag.IntVar(&o.latencyRecords, "latency-records", 25000, "records per latency round")
+	flag.IntVar(&o.latencyRecords, "latency-records", 25000, "measured records per latency round")
+	flag.IntVar(&o.warmup, "warmup", 5000, "warm-up records per latency round, produced at -rate and read back before the measured ones")
+	flag.StringVar(&o.peerB, "peer-b", "", "a second Parsley peer binary (go build ./bench/streamspeer/parsleypeer of another commit): latency rounds run it as parsley-b beside the others, an A/B control in the same run")
+	flag.BoolVar(&o.throughput, "throughput", true, "run the throughput rounds (false: latency rounds only)")
+	flag.StringVar(&o.latencyDump, "latency-dump", "", "write every latency round output (system, round, phase, id, send, receipt, latency) to this CSV file")
+	flag.StringVar(&o.timelineDir, "timeline", "", "directory for the Parsley peer's timeline (requests, fetches, deliveries, acknowledgements; CSV) and client debug log per latency round")
 	flag.StringVar(&o.profileDir, "profile", "", "directory for the Parsley peer's CPU profiles and request counts")
 	flag.DurationVar(&o.timeout, "round-timeout", 5*time.Minute, "give up on a round after this long")
 	flag.Parse()
-	if o.rounds < 1 || o.records < 1 || o.keys < 1 || o.partitions < 1 || o.rate < 0 {
-		log.Fatal("rounds, records, keys and partitions must be positive, rate not negative")
+	if o.rounds < 1 || o.records < 1 || o.keys < 1 || o.partitions < 1 || o.rate < 0 || o.warmup < 0 || o.latencyRecords < 1 {
+		log.Fatal("rounds, records, keys, partitions and latency-records must be positive, rate and warmup not negative")
 	}
-	if o.profileDir != "" {
-		// The peers write their profiles there; a missing directory would
-		// fail the first round after the broker and the input are ready.
-		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
-			log.Fatalf("-profile %s: %v", o.profileDir, err)
+	if !o.throughput && o.rate == 0 {
+		log.Fatal("-throughput=false with -rate 0 runs nothing")
+	}
+	for flagName, d := range map[string]string{"-profile": o.profileDir, "-timeline": o.timelineDir} {
+		if d == "" {
+			continue
+		}
+		// The peers write there; a missing directory would fail the first
+		// round after the broker and the input are ready.
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			log.Fatalf("%s %s: %v", flagName, d, err)
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -109,13 +129,36 @@ func run(ctx context.Context, o options) error {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	if err := createTopic(ctx, adm, "payments", o.partitions, false); err != nil {
+	b := bench{o: o, p: p, adm: adm, brokers: brokers, brokerPID: brokerPID}
+	if o.throughput {
+		if err := b.throughputRounds(ctx, cl); err != nil {
+			return err
+		}
+	}
+	if o.rate == 0 {
+		return nil
+	}
+	return b.latencyRounds(ctx)
+}
+
+// bench is what every round needs: the options, the peers and the broker.
+type bench struct {
+	o         options
+	p         peers
+	adm       *kadm.Client
+	brokers   []string
+	brokerPID int
+}
+
+func (b bench) throughputRounds(ctx context.Context, cl *kgo.Client) error {
+	o := b.o
+	if err := createTopic(ctx, b.adm, "payments", o.partitions, false); err != nil {
 		return err
 	}
-	if err := produce(ctx, cl, "payments", o.records, o.keys, 0); err != nil {
+	if err := produce(ctx, cl, "payments", 0, o.records, o.keys, 0); err != nil {
 		return err
 	}
-	fmt.Printf("input: %d payments over %d keys, %d partitions; broker %s (pid %d)\n", o.records, o.keys, o.partitions, strings.Join(brokers, ","), brokerPID)
+	fmt.Printf("input: %d payments over %d keys, %d partitions; broker %s (pid %d)\n", o.records, o.keys, o.partitions, strings.Join(b.brokers, ","), b.brokerPID)
 
 	type cell struct{ sys, mode string }
 	order := []cell{{"parsley", "stateful"}, {"streams", "stateful"}, {"parsley", "stateless"}, {"streams", "stateless"}}
@@ -124,7 +167,7 @@ func run(ctx context.Context, o options) error {
 	for r := 1; r <= o.rounds; r++ {
 		got := map[cell]result{}
 		for _, k := range order {
-			res, err := runRound(ctx, o, p, adm, brokers, brokerPID, fmt.Sprintf("r%d", r), k.sys, k.mode, "payments", o.records, false)
+			res, err := b.runRound(ctx, fmt.Sprintf("r%d", r), k.sys, k.mode, "payments", o.records)
 			if err != nil {
 				return fmt.Errorf("round %d %s %s: %w", r, k.sys, k.mode, err)
 			}
@@ -144,26 +187,60 @@ func run(ctx context.Context, o options) error {
 	for _, m := range []string{"stateful", "stateless"} {
 		fmt.Printf("median Parsley/Streams throughput, %s: %.2fx over %d rounds %v\n", m, median(ratios[m]), len(ratios[m]), ratios[m])
 	}
-	if o.rate == 0 {
-		return nil
-	}
-	fmt.Printf("latency at %d rec/s, %d records per round (producer send to read_committed receipt):\n", o.rate, o.latencyRecords)
-	for r := 1; r <= o.rounds; r++ {
-		for _, sys := range []string{"parsley", "streams"} {
-			in := fmt.Sprintf("lat-r%d-%s", r, sys)
-			if err := createTopic(ctx, adm, in, o.partitions, false); err != nil {
-				return err
+	return nil
+}
+
+func (b bench) latencyRounds(ctx context.Context) (err error) {
+	o := b.o
+	var dump *latencyCSV
+	if o.latencyDump != "" {
+		f, err := os.Create(o.latencyDump)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if cerr := f.Close(); err == nil {
+				err = cerr
 			}
-			res, err := runRound(ctx, o, p, adm, brokers, brokerPID, fmt.Sprintf("lat%d", r), sys, "stateful", in, o.latencyRecords, true)
+		}()
+		if dump, err = newLatencyCSV(f); err != nil {
+			return err
+		}
+		defer func() {
+			if ferr := dump.flush(); err == nil {
+				err = ferr
+			}
+		}()
+	}
+	fmt.Printf("latency at %d rec/s (producer send to read_committed receipt): %d warm-up records read back first, then %d measured per round\n", o.rate, o.warmup, o.latencyRecords)
+	fmt.Println("round system    p50      p99      max   warm-up: first output  worst")
+	for r := 1; r <= o.rounds; r++ {
+		systems := []string{"parsley", "streams"}
+		if o.peerB != "" {
+			systems = []string{"parsley", "parsley-b", "streams"}
+		}
+		for _, sys := range systems {
+			res, err := b.latencyRound(ctx, r, sys)
 			if err != nil {
 				return fmt.Errorf("latency round %d %s: %w", r, sys, err)
 			}
-			fmt.Printf("%5d %-7s p50 %6.1fms  p99 %6.1fms\n", r, sys,
-				float64(percentile(res.lat, 50).Microseconds())/1000, float64(percentile(res.lat, 99).Microseconds())/1000)
+			lat, warm := latencies(res.measured), latencies(res.warm)
+			fmt.Printf("%5d %-7s %6.1fms %7.1fms %7.1fms %19s %7.1fms\n", r, sys, ms(percentile(lat, 50)), ms(percentile(lat, 99)), ms(percentile(lat, 100)),
+				res.firstWarm.Round(10*time.Millisecond), ms(percentile(warm, 100)))
+			if dump != nil {
+				if err := dump.write(sys, r, phaseWarmup, res.warm); err != nil {
+					return err
+				}
+				if err := dump.write(sys, r, phaseMeasure, res.measured); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil
 }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 type result struct {
 	first, last time.Duration // since launch
@@ -172,7 +249,6 @@ type result struct {
 	startup     time.Duration
 	brokerCPU   time.Duration
 	n           int
-	lat         []time.Duration
 }
 
 func (r result) throughput() float64 {
@@ -183,126 +259,251 @@ func (r result) throughput() float64 {
 	return float64(r.n-1) / d.Seconds()
 }
 
-// runRound starts one peer on input, and ends once n outputs are seen. With
-// paced, the peer starts on an empty input that is then produced at o.rate.
-func runRound(ctx context.Context, o options, p peers, adm *kadm.Client, brokers []string, brokerPID int, tag, sys, mode, input string, n int, paced bool) (result, error) {
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
-	app := fmt.Sprintf("sp-%s-%s-%s", tag, sys, mode)
-	out := app + "-out"
-	if err := createTopic(ctx, adm, out, o.partitions, false); err != nil {
-		return result{}, err
+// peerProc is a running peer: Wait's result arrives on exited, and the
+// round's context is cancelled when it does.
+type peerProc struct {
+	cmd     *exec.Cmd
+	exited  chan error
+	stopped bool
+}
+
+// startPeer creates the round's output (and changelog) topics and starts
+// sys's peer on input. cancel is called when the peer exits.
+func (b bench) startPeer(ctx context.Context, cancel context.CancelFunc, app, sys, mode, input, out string, timeline bool) (*peerProc, error) {
+	o := b.o
+	if err := createTopic(ctx, b.adm, out, o.partitions, false); err != nil {
+		return nil, err
 	}
-	stateDir := filepath.Join(p.dir, app)
+	stateDir := filepath.Join(b.p.dir, app)
 	var cmd *exec.Cmd
 	switch sys {
-	case "parsley":
+	case "parsley", "parsley-b":
 		name := "map"
 		if mode == "stateful" {
 			name = "fold"
 		}
-		if err := createTopic(ctx, adm, stage.ChangelogTopic(app, name), o.partitions, true); err != nil {
-			return result{}, err
+		if err := createTopic(ctx, b.adm, stage.ChangelogTopic(app, name), o.partitions, true); err != nil {
+			return nil, err
 		}
-		args := []string{"-brokers", strings.Join(brokers, ","), "-app", app, "-input", input, "-output", out, "-state-dir", stateDir, "-mode", mode}
+		args := []string{"-brokers", strings.Join(b.brokers, ","), "-app", app, "-input", input, "-output", out, "-state-dir", stateDir, "-mode", mode}
 		if o.profileDir != "" {
 			args = append(args, "-cpuprofile", filepath.Join(o.profileDir, app+".pprof"), "-requests", filepath.Join(o.profileDir, app+".requests.json"))
 		}
-		cmd = exec.Command(p.parsley, args...)
+		if timeline && o.timelineDir != "" {
+			args = append(args, "-timeline", filepath.Join(o.timelineDir, app+".timeline.csv"), "-debuglog", filepath.Join(o.timelineDir, app+".debug.log"))
+		}
+		bin := b.p.parsley
+		if sys == "parsley-b" {
+			bin = o.peerB
+		}
+		cmd = exec.Command(bin, args...)
 	default:
-		cmd = exec.Command("java", "-cp", p.javaCP, "parsley.bench.StreamsPeer", strings.Join(brokers, ","), app, input, out, stateDir, mode)
+		cmd = exec.Command("java", "-cp", b.p.javaCP, "parsley.bench.StreamsPeer", strings.Join(b.brokers, ","), app, input, out, stateDir, mode)
 	}
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	brokerBefore, err := procCPU(brokerPID)
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	pp := &peerProc{cmd: cmd, exited: make(chan error, 1)}
+	go func() {
+		pp.exited <- cmd.Wait()
+		cancel() // a peer that exits before the round ends fails the round
+	}()
+	return pp, nil
+}
+
+// exitErr returns why the round's context ended: the peer's exit if it
+// exited, else ctx's error.
+func (pp *peerProc) exitErr(ctx context.Context, got, want int) error {
+	select {
+	case werr := <-pp.exited:
+		pp.stopped = true
+		return fmt.Errorf("peer exited after %d of %d outputs: %v", got, want, werr)
+	default:
+	}
+	return fmt.Errorf("%d of %d outputs: %w", got, want, ctx.Err())
+}
+
+// stop ends the peer with SIGTERM, or kills it after 30 s.
+func (pp *peerProc) stop() {
+	if pp.stopped {
+		return
+	}
+	pp.stopped = true
+	_ = pp.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-pp.exited:
+	case <-time.After(30 * time.Second):
+		_ = pp.cmd.Process.Kill()
+		<-pp.exited
+	}
+}
+
+// kill ends a peer the round gave up on.
+func (pp *peerProc) kill() {
+	if !pp.stopped {
+		pp.stopped = true
+		_ = pp.cmd.Process.Kill()
+		<-pp.exited
+	}
+}
+
+// runRound starts one peer on input, and ends once n outputs are seen.
+func (b bench) runRound(ctx context.Context, tag, sys, mode, input string, n int) (result, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.o.timeout)
+	defer cancel()
+	app := fmt.Sprintf("sp-%s-%s-%s", tag, sys, mode)
+	out := app + "-out"
+	brokerBefore, err := procCPU(b.brokerPID)
 	if err != nil {
 		return result{}, err
 	}
-	consumer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(out), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.ConsumeTopics(out), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		return result{}, err
 	}
 	defer consumer.Close()
 	launch := time.Now()
-	if err := cmd.Start(); err != nil {
+	pp, err := b.startPeer(ctx, cancel, app, sys, mode, input, out, false)
+	if err != nil {
 		return result{}, err
 	}
-	// A peer that exits before the round ends fails the round.
-	exited := make(chan error, 1)
-	go func() {
-		exited <- cmd.Wait()
-		cancel()
-	}()
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}()
-	prodErr := make(chan error, 1)
-	if paced {
-		go func() {
-			// Let the peer join its group first, so the rate is what it sees.
-			if err := waitStable(ctx, adm, app); err != nil {
-				prodErr <- err
-				return
-			}
-			prodErr <- produce(ctx, consumer, input, n, o.keys, o.rate)
-		}()
-	}
+	defer pp.kill()
 	var res result
 	for res.n < n {
 		fs := consumer.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			select {
-			case werr := <-exited:
-				stopped = true
-				return res, fmt.Errorf("peer exited after %d of %d outputs: %v", res.n, n, werr)
-			default:
-			}
-			return res, fmt.Errorf("%d of %d outputs: %w", res.n, n, err)
+		if ctx.Err() != nil {
+			return res, pp.exitErr(ctx, res.n, n)
 		}
 		now := time.Now()
-		fs.EachRecord(func(r *kgo.Record) {
+		fs.EachRecord(func(*kgo.Record) {
 			if res.n == 0 {
 				res.first = now.Sub(launch)
 			}
 			res.n++
-			if paced {
-				var v struct {
-					TS int64 `json:"ts"`
-				}
-				if json.Unmarshal(r.Value, &v) == nil && v.TS > 0 {
-					res.lat = append(res.lat, now.Sub(time.Unix(0, v.TS)))
-				}
-			}
 		})
 		res.last = now.Sub(launch)
 	}
 	res.startup = res.first
-	if res.cpu, err = procCPU(cmd.Process.Pid); err != nil {
+	if res.cpu, err = procCPU(pp.cmd.Process.Pid); err != nil {
 		return res, err
 	}
-	if res.rss, err = procRSS(cmd.Process.Pid); err != nil {
+	if res.rss, err = procRSS(pp.cmd.Process.Pid); err != nil {
 		return res, err
 	}
-	brokerAfter, err := procCPU(brokerPID)
+	brokerAfter, err := procCPU(b.brokerPID)
 	if err != nil {
 		return res, err
 	}
 	res.brokerCPU = brokerAfter - brokerBefore
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
+	pp.stop()
+	return res, nil
+}
+
+// latencyResult is one latency round: the warm-up's and the measured
+// records' samples, and the time from launch to the first warm-up output.
+type latencyResult struct {
+	warm, measured []sample
+	firstWarm      time.Duration
+}
+
+// errDuplicateOutput fails a latency round whose output holds an input
+// record twice: exactly-once is broken, and the figures mean nothing.
+var errDuplicateOutput = errors.New("streamspeer: duplicate output")
+
+// latencyRound starts sys's stateful peer on an empty input, and once its
+// group is Stable produces o.warmup records at o.rate; once every one of
+// their outputs is read back, so the peer is running, it produces
+// o.latencyRecords more at o.rate, the measured ones, and ends when all
+// their outputs are read.
+func (b bench) latencyRound(ctx context.Context, round int, sys string) (latencyResult, error) {
+	o := b.o
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	input := fmt.Sprintf("lat-r%d-%s", round, sys)
+	if err := createTopic(ctx, b.adm, input, o.partitions, false); err != nil {
+		return latencyResult{}, err
 	}
-	stopped = true
-	if paced {
-		if err := <-prodErr; err != nil {
-			return res, err
+	app := fmt.Sprintf("sp-lat%d-%s-stateful", round, sys)
+	out := app + "-out"
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.ConsumeTopics(out), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		return latencyResult{}, err
+	}
+	defer cl.Close()
+	launch := time.Now()
+	pp, err := b.startPeer(ctx, cancel, app, sys, "stateful", input, out, true)
+	if err != nil {
+		return latencyResult{}, err
+	}
+	defer pp.kill()
+	warmed := make(chan struct{})
+	prodErr := make(chan error, 1)
+	go func() {
+		// Let the peer join its group first, so the rate is what it sees.
+		if err := waitStable(ctx, b.adm, app); err != nil {
+			prodErr <- err
+			return
 		}
+		if err := produce(ctx, cl, input, 0, o.warmup, o.keys, o.rate); err != nil {
+			prodErr <- err
+			return
+		}
+		select {
+		case <-warmed:
+		case <-ctx.Done():
+			prodErr <- ctx.Err()
+			return
+		}
+		prodErr <- produce(ctx, cl, input, o.warmup, o.latencyRecords, o.keys, o.rate)
+	}()
+	res := latencyResult{warm: make([]sample, 0, o.warmup), measured: make([]sample, 0, o.latencyRecords)}
+	seen := make(map[int64]bool, o.warmup+o.latencyRecords)
+	total := o.warmup + o.latencyRecords
+	if o.warmup == 0 {
+		close(warmed)
+	}
+	var bad error
+	for len(seen) < total && bad == nil {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return res, pp.exitErr(ctx, len(seen), total)
+		}
+		now := time.Now()
+		fs.EachRecord(func(r *kgo.Record) {
+			var v struct {
+				ID int64 `json:"id"`
+				TS int64 `json:"ts"`
+			}
+			if err := json.Unmarshal(r.Value, &v); err != nil || v.TS <= 0 {
+				bad = errors.Join(bad, fmt.Errorf("output %s[%d]@%d: no id and send time: %q", r.Topic, r.Partition, r.Offset, r.Value))
+				return
+			}
+			if seen[v.ID] {
+				bad = errors.Join(bad, fmt.Errorf("%w: input record %d", errDuplicateOutput, v.ID))
+				return
+			}
+			seen[v.ID] = true
+			s := sample{id: v.ID, send: time.Unix(0, v.TS), receipt: now}
+			if v.ID < int64(o.warmup) {
+				if len(res.warm) == 0 {
+					res.firstWarm = now.Sub(launch)
+				}
+				res.warm = append(res.warm, s)
+				if len(res.warm) == o.warmup {
+					close(warmed)
+				}
+			} else {
+				res.measured = append(res.measured, s)
+			}
+		})
+	}
+	if bad != nil {
+		return res, bad
+	}
+	pp.stop()
+	if err := <-prodErr; err != nil {
+		return res, err
 	}
 	return res, nil
 }
@@ -356,29 +557,53 @@ func createTopic(ctx context.Context, adm *kadm.Client, name string, partitions 
 	}
 }
 
-// produce writes n payments over keys accounts; with rate > 0 it paces
-// them at rate records/s and stamps each with its send time.
-func produce(ctx context.Context, cl *kgo.Client, topic string, n, keys, rate int) error {
-	var errs []error
+// produce writes n payments with ids from..from+n-1 over keys accounts,
+// each stamped with its send time; with rate > 0 it paces them at rate
+// records/s.
+func produce(ctx context.Context, cl *kgo.Client, topic string, from, n, keys, rate int) error {
+	var (
+		mu    sync.Mutex
+		first error
+	)
 	start := time.Now()
-	for i := range n {
+	for j := range n {
+		i := from + j
 		if rate > 0 {
-			if d := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate))); d > 0 {
-				time.Sleep(d)
+			if err := wait(ctx, time.Until(start.Add(time.Duration(j)*time.Second/time.Duration(rate)))); err != nil {
+				return err
 			}
 		}
 		key := "acct-" + strconv.Itoa(i%keys)
 		v := fmt.Sprintf(`{"id":%d,"account":%q,"amount":%d,"ts":%d}`, i, key, 100+i%9900, time.Now().UnixNano())
 		cl.Produce(ctx, &kgo.Record{Topic: topic, Key: []byte(key), Value: []byte(v)}, func(_ *kgo.Record, err error) {
-			if err != nil && len(errs) < 1 {
-				errs = append(errs, err)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && first == nil {
+				first = err
 			}
 		})
 	}
 	if err := cl.Flush(ctx); err != nil {
 		return err
 	}
-	return errors.Join(errs...)
+	mu.Lock()
+	defer mu.Unlock()
+	return first
+}
+
+// wait sleeps for d, or until ctx ends.
+func wait(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func waitStable(ctx context.Context, adm *kadm.Client, group string) error {

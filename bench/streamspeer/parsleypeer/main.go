@@ -8,7 +8,10 @@
 // emits the payment with the total; stateless emits it with a fee (On).
 // With -cpuprofile it writes a pprof CPU profile, and with -requests a JSON
 // count and total round-trip time of the Kafka requests of every client
-// the application built, by request name, when it stops on SIGTERM.
+// the application built, by request name, when it stops on SIGTERM. With
+// -timeline it writes a CSV timeline of its requests, fetches, deliveries
+// and acknowledgements (timeline.go), and with -debuglog franz-go's debug
+// log and the stage's, timestamped.
 package main
 
 import (
@@ -55,17 +58,22 @@ func main() {
 	mode := flag.String("mode", "stateful", "stateful (OnFold) or stateless (On)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
 	requests := flag.String("requests", "", "write Kafka request counts (JSON) here on exit")
+	timelineFile := flag.String("timeline", "", "write a CSV timeline of requests, fetches, deliveries and acknowledgements here")
+	debugLog := flag.String("debuglog", "", "write franz-go's and the stage's debug logs here")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *brokers, *app, *input, *output, *stateDir, *mode, *cpuprofile, *requests); err != nil {
+	o := runOpts{*brokers, *app, *input, *output, *stateDir, *mode, *cpuprofile, *requests, *timelineFile, *debugLog}
+	if err := run(ctx, o); err != nil {
 		log.Print(err)
 		os.Exit(1)
 	}
 }
 
-func build(mode, input, output string) (*stage.Stage, error) {
+// build returns the stage of mode; deliver, if not nil, is called with
+// every payment the handler is given.
+func build(mode, input, output string, deliver func(topic string, partition int32, offset, id int64)) (*stage.Stage, error) {
 	in := stage.NewTopic(input, stage.String(), stage.String())
 	out := stage.NewTopic(output, stage.String(), stage.String())
 	switch mode {
@@ -75,6 +83,9 @@ func build(mode, input, output string) (*stage.Stage, error) {
 			var p payment
 			if err := json.Unmarshal([]byte(m.Value), &p); err != nil {
 				return stage.Step[total]{}, fmt.Errorf("payment %q: %w", m.Value, err)
+			}
+			if deliver != nil {
+				deliver(m.Topic, m.Partition, m.Offset, p.ID)
 			}
 			s.Sum += p.Amount
 			sum := s.Sum
@@ -92,6 +103,9 @@ func build(mode, input, output string) (*stage.Stage, error) {
 			if err := json.Unmarshal([]byte(m.Value), &p); err != nil {
 				return nil, fmt.Errorf("payment %q: %w", m.Value, err)
 			}
+			if deliver != nil {
+				deliver(m.Topic, m.Partition, m.Offset, p.ID)
+			}
 			fee := p.Amount / 100
 			p.Fee = &fee
 			v, err := json.Marshal(p)
@@ -104,23 +118,62 @@ func build(mode, input, output string) (*stage.Stage, error) {
 	return nil, fmt.Errorf("mode %q: want stateful or stateless", mode)
 }
 
-func run(ctx context.Context, brokers, app, input, output, stateDir, mode, cpuprofile, requests string) error {
-	st, err := build(mode, input, output)
+type runOpts struct {
+	brokers, app, input, output, stateDir, mode string
+	cpuprofile, requests, timeline, debugLog    string
+}
+
+func run(ctx context.Context, o runOpts) (err error) {
+	var (
+		tl      *timeline
+		deliver func(string, int32, int64, int64)
+	)
+	rc := newRequestCounter()
+	hooks := []kgo.Hook{rc}
+	if o.timeline != "" {
+		f, err := os.Create(o.timeline)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		tl = newTimeline(f)
+		defer func() {
+			if cerr := tl.close(); err == nil {
+				err = cerr
+			}
+		}()
+		hooks = append(hooks, tl)
+		deliver = tl.deliver
+	}
+	st, err := build(o.mode, o.input, o.output, deliver)
 	if err != nil {
 		return err
 	}
-	rc := newRequestCounter()
+	opts := []kgo.Opt{kgo.WithHooks(hooks...)}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if o.debugLog != "" {
+		f, err := os.Create(o.debugLog)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w := &lockedWriter{w: f}
+		stamp := func() string { return time.Now().UTC().Format("15:04:05.000000") }
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(w, kgo.LogLevelDebug, stamp)))
+		logger = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	a, err := stage.New(stage.Config{
-		ApplicationID: app,
+		ApplicationID: o.app,
 		InstanceID:    "peer-1",
-		Brokers:       strings.Split(brokers, ","),
-		StateDir:      stateDir,
-		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
-		ClientOpts:    []kgo.Opt{kgo.WithHooks(rc)},
+		Brokers:       strings.Split(o.brokers, ","),
+		StateDir:      o.stateDir,
+		Logger:        logger,
+		ClientOpts:    opts,
 	}, st)
 	if err != nil {
 		return err
 	}
+	cpuprofile, requests := o.cpuprofile, o.requests
 	if cpuprofile != "" {
 		f, err := os.Create(cpuprofile)
 		if err != nil {
@@ -142,6 +195,18 @@ func run(ctx context.Context, brokers, app, input, output, stateDir, mode, cpupr
 		return nil // stopped by the driver
 	}
 	return err
+}
+
+// lockedWriter serialises the writes of two loggers to one file.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // requestCounter counts the requests every client writes, and their
