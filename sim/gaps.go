@@ -112,19 +112,21 @@ func gapFamilies() []Scenario {
 		}},
 		{Name: "grow-seq", Build: func(r *rand.Rand) Spec {
 			// S writes x then d for every record it delivers, so each d
-			// record claims S's x sends by sequence only; px writes x too,
-			// and R relays d into e. N consumes a, d and e, then, once it
-			// delivered some of d, drops d and takes x in the same
-			// rescope: S's x records are in its carried past with no
-			// offset to seed from, so the gate must skip them (never
-			// deliver them, never owe them), deliver px's records around
-			// them, and let the e records that claim them pass. T judges
-			// N's output against x.
-			return Spec{Topics: topics(1, "a", "s", "x", "d", "e", "out"),
+			// record claims S's x sends by sequence only; px and a second
+			// stage V write x too, and R relays d into e. N consumes a, d
+			// and e, then, once it delivered some of d, drops d and takes
+			// x in the same rescope: S's x records are in its carried past
+			// with no offset to seed from, so the gate must skip them
+			// (never deliver them, never owe them), deliver px's and V's
+			// records around them (V's sequences overlap S's), and let
+			// the e records claiming them pass. T judges N's output
+			// against x.
+			return Spec{Topics: topics(1, "a", "s", "v", "x", "d", "e", "out"),
 				Producers: []ProducerSpec{producer("pa", 10, r.IntN(2) == 0, "a"), producer("ps", 12, r.IntN(2) == 0, "s"),
-					producer("px", 8, r.IntN(2) == 0, "x")},
+					producer("pv", 6, r.IntN(2) == 0, "v"), producer("px", 6, r.IntN(2) == 0, "x")},
 				Nodes: []NodeSpec{
 					{Name: "S", Inputs: in("s"), Sinks: []string{"x", "d"}, Logic: Forward("x", "d")},
+					{Name: "V", Inputs: in("v"), Sinks: []string{"x"}, Logic: Forward("x")},
 					{Name: "R", Inputs: in("d"), Sinks: []string{"e"}, Logic: Forward("e")},
 					{Name: "N", Inputs: in("a", "d", "e"), Sinks: []string{"out"}, Logic: Forward("out"), CrashWeight: 8,
 						Redeploys: []Redeploy{{At: 1, Inputs: in("a", "e", "x"), Sinks: []string{"out"}, When: delivered("d")}}},
