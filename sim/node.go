@@ -92,7 +92,8 @@ type NodeSpec struct {
 	LegacyHost bool
 	// CrashWeight is the node's weight when the scheduler draws a crash
 	// (doubled while it holds records); 0 means 1. A family whose shape
-	// needs one node's restarts raises it.
+	// needs one node's restarts raises it; a negative weight exempts the
+	// node from crashes.
 	CrashWeight int
 }
 
@@ -309,6 +310,7 @@ func (n *SimNode) handle(ds []protocol.Delivery) error {
 		n.w.trace("deliver %s %v", n.spec.Name, d.Coordinate)
 		n.w.Oracle.Deliver(n.actor, d.Coordinate)
 		n.w.stats.Deliveries++
+		n.noteSkipMarkClaims(d)
 		n.noteDelivered(d)
 		if n.w.recreatedIDs[d.Channel.Topic] {
 			n.w.stats.RecreatedReads++

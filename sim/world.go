@@ -92,6 +92,7 @@ type Stats struct {
 	UndecodableReplays                        int  // a record whose stamp does not decode refetched below what the node accounted for
 	GrewSeqCarried                            int  // a redeploy grew an input where it carries, above the log start, records no offset claim covers
 	CarriedSkips                              int  // records the gate skipped because carried ancestry holds them by their sender's sequence
+	SkipMarkClaims                            int  // a delivery whose sequence claim only the mark of a skipped record met
 	Held                                      bool // some node held a record at the gate
 	SignedHeld                                bool // a node whose inputs' topic IDs differ in the high half's sign bit held a record
 	LowSignHeld                               bool // ... or share the high half and differ in the low half's sign bit
@@ -316,6 +317,9 @@ func (w *World) actions() []action {
 	if w.crashes > 0 {
 		for _, n := range w.Nodes {
 			if n.state != up {
+				continue
+			}
+			if n.spec.CrashWeight < 0 {
 				continue
 			}
 			h := n.Held() > 0
