@@ -150,6 +150,7 @@ func (n *Node) heldFrom(in *input, sender headers.SenderID, seq int64) bool {
 type Counters struct {
 	Delivered       uint64 // records released through the gate
 	ReplaysSkipped  uint64 // records fed at or below the frontier and dropped
+	CarriedSkipped  uint64 // records skipped at the head because carried ancestry holds them by their sender's sequence
 	Stamps          uint64 // stamps issued by PrepareSend
 	PositionFolds   uint64 // frontier raises from a reported consumer position
 	SkippedRunFolds uint64 // frontier raises over a skipped run behind a held head

@@ -261,6 +261,18 @@ func (n *Node) apply(p *initPlan) {
 			in.accounted = max(in.accounted, in.q.at(l-1).offset)
 		}
 	}
+	// History carried by a sender's sequence alone (a stage that wrote a
+	// grown channel and a departing input in one incarnation claims its
+	// sends there by sequence) has no offset to seed from: the gate skips
+	// it record by record instead (skipCarried).
+	for e := range n.carried.SeqEntries() {
+		if in := n.byChan[e.Channel]; in != nil {
+			if in.carriedSeq == nil {
+				in.carriedSeq = make(map[headers.SenderID]int64)
+			}
+			in.carriedSeq[e.Sender] = e.Seq
+		}
+	}
 	n.rebuildAgg()
 }
 

@@ -124,6 +124,10 @@ type input struct {
 
 	cc headers.Clock                // advertised clock: folded clocks of records received here
 	ds map[headers.SenderID]*dsMark // entries are updated in place, never replaced
+	// carriedSeq is carried ancestry's sequence claims on this channel, by
+	// sender (nil when there are none, as almost always): records they
+	// cover are in the node's past already and are skipped at the head.
+	carriedSeq map[headers.SenderID]int64
 
 	frontierDirty bool
 	ccDirty       bool

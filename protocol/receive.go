@@ -84,7 +84,14 @@ func (n *Node) OnRecord(rec *Record) ([]Delivery, error) {
 	n.held++
 	n.nonEmpty++
 	raised := n.raiseFrontier(in, rec.Offset-1) // seed / bridge: the run below was skipped
-	if n.deliverable(in, &q.headStmp) {
+	if n.carriedHead(in) {
+		if err := n.skipCarried(in); err != nil {
+			return nil, err
+		}
+		if n.nonEmpty == 0 {
+			return n.out, nil
+		}
+	} else if n.deliverable(in, &q.headStmp) {
 		if err := n.deliver(in); err != nil {
 			return nil, err
 		}
@@ -181,6 +188,13 @@ func (n *Node) cascade() error {
 		progress = false
 		for _, in := range n.inputs {
 			for in.q.len() > 0 {
+				if n.carriedHead(in) {
+					if err := n.skipCarried(in); err != nil {
+						return err
+					}
+					progress = true
+					continue
+				}
 				if err := n.loadHead(in); err != nil {
 					return err
 				}
@@ -285,20 +299,69 @@ func (n *Node) deliver(in *input) error {
 	d := &n.out[i]
 	d.Record = q.head
 	d.Stamp, q.headStmp = q.headStmp, d.Stamp
-	in.frontier = d.Offset
-	in.claim = d.Offset // a delivered business record: committed, claimable
-	in.frontierDirty = true
 	if d.Stamp.Tagged {
-		if m := in.markOf(d.Stamp.Sender); m == nil || d.Stamp.Seq >= m.seq {
-			if !containsSender(in.dsDirty, d.Stamp.Sender) {
-				in.dsDirty = append(in.dsDirty, d.Stamp.Sender)
-			}
-			in.setMark(d.Stamp.Sender, dsMark{seq: d.Stamp.Seq, offset: d.Offset})
-		}
+		n.markPassed(in, d.Stamp.Sender, d.Stamp.Seq, d.Offset)
 	}
+	n.counters.Delivered++
+	n.passHead(in)
+	return nil
+}
+
+// carriedHead reports whether the head of in's queue is a record carried
+// ancestry already holds: its sender's sequence is at or below a sequence
+// claim carried on in's channel. The node's past holds it (it reached the
+// node through a departing input's clock), so delivering it would
+// re-enter history (reference 05: skipped, never re-entered).
+func (n *Node) carriedHead(in *input) bool {
+	if in.carriedSeq == nil {
+		return false
+	}
+	k := in.q.at(0)
+	if k.sender == 0 {
+		return false
+	}
+	c, ok := in.carriedSeq[n.senders.ids[k.sender-1]]
+	return ok && k.seq <= c
+}
+
+// skipCarried passes the head of in's queue without delivering it, as a
+// delivery passes it: the frontier and its claim move onto its offset (a
+// committed record, now in the node's past), and its sender's mark onto
+// its sequence, so claims on it resolve.
+func (n *Node) skipCarried(in *input) error {
+	k := *in.q.at(0)
+	if k.offset <= in.frontier {
+		return n.fail(coordErr("skip carried", in.ch, k.offset, because(ErrCorruptState,
+			"skip would move the frontier back from "+itoa(in.frontier))))
+	}
+	n.markPassed(in, n.senders.ids[k.sender-1], k.seq, k.offset)
+	n.counters.CarriedSkipped++
+	n.passHead(in)
+	return nil
+}
+
+// markPassed raises sender's delivered-sequence mark on in to seq, the
+// record at offset having passed the head.
+func (n *Node) markPassed(in *input, sender headers.SenderID, seq, offset int64) {
+	if m := in.markOf(sender); m == nil || seq >= m.seq {
+		if !containsSender(in.dsDirty, sender) {
+			in.dsDirty = append(in.dsDirty, sender)
+		}
+		in.setMark(sender, dsMark{seq: seq, offset: offset})
+	}
+}
+
+// passHead pops the head of in's queue, delivered or skipped: the frontier
+// and its claim move onto it, then fold what the position or the next
+// head reveals.
+func (n *Node) passHead(in *input) {
+	q := &in.q
+	o := q.at(0).offset
+	in.frontier = o
+	in.claim = o // a business record: committed, claimable
+	in.frontierDirty = true
 	q.pop()
 	n.held--
-	n.counters.Delivered++
 	if q.len() == 0 {
 		n.nonEmpty--
 		// A drained queue folds the clean prefix the position revealed.
@@ -306,7 +369,7 @@ func (n *Node) deliver(in *input) error {
 			in.frontier = in.position - 1
 			n.counters.PositionFolds++
 		}
-		return nil
+		return
 	}
 	// The skipped run behind a held head: head-of-line order means every
 	// record below the new head was delivered, so the rest was skipped.
@@ -314,7 +377,6 @@ func (n *Node) deliver(in *input) error {
 		in.frontier = o
 		n.counters.SkippedRunFolds++
 	}
-	return nil
 }
 
 func containsSender(s []headers.SenderID, x headers.SenderID) bool {

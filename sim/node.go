@@ -92,7 +92,8 @@ type NodeSpec struct {
 	LegacyHost bool
 	// CrashWeight is the node's weight when the scheduler draws a crash
 	// (doubled while it holds records); 0 means 1. A family whose shape
-	// needs one node's restarts raises it.
+	// needs one node's restarts raises it; a negative weight exempts the
+	// node from crashes.
 	CrashWeight int
 }
 
@@ -147,7 +148,7 @@ type SimNode struct {
 	spos  map[headers.Channel]int64 // staged positions
 	txn   int                       // open broker transaction
 	gone  []headers.Channel         // inputs dropped by a redeploy, for the oracle
-	folds [2]uint64                 // position folds and skipped-run folds of dead incarnations
+	folds [3]uint64                 // position folds, skipped-run folds and carried skips of dead incarnations
 
 	restarts int
 	swept    int   // step of the incarnation's last truncation sweep; -1 = none
@@ -272,6 +273,7 @@ func (n *SimNode) down() {
 		c := n.proto.Counters()
 		n.folds[0] += c.PositionFolds
 		n.folds[1] += c.SkippedRunFolds
+		n.folds[2] += c.CarriedSkipped
 	}
 	n.proto, n.batch, n.spos, n.txn = nil, nil, nil, 0
 	n.state = down
@@ -308,6 +310,7 @@ func (n *SimNode) handle(ds []protocol.Delivery) error {
 		n.w.trace("deliver %s %v", n.spec.Name, d.Coordinate)
 		n.w.Oracle.Deliver(n.actor, d.Coordinate)
 		n.w.stats.Deliveries++
+		n.noteSkipMarkClaims(d)
 		n.noteDelivered(d)
 		if n.w.recreatedIDs[d.Channel.Topic] {
 			n.w.stats.RecreatedReads++
@@ -783,12 +786,17 @@ func (n *SimNode) rescopeOracle(prevInputs []headers.Channel, prevSinks []string
 			grown[ch] = bound
 		}
 		if !ok || bound < b.LogStart(ch) {
-			continue // nothing carried there that a fetch could return
+			continue // nothing carried there by offset that a fetch could return
 		}
 		if slices.Contains(former, ch.Topic) {
 			n.w.stats.GrewIntoFormerSink++
 		} else {
 			n.w.stats.GrewIntoCarried++
+		}
+	}
+	for _, ch := range n.inputs {
+		if !slices.Contains(prevInputs, ch) && o.SeqCarried(n.actor, ch, b.LogStart(ch)) > 0 {
+			n.w.stats.GrewSeqCarried++
 		}
 	}
 	return grown

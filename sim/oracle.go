@@ -90,8 +90,9 @@ const (
 	// delivered nor carried in its causal past.
 	LostOnResume
 	// Reentered: a node delivered, on a channel it grew into, a record its
-	// carried history already holds (reference 05: the causal past a node
-	// delivered or carried may be skipped, never re-entered).
+	// carried history already holds, or one at or below an offset that
+	// history claims there (reference 05: the causal past a node delivered
+	// or carried may be skipped, never re-entered).
 	Reentered
 )
 
@@ -197,6 +198,10 @@ type actor struct {
 	// carried history reaches there by offset claims: no delivery on the
 	// channel may be at or below it.
 	reentry map[headers.Channel]int64
+	// skip holds every carried record on a channel the actor grew into,
+	// whatever claims it (an offset, or only its sender's sequence): it is
+	// in the actor's past, so it is never delivered there, and never owed.
+	skip bitset
 }
 
 // NewOracle returns an empty oracle.
@@ -254,18 +259,22 @@ func (o *Oracle) RetireSink(a int, ch headers.Channel) {
 // its carried knowledge of the channel, so no later delivery there may be
 // at or below that bound.
 //
-// Only offset claims seed: a carried record counts when a delivered it (on
-// the input it dropped), sent it (to the sink it dropped), or a plain
-// client wrote it (plain clients claim by offset, and no hop turns an
-// offset claim into anything else). A stage's record that reached a's
-// past only through its sender's sequence claim is not counted: a seed
-// cannot skip it (docs/verification.md, "Gap families").
+// A carried record counts toward the bound when a delivered it (on the
+// input it dropped), sent it (to the sink it dropped), or a plain client
+// wrote it (plain clients claim by offset, and no hop turns an offset
+// claim into anything else). Every carried record on ch, those a stage's
+// sequence claim alone carries included, joins the skip set: delivering
+// one is re-entry, and completeness does not owe it.
 func (o *Oracle) Grow(a int, ch headers.Channel) (int64, bool) {
 	ac := o.actors[a]
 	hi, ok := int64(-1), false
 	ac.carried.each(func(x int) bool {
 		r := &o.recs[x]
-		if r.coord.Channel == ch && r.coord.Offset > hi && (!r.tagged || r.actor == a || ac.cur.delivered.has(x)) {
+		if r.coord.Channel != ch {
+			return true
+		}
+		ac.skip.set(x)
+		if r.coord.Offset > hi && (!r.tagged || r.actor == a || ac.cur.delivered.has(x)) {
 			hi, ok = r.coord.Offset, true
 		}
 		return true
@@ -279,6 +288,22 @@ func (o *Oracle) Grow(a int, ch headers.Channel) (int64, bool) {
 		}
 	}
 	return hi, ok
+}
+
+// SeqCarried counts the records on ch that actor a carries, at or above
+// from, that Grow did not bound: stages' records its past holds only
+// through their senders' sequence claims, which no offset seed skips.
+func (o *Oracle) SeqCarried(a int, ch headers.Channel, from int64) int {
+	ac := o.actors[a]
+	b, has := ac.reentry[ch]
+	k := 0
+	ac.skip.each(func(x int) bool {
+		if c := o.recs[x].coord; c.Channel == ch && c.Offset >= from && (!has || c.Offset > b) {
+			k++
+		}
+		return true
+	})
+	return k
 }
 
 // Baseline returns actor a's baseline on ch.
@@ -340,7 +365,7 @@ func (o *Oracle) Deliver(a int, coord headers.Coordinate) bool {
 	o.recs[id].anc.each(func(x int) bool {
 		c := o.recs[x].coord
 		base, consumed := ac.consumes[c.Channel]
-		if consumed && c.Offset >= base && !ac.cur.delivered.has(x) {
+		if consumed && c.Offset >= base && !ac.cur.delivered.has(x) && !ac.skip.has(x) {
 			if missing == 0 {
 				first = c
 			}
@@ -354,6 +379,9 @@ func (o *Oracle) Deliver(a int, coord headers.Coordinate) bool {
 	}
 	if b, ok := ac.reentry[coord.Channel]; ok && coord.Offset <= b {
 		o.violate(Reentered, ac.name, fmt.Sprintf("%v delivered, at or below offset %d, which the node carried when it grew into the channel", coord, b))
+		good = false
+	} else if ac.skip.has(id) {
+		o.violate(Reentered, ac.name, fmt.Sprintf("%v delivered, which the node carried in its past when it grew into the channel", coord))
 		good = false
 	}
 	ac.cur.delivered.set(id)
@@ -380,7 +408,8 @@ func (o *Oracle) Delivered(a int, coord headers.Coordinate) bool {
 }
 
 // Complete checks, at drain, that every business record at or above actor
-// a's baseline on each channel it consumes was delivered there.
+// a's baseline on each channel it consumes was delivered there, unless it
+// is carried history on a channel a grew into (the skip set).
 func (o *Oracle) Complete(a int, b *Broker) {
 	ac := o.actors[a]
 	chans := make([]headers.Channel, 0, len(ac.consumes))
@@ -398,7 +427,7 @@ func (o *Oracle) Complete(a int, b *Broker) {
 			if e == nil || e.Kind != Business {
 				continue
 			}
-			if !ac.cur.delivered.has(e.ID) {
+			if !ac.cur.delivered.has(e.ID) && !ac.skip.has(e.ID) {
 				if missing == 0 {
 					first = off
 				}

@@ -62,5 +62,5 @@ func (n *SimNode) checkResume(ch headers.Channel, from, start int64, resume []pr
 func (o *Oracle) ForgetPast(a int) {
 	ac := o.actors[a]
 	ac.cur.past, ac.committed.past = nil, nil
-	ac.carried, ac.reentry = nil, nil
+	ac.carried, ac.reentry, ac.skip = nil, nil, nil
 }

@@ -81,6 +81,9 @@ var (
 	grewCarried   = floor{"a redeploy grew an input its departing input's clock named", 20, func(s *Stats) bool { return s.GrewIntoCarried > 0 }}
 	grewSink      = floor{"a redeploy grew an input from a sink it dropped", 20, func(s *Stats) bool { return s.GrewIntoFormerSink > 0 }}
 	signedHeld    = floor{"a node whose inputs' topic IDs differ in the sign bit held a record", 20, func(s *Stats) bool { return s.SignedHeld }}
+	grewSeq       = floor{"a redeploy grew an input where it carries records only a sequence claim covers", 20, func(s *Stats) bool { return s.GrewSeqCarried > 0 }}
+	carriedSkip   = floor{"the gate skipped a record carried by its sender's sequence", 20, func(s *Stats) bool { return s.CarriedSkips > 0 }}
+	skipMark      = floor{"a delivery whose sequence claim only a skipped record's mark met", 20, func(s *Stats) bool { return s.SkipMarkClaims > 0 }}
 	lowSignHeld   = floor{"a node whose inputs' topic IDs differ only in the low half's sign bit held a record", 20, func(s *Stats) bool { return s.LowSignHeld }}
 	scenarioFloor = map[string][]floor{
 		"linear":            {crashed, posFold},
@@ -119,6 +122,7 @@ var (
 		"drain-fold":        {drainFold, held, posFold},
 		"grow-carried":      {grewCarried, undecReplay, replayed},
 		"sink-to-input":     {grewSink, held},
+		"grow-seq":          {grewSeq, carriedSkip, skipMark, held, crashed},
 	}
 )
 

@@ -90,6 +90,9 @@ type Stats struct {
 	WideClaimsHeld                            int  // a held record claiming more than 8 channels per gate input (the lookup's binary search)
 	DrainFoldsOntoMarker                      int  // a drained queue folded onto a position reported while it was held, past a non-record offset
 	UndecodableReplays                        int  // a record whose stamp does not decode refetched below what the node accounted for
+	GrewSeqCarried                            int  // a redeploy grew an input where it carries, above the log start, records no offset claim covers
+	CarriedSkips                              int  // records the gate skipped because carried ancestry holds them by their sender's sequence
+	SkipMarkClaims                            int  // a delivery whose sequence claim only the mark of a skipped record met
 	Held                                      bool // some node held a record at the gate
 	SignedHeld                                bool // a node whose inputs' topic IDs differ in the high half's sign bit held a record
 	LowSignHeld                               bool // ... or share the high half and differ in the low half's sign bit
@@ -316,6 +319,9 @@ func (w *World) actions() []action {
 			if n.state != up {
 				continue
 			}
+			if n.spec.CrashWeight < 0 {
+				continue
+			}
 			h := n.Held() > 0
 			if w.crashes == 1 && !h {
 				continue // the last crash is reserved for a holding node
@@ -536,9 +542,11 @@ func (w *World) Run(ctx context.Context) Result {
 			c := n.proto.Counters()
 			n.folds[0] += c.PositionFolds
 			n.folds[1] += c.SkippedRunFolds
+			n.folds[2] += c.CarriedSkipped
 		}
 		w.stats.PositionFolds += int(n.folds[0])
 		w.stats.SkippedRunFolds += int(n.folds[1])
+		w.stats.CarriedSkips += int(n.folds[2])
 	}
 	return Result{Drained: drained, Violations: w.Oracle.violations, Stats: w.stats, TraceHash: w.hash.Sum64(), Err: w.err}
 }
