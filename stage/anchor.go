@@ -102,8 +102,7 @@ func (a *App) anchoredEnd(ctx context.Context, cl *kgo.Client) context.Context {
 // commit for (committed: the client's view); failing that, the first one
 // its task's last build gave a start. ok is false when none qualifies.
 func (a *App) offsetAnchor(committed map[string]map[int32]kgo.EpochOffset) (anc offsetAnchor, ok bool) {
-	a.amu.Lock()
-	defer a.amu.Unlock()
+	_, assigned, _ := a.asg.read()
 	var fresh *offsetAnchor
 	for _, id := range a.sortedIDs() {
 		t := a.tasks[id]
@@ -112,7 +111,7 @@ func (a *App) offsetAnchor(committed map[string]map[int32]kgo.EpochOffset) (anc 
 		}
 		for i := range t.inputs {
 			tp := topicPartition{t.inputTopic(i), t.partition}
-			if !slices.Contains(a.assigned[tp.topic], tp.partition) {
+			if !slices.Contains(assigned[tp.topic], tp.partition) {
 				continue
 			}
 			if at, ok := committed[tp.topic][tp.partition]; ok {
@@ -193,8 +192,6 @@ func (a *App) readUncommitted(ctx context.Context, need map[string][]int32) {
 		}
 		a.log.Debug("stage: stable offset read failed; no anchor from start positions", "err", err)
 	}
-	a.amu.Lock()
-	defer a.amu.Unlock()
 	if a.uncommitted == nil {
 		a.uncommitted = make(map[topicPartition]bool)
 	}

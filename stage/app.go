@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -56,19 +55,12 @@ type App struct {
 	admin  *kadm.Client
 	boot   *kgo.Client // the admin's client, for requests kadm lacks (fence.go)
 
-	// assignment, written by the group's callbacks
-	amu      sync.Mutex
-	assigned map[string][]int32
-	dropped  map[topicPartition]bool // revoked since the last reconcile
-	// revokeSeen: a revoke since the session last ended a transaction
-	// (rearmRevoke).
-	revokeSeen bool
-	gen        uint64
-	seenGen    uint64
-	paused     map[string][]int32       // owned by the session loop: assigned partitions not fetched
-	rewound    map[topicPartition]int64 // owned by the session loop: positions set back this session (positions.go)
-	restores   map[taskID]*restoreJob   // owned by the session loop: restores in progress (restore.go)
-	repause    bool                     // a restore ended: reconcile recomputes what is fetched
+	asg      *assignment              // the only part franz-go's goroutines write (assignment.go)
+	seenGen  uint64                   // owned by the session loop: the generation the last reconcile saw
+	paused   map[string][]int32       // owned by the session loop: assigned partitions not fetched
+	rewound  map[topicPartition]int64 // owned by the session loop: positions set back this session (positions.go)
+	restores map[taskID]*restoreJob   // owned by the session loop: restores in progress (restore.go)
+	repause  bool                     // a restore ended: reconcile recomputes what is fetched
 	// rejoined: this session already asked the group to rebalance because
 	// its assignment held partitions back (reconcile).
 	rejoined bool
@@ -83,7 +75,7 @@ type App struct {
 	// offset at its log start (ClientOpts keep franz-go's default), so an
 	// offsetless step may commit that (anchor.go).
 	freshAtLogStart bool
-	// uncommitted: the source partitions the last stable offset read
+	// uncommitted (owned by the session loop): the source partitions the last stable offset read
 	// found with no group commit, committed or pending (anchor.go).
 	uncommitted map[topicPartition]bool
 	ahead       decodeAhead // the step's decoding workers (decodeahead.go)
@@ -151,8 +143,7 @@ func New(cfg Config, stages ...*Stage) (*App, error) {
 	a := &App{
 		cfg: c, stages: stages, log: c.Logger,
 		bySource: make(map[string][]int),
-		assigned: make(map[string][]int32),
-		dropped:  make(map[topicPartition]bool),
+		asg:      newAssignment(),
 		tasks:    make(map[taskID]*task),
 	}
 	a.freshAtLogStart = startsAtLogStart(c.ClientOpts)

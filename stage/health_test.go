@@ -91,11 +91,9 @@ func TestReadinessStates(t *testing.T) {
 	check(false, `task h/3 restored, starting`)
 	tk.built = true
 	check(true, "")
-	a.amu.Lock()
-	a.gen++
-	a.amu.Unlock()
+	a.asg.bump()
 	check(false, "joining")
-	a.seenGen = a.gen
+	a.seenGen = a.asg.generation()
 	check(true, "")
 	a.sessionEnded()
 	if ok, why := a.Readiness(); ok || !strings.Contains(why, "rejoining") {

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"time"
 
@@ -43,8 +42,8 @@ func (a *App) sessionOpts() []kgo.Opt {
 		kgo.Balancers(coPartitioner{host: a.standby.host}),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.OnPartitionsAssigned(a.onAssigned),
-		kgo.OnPartitionsRevoked(a.onRevoked),
-		kgo.OnPartitionsLost(a.onRevoked),
+		kgo.OnPartitionsRevoked(a.asg.onRevoked),
+		kgo.OnPartitionsLost(a.asg.onRevoked),
 	)
 	if a.cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(a.cfg.SessionTimeout))
@@ -91,31 +90,7 @@ func (a *App) onAssigned(ctx context.Context, _ *kgo.Client, m map[string][]int3
 	// Before the client fetches the new partitions' offsets, which a
 	// departed owner's open transaction would hold back (fence.go).
 	a.fenceAbandoned(ctx, m)
-	a.amu.Lock()
-	defer a.amu.Unlock()
-	for t, ps := range m {
-		a.assigned[t] = append(a.assigned[t], ps...)
-	}
-	a.gen++
-}
-
-func (a *App) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-	if len(m) == 0 {
-		return // a cooperative rebalance that took nothing from this member
-	}
-	a.amu.Lock()
-	defer a.amu.Unlock()
-	a.revokeSeen = true
-	for t, ps := range m {
-		for _, p := range ps {
-			a.dropped[topicPartition{t, p}] = true
-		}
-		a.assigned[t] = slices.DeleteFunc(a.assigned[t], func(p int32) bool { return slices.Contains(ps, p) })
-		if len(a.assigned[t]) == 0 {
-			delete(a.assigned, t)
-		}
-	}
-	a.gen++
+	a.asg.onAssigned(m)
 }
 
 // session runs one client incarnation until ctx ends or the client fails.
@@ -131,17 +106,7 @@ func (a *App) session(ctx context.Context) error {
 		for _, t := range a.tasks {
 			t.reset()
 		}
-		a.amu.Lock()
-		// The next client starts over: every task is restored before it
-		// runs again, whatever the next assignment.
-		for t, ps := range a.assigned {
-			for _, p := range ps {
-				a.dropped[topicPartition{t, p}] = true
-			}
-		}
-		clear(a.assigned)
-		a.gen++
-		a.amu.Unlock()
+		a.asg.dropAll()
 		clear(a.paused)
 		clear(a.rewound)
 		a.rejoined = false
@@ -264,9 +229,7 @@ func (a *App) fillStep(ctx context.Context, sess *kgo.GroupTransactSession, fs k
 // assignmentChanged reports whether the group changed the assignment since
 // the last reconcile.
 func (a *App) assignmentChanged() bool {
-	a.amu.Lock()
-	defer a.amu.Unlock()
-	return a.gen != a.seenGen
+	return a.asg.generation() != a.seenGen
 }
 
 // needsStep reports whether some restored task has no node: a step builds
@@ -298,11 +261,7 @@ func (a *App) timerDue() bool {
 // of the next one (a partition number leaving in the second round of a
 // cooperative rebalance) and keep running the task elsewhere assigned.
 func (a *App) rearmRevoke(ctx context.Context, sess *kgo.GroupTransactSession) error {
-	a.amu.Lock()
-	seen := a.revokeSeen
-	a.revokeSeen = false
-	a.amu.Unlock()
-	if !seen {
+	if !a.asg.takeRevoked() {
 		return nil
 	}
 	if err := sess.Begin(); err != nil {

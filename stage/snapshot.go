@@ -71,9 +71,7 @@ func (a *App) stepEnded(start time.Time, committed bool) {
 func (a *App) observe() {
 	a.beat.Store(time.Now().UnixNano())
 	now := a.cfg.WallClock()
-	a.amu.Lock()
-	settled := a.gen == a.seenGen
-	a.amu.Unlock()
+	settled := a.asg.generation() == a.seenGen
 	prev := a.snap.Load()
 	snap := &snapshot{tasks: make([]taskSnapshot, 0, len(a.tasks)), ready: a.ready.Load() && settled}
 	if !snap.ready {

@@ -317,11 +317,7 @@ type standbys struct {
 func (a *App) standbyRetry() time.Duration { return max(5*a.cfg.RetryBackoff, time.Second) }
 
 func (a *App) newStandbyHost() *standbyHost {
-	return &standbyHost{count: a.cfg.Standbys, log: a.log, changed: func() {
-		a.amu.Lock()
-		a.gen++
-		a.amu.Unlock()
-	}}
+	return &standbyHost{count: a.cfg.Standbys, log: a.log, changed: a.asg.bump}
 }
 
 // syncStandbys runs a standby for each task of the given partition numbers

@@ -48,9 +48,7 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	if commit && a.hooks.beforeEnd != nil && a.hooks.beforeEnd(a.steps.Load()) {
 		commit = false
 	}
-	a.amu.Lock()
-	a.revokeSeen = false // End re-arms the session's revoke callback
-	a.amu.Unlock()
+	a.asg.takeRevoked() // End re-arms the session's revoke callback
 	empty := commit && fs.NumRecords() == 0 && a.sent.produced == 0
 	if empty {
 		// A step that consumed and wrote nothing (building restored

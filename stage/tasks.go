@@ -21,14 +21,7 @@ import (
 // task may consume. Tasks that keep all their partitions keep their node
 // and go on processing (cooperative rebalancing).
 func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
-	a.amu.Lock()
-	gen := a.gen
-	assigned := make(map[string][]int32, len(a.assigned))
-	for t, ps := range a.assigned {
-		assigned[t] = slices.Clone(ps)
-	}
-	dropped := maps.Clone(a.dropped)
-	a.amu.Unlock()
+	gen, assigned, dropped := a.asg.read()
 	if gen == a.seenGen && !a.repause {
 		return nil
 	}
@@ -96,11 +89,7 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 		cl.ForceRebalance()
 	}
 	a.seenGen = gen
-	a.amu.Lock()
-	for tp := range dropped {
-		delete(a.dropped, tp)
-	}
-	a.amu.Unlock()
+	a.asg.forget(dropped)
 	a.ready.Store(true)
 	a.observe() // readers see the new task set before its first step ends
 	return nil
