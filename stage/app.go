@@ -68,17 +68,11 @@ type App struct {
 	// Owned by the session loop.
 	tasks               map[taskID]*task
 	env                 *taskEnv    // what tasks use of the App (env.go)
+	txn                 *txnEnder   // ends the transactions (txnend.go)
 	sent                sendResults // the open step's produce results
 	xfails              uint        // consecutive steps whose external sinks did not settle
 	fetchedAheadRetries int         // consecutive steps retried at once after a fetchedAheadError
-	// freshAtLogStart: the client starts a partition without a group
-	// offset at its log start (ClientOpts keep franz-go's default), so an
-	// offsetless step may commit that (anchor.go).
-	freshAtLogStart bool
-	// uncommitted (owned by the session loop): the source partitions the last stable offset read
-	// found with no group commit, committed or pending (anchor.go).
-	uncommitted map[topicPartition]bool
-	ahead       decodeAhead // the step's decoding workers (decodeahead.go)
+	ahead               decodeAhead // the step's decoding workers (decodeahead.go)
 
 	snap            atomic.Pointer[snapshot] // published by the session loop
 	commits, aborts atomic.Uint64
@@ -146,7 +140,6 @@ func New(cfg Config, stages ...*Stage) (*App, error) {
 		asg:      newAssignment(),
 		tasks:    make(map[taskID]*task),
 	}
-	a.freshAtLogStart = startsAtLogStart(c.ClientOpts)
 	a.ahead.workers = min(c.DecodeAhead, runtime.GOMAXPROCS(0)-1) // a worker needs a core of its own
 	a.standby = standbys{host: a.newStandbyHost(), jobs: make(map[taskID]*standbyJob), retry: make(map[taskID]time.Time)}
 	for i, s := range stages {
@@ -191,6 +184,7 @@ func (a *App) Run(ctx context.Context) error {
 		return err
 	}
 	a.env = a.newTaskEnv()
+	a.txn = a.newTxnEnder()
 	if err := os.MkdirAll(filepath.Join(a.cfg.StateDir, a.cfg.ApplicationID), 0o755); err != nil {
 		return fmt.Errorf("stage: state dir: %w", err)
 	}

@@ -52,8 +52,8 @@ const fenceTimeout = 5 * time.Second
 // nameCommits sets the metadata of every offset a stage transaction
 // commits to the instance ID, so that the next owner of a partition knows
 // whose transaction may still be open on it.
-func (a *App) nameCommits(req *kmsg.TxnOffsetCommitRequest) error {
-	inst := &a.cfg.InstanceID // a.cfg is not written once Run runs
+func (e *txnEnder) nameCommits(req *kmsg.TxnOffsetCommitRequest) error {
+	inst := &e.instance // not written once Run runs
 	for i := range req.Topics {
 		for j := range req.Topics[i].Partitions {
 			req.Topics[i].Partitions[j].Metadata = inst

@@ -114,7 +114,7 @@ func (a *App) session(ctx context.Context) error {
 		a.sessionEnded()
 	}()
 	// Every transaction's offsets name this instance (fence.go).
-	ctx = kgo.PreTxnCommitFnContext(ctx, a.nameCommits)
+	ctx = kgo.PreTxnCommitFnContext(ctx, a.txn.nameCommits)
 	// Loading the producer ID fences every earlier incarnation of this
 	// instance and aborts its open transaction now, so restores do not wait
 	// for the transaction timeout.
@@ -145,8 +145,12 @@ func (a *App) session(ctx context.Context) error {
 			return err
 		}
 		if fs.NumRecords() == 0 && !a.needsStep() && !a.timerDue() {
-			if err := a.rearmRevoke(ctx, sess); err != nil {
+			ended, err := a.txn.rearmRevoke(ctx, sess) // txnend.go
+			if err != nil {
 				return err
+			}
+			if ended {
+				a.rewind(sess.Client(), nil) // the abort rewound to the committed offsets
 			}
 			if a.hooks.idle != nil {
 				a.hooks.idle()
@@ -253,23 +257,4 @@ func (a *App) timerDue() bool {
 		}
 	}
 	return false
-}
-
-// rearmRevoke ends an empty transaction after a revoke while the loop is
-// idle. GroupTransactSession passes on only the first revoke between two
-// ends of a transaction; an idle instance that ends none would never hear
-// of the next one (a partition number leaving in the second round of a
-// cooperative rebalance) and keep running the task elsewhere assigned.
-func (a *App) rearmRevoke(ctx context.Context, sess *kgo.GroupTransactSession) error {
-	if !a.asg.takeRevoked() {
-		return nil
-	}
-	if err := sess.Begin(); err != nil {
-		return fmt.Errorf("stage: begin transaction: %w", err)
-	}
-	if _, err := sess.End(ctx, kgo.TryAbort); err != nil {
-		return fmt.Errorf("stage: end empty transaction: %w", err)
-	}
-	a.rewind(sess.Client(), nil) // the abort rewound to the committed offsets
-	return nil
 }

@@ -48,31 +48,15 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	if commit && a.hooks.beforeEnd != nil && a.hooks.beforeEnd(a.steps.Load()) {
 		commit = false
 	}
-	a.asg.takeRevoked() // End re-arms the session's revoke callback
+	// An empty step ends as an abort; a commit that consumed nothing is
+	// anchored (txnend.go).
 	empty := commit && fs.NumRecords() == 0 && a.sent.produced == 0
-	if empty {
-		// A step that consumed and wrote nothing (building restored
-		// tasks that deliver nothing) leaves Kafka as it found it, and
-		// its abort is its commit. Ending it as an abort spares the next
-		// step franz-go's wait after a commit without offsets: it cannot
-		// tell the broker supports KIP-447 without them, and holds its
-		// rebalance lock for 500 ms, which the next End waits out.
-		_, end.end = sess.End(sctx, kgo.TryAbort)
-		committed = end.end == nil
-		if committed {
-			// The abort rewound the client to the group's offsets: set
-			// back again what this session rewound further and has not
-			// consumed yet (positions.go).
-			a.rewind(sess.Client(), nil)
-		}
-	} else {
-		ectx := sctx
-		if commit {
-			// Commits an offset even when the step consumed none: spares
-			// the next End franz-go's 500 ms wait (anchor.go).
-			ectx = a.anchoredEnd(sctx, sess.Client())
-		}
-		committed, end.end = sess.End(ectx, kgo.TransactionEndTry(commit))
+	committed, end.end = a.txn.end(sctx, sess, commit, empty, a.stepTasks)
+	if empty && committed {
+		// The abort rewound the client to the group's offsets: set back
+		// again what this session rewound further and has not consumed
+		// yet (positions.go).
+		a.rewind(sess.Client(), nil)
 	}
 	failoverAbort := !committed && offsetCommitAborted(end.end)
 	if failoverAbort {
@@ -158,6 +142,17 @@ func (a *App) stepTimeout() time.Duration {
 		return 2 * a.cfg.TransactionTimeout
 	}
 	return time.Minute
+}
+
+// stepTasks returns the tasks that take part in a step, in task order:
+// every task but those restoring (restore.go).
+func (a *App) stepTasks() []*task {
+	ids := slices.DeleteFunc(a.sortedIDs(), a.restoring)
+	ts := make([]*task, len(ids))
+	for i, id := range ids {
+		ts[i] = a.tasks[id]
+	}
+	return ts
 }
 
 // runStep does the work of a step inside the transaction.

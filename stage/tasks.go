@@ -186,9 +186,7 @@ func (a *App) startPositions(ctx context.Context, need map[string][]int32) (star
 			starts[t][p], logStarts[t][p] = pos, ls.Offset
 		}
 	}
-	if a.freshAtLogStart {
-		a.readUncommitted(ctx, need) // anchor.go
-	}
+	a.txn.readUncommitted(ctx, need) // txnend.go
 	return starts, logStarts, nil
 }
 
