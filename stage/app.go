@@ -88,7 +88,7 @@ type App struct {
 
 	scope scopeWarnings // deliveries claiming causes another task consumes (scope.go)
 
-	standby standbys // standby tasks (standby.go)
+	standby *standbys // standby tasks (standby.go)
 }
 
 // hooks are test seams. Each is nil in production.
@@ -141,7 +141,6 @@ func New(cfg Config, stages ...*Stage) (*App, error) {
 		tasks:    make(map[taskID]*task),
 	}
 	a.ahead.workers = min(c.DecodeAhead, runtime.GOMAXPROCS(0)-1) // a worker needs a core of its own
-	a.standby = standbys{host: a.newStandbyHost(), jobs: make(map[taskID]*standbyJob), retry: make(map[taskID]time.Time)}
 	for i, s := range stages {
 		for _, b := range s.sources {
 			a.bySource[b.topic] = append(a.bySource[b.topic], i)
@@ -185,6 +184,7 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	a.env = a.newTaskEnv()
 	a.txn = a.newTxnEnder()
+	a.standby = a.newStandbys()
 	if err := os.MkdirAll(filepath.Join(a.cfg.StateDir, a.cfg.ApplicationID), 0o755); err != nil {
 		return fmt.Errorf("stage: state dir: %w", err)
 	}

@@ -140,7 +140,7 @@ func (a *App) session(ctx context.Context) error {
 		if err := a.finishRestores(); err != nil {
 			return err
 		}
-		a.tendStandbys(ctx)
+		a.standby.tend(ctx, a.isOpen)
 		if err := a.reconcile(ctx, sess.Client()); err != nil {
 			return err
 		}

@@ -90,7 +90,7 @@ func (a *App) observe() {
 		}
 		snap.tasks = append(snap.tasks, ts)
 	}
-	snap.standbys = a.standbySnapshots()
+	snap.standbys = a.standby.snapshots()
 	if snap.ready && len(notReady) > 0 {
 		snap.ready = false
 		snap.why = strings.Join(notReady, "; ")

@@ -38,7 +38,7 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 	}
 	// Standbys of tasks that become active here stop first: their store
 	// file is the task's (standby.go).
-	a.syncStandbys(ctx, want)
+	a.standby.sync(ctx, want, a.isOpen)
 	var ids []taskID
 	for id := range want {
 		if a.tasks[id] == nil {
@@ -95,6 +95,9 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 	return nil
 }
 
+// isOpen reports whether the task is open here.
+func (a *App) isOpen(id taskID) bool { return a.tasks[id] != nil }
+
 func (a *App) openTask(ctx context.Context, id taskID) (*task, error) {
 	st := a.stages[id.stage]
 	path := StorePath(a.cfg.StateDir, a.cfg.ApplicationID, st.name, id.partition)
@@ -133,7 +136,7 @@ func (a *App) closeTasks() {
 		a.closeTask(t)
 		delete(a.tasks, id)
 	}
-	a.stopStandbys()
+	a.standby.stopAll()
 }
 
 // startPositions returns, per source partition of the tasks in need,
