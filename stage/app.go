@@ -55,18 +55,16 @@ type App struct {
 	admin  *kadm.Client
 	boot   *kgo.Client // the admin's client, for requests kadm lacks (fence.go)
 
-	asg      *assignment              // the only part franz-go's goroutines write (assignment.go)
-	seenGen  uint64                   // owned by the session loop: the generation the last reconcile saw
-	paused   map[string][]int32       // owned by the session loop: assigned partitions not fetched
-	rewound  map[topicPartition]int64 // owned by the session loop: positions set back this session (positions.go)
-	restores map[taskID]*restoreJob   // owned by the session loop: restores in progress (restore.go)
-	repause  bool                     // a restore ended: reconcile recomputes what is fetched
+	asg     *assignment              // the only part franz-go's goroutines write (assignment.go)
+	seenGen uint64                   // owned by the session loop: the generation the last reconcile saw
+	paused  map[string][]int32       // owned by the session loop: assigned partitions not fetched
+	rewound map[topicPartition]int64 // owned by the session loop: positions set back this session (positions.go)
 	// rejoined: this session already asked the group to rebalance because
 	// its assignment held partitions back (reconcile).
 	rejoined bool
 
 	// Owned by the session loop.
-	tasks               map[taskID]*task
+	tasks               *taskSet    // the open tasks and their restores (taskset.go)
 	env                 *taskEnv    // what tasks use of the App (env.go)
 	txn                 *txnEnder   // ends the transactions (txnend.go)
 	sent                sendResults // the open step's produce results
@@ -138,7 +136,7 @@ func New(cfg Config, stages ...*Stage) (*App, error) {
 		cfg: c, stages: stages, log: c.Logger,
 		bySource: make(map[string][]int),
 		asg:      newAssignment(),
-		tasks:    make(map[taskID]*task),
+		tasks:    newTaskSet(),
 	}
 	a.ahead.workers = min(c.DecodeAhead, runtime.GOMAXPROCS(0)-1) // a worker needs a core of its own
 	for i, s := range stages {

@@ -73,7 +73,7 @@ func TestReadinessStates(t *testing.T) {
 	a.started.Store(true)
 	a.ready.Store(true)
 	tk := &task{st: st, id: taskID{0, 3}, partition: 3}
-	a.tasks[tk.id] = tk
+	a.tasks.byID[tk.id] = tk
 	check := func(want bool, why string) {
 		t.Helper()
 		a.observe()
@@ -82,12 +82,12 @@ func TestReadinessStates(t *testing.T) {
 			t.Fatalf("Readiness() = %v %q, want %v %q", ok, got, want, why)
 		}
 	}
-	a.restores = map[taskID]*restoreJob{tk.id: {}}
+	a.tasks.restores[tk.id] = &restoreJob{}
 	check(false, `task h/3 restoring`)
 	if ts := a.Tasks(); len(ts) != 1 || !ts[0].Restoring {
 		t.Fatalf("Tasks() = %+v, want h/3 restoring", ts)
 	}
-	delete(a.restores, tk.id)
+	delete(a.tasks.restores, tk.id)
 	check(false, `task h/3 restored, starting`)
 	tk.built = true
 	check(true, "")

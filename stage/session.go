@@ -103,9 +103,7 @@ func (a *App) session(ctx context.Context) error {
 		a.hooks.onSession(sess)
 	}
 	defer func() {
-		for _, t := range a.tasks {
-			t.reset()
-		}
+		a.tasks.resetAll()
 		a.asg.dropAll()
 		clear(a.paused)
 		clear(a.rewound)
@@ -140,11 +138,11 @@ func (a *App) session(ctx context.Context) error {
 		if err := a.finishRestores(); err != nil {
 			return err
 		}
-		a.standby.tend(ctx, a.isOpen)
+		a.standby.tend(ctx, a.tasks.isOpen)
 		if err := a.reconcile(ctx, sess.Client()); err != nil {
 			return err
 		}
-		if fs.NumRecords() == 0 && !a.needsStep() && !a.timerDue() {
+		if fs.NumRecords() == 0 && !a.tasks.needsStep() && !a.tasks.timerDue(a.cfg.WallClock()) {
 			ended, err := a.txn.rearmRevoke(ctx, sess) // txnend.go
 			if err != nil {
 				return err
@@ -234,27 +232,4 @@ func (a *App) fillStep(ctx context.Context, sess *kgo.GroupTransactSession, fs k
 // the last reconcile.
 func (a *App) assignmentChanged() bool {
 	return a.asg.generation() != a.seenGen
-}
-
-// needsStep reports whether some restored task has no node: a step builds
-// it.
-func (a *App) needsStep() bool {
-	for id, t := range a.tasks {
-		if t.node == nil && !a.restoring(id) {
-			return true
-		}
-	}
-	return false
-}
-
-// timerDue reports whether some built task has a tick or a sweep due, so
-// the loop runs a step although nothing was fetched.
-func (a *App) timerDue() bool {
-	now := a.cfg.WallClock()
-	for _, t := range a.tasks {
-		if t.node != nil && (t.tickDue(now) || t.sweepDue(now)) {
-			return true
-		}
-	}
-	return false
 }

@@ -5,9 +5,7 @@ package stage
 // collector, the health handler) may see, so none of them waits for a step.
 
 import (
-	"cmp"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -73,15 +71,15 @@ func (a *App) observe() {
 	now := a.cfg.WallClock()
 	settled := a.asg.generation() == a.seenGen
 	prev := a.snap.Load()
-	snap := &snapshot{tasks: make([]taskSnapshot, 0, len(a.tasks)), ready: a.ready.Load() && settled}
+	snap := &snapshot{tasks: make([]taskSnapshot, 0, len(a.tasks.byID)), ready: a.ready.Load() && settled}
 	if !snap.ready {
 		snap.why = "joining the group"
 	}
 	var notReady []string
-	for _, id := range a.sortedIDs() {
-		t := a.tasks[id]
+	for _, id := range a.tasks.sortedIDs() {
+		t := a.tasks.byID[id]
 		ts := t.sample(now, prev)
-		ts.restoring = a.restoring(id)
+		ts.restoring = a.tasks.restoring(id)
 		switch {
 		case ts.restoring:
 			notReady = append(notReady, fmt.Sprintf("task %s/%d restoring", t.st.name, t.partition))
@@ -101,22 +99,4 @@ func (a *App) observe() {
 // sessionEnded publishes that the instance is not ready.
 func (a *App) sessionEnded() {
 	a.snap.Store(&snapshot{why: "rejoining after a client failure"})
-}
-
-func (a *App) sortedIDs() []taskID {
-	ids := make([]taskID, 0, len(a.tasks))
-	for id := range a.tasks {
-		ids = append(ids, id)
-	}
-	sortTaskIDs(ids)
-	return ids
-}
-
-func sortTaskIDs(ids []taskID) {
-	slices.SortFunc(ids, func(x, y taskID) int {
-		if c := cmp.Compare(x.stage, y.stage); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.partition, y.partition)
-	})
 }

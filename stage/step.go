@@ -51,7 +51,7 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	// An empty step ends as an abort; a commit that consumed nothing is
 	// anchored (txnend.go).
 	empty := commit && fs.NumRecords() == 0 && a.sent.produced == 0
-	committed, end.end = a.txn.end(sctx, sess, commit, empty, a.stepTasks)
+	committed, end.end = a.txn.end(sctx, sess, commit, empty, a.tasks.inStep)
 	if empty && committed {
 		// The abort rewound the client to the group's offsets: set back
 		// again what this session rewound further and has not consumed
@@ -71,9 +71,7 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 		errors.As(end.step, &rw)
 		a.rewind(sess.Client(), rw)
 		if rw != nil {
-			for _, t := range a.tasks {
-				t.reset()
-			}
+			a.tasks.resetAll()
 			return nil
 		}
 	}
@@ -83,8 +81,8 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 		if !empty {
 			clear(a.rewound) // the commit included them
 		}
-		for id, t := range a.tasks {
-			if a.restoring(id) {
+		for id, t := range a.tasks.byID {
+			if a.tasks.restoring(id) {
 				continue // took no part in the step
 			}
 			if err := t.commit(sctx, began); err != nil {
@@ -101,9 +99,7 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 		}
 		return nil
 	}
-	for _, t := range a.tasks {
-		t.reset()
-	}
+	a.tasks.resetAll()
 	a.scope.abortStep()
 	if a.hooks.afterAbort != nil {
 		a.hooks.afterAbort()
@@ -144,24 +140,13 @@ func (a *App) stepTimeout() time.Duration {
 	return time.Minute
 }
 
-// stepTasks returns the tasks that take part in a step, in task order:
-// every task but those restoring (restore.go).
-func (a *App) stepTasks() []*task {
-	ids := slices.DeleteFunc(a.sortedIDs(), a.restoring)
-	ts := make([]*task, len(ids))
-	for i, id := range ids {
-		ts[i] = a.tasks[id]
-	}
-	return ts
-}
-
 // runStep does the work of a step inside the transaction.
 func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.Fetches) error {
-	ids := slices.DeleteFunc(a.sortedIDs(), a.restoring) // restore.go
+	ids := slices.DeleteFunc(a.tasks.sortedIDs(), a.tasks.restoring) // restore.go
 	var starts, logStarts map[string]map[int32]int64
 	var back *rewindError
 	for _, id := range ids {
-		t := a.tasks[id]
+		t := a.tasks.byID[id]
 		if t.node != nil {
 			t.sweepIfDue(ctx) // before feeding, so the step's stamps are swept
 			continue
@@ -169,8 +154,8 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 		if starts == nil {
 			need := make(map[string][]int32)
 			for _, id := range ids {
-				if a.tasks[id].node == nil {
-					for _, b := range a.tasks[id].st.sources {
+				if a.tasks.byID[id].node == nil {
+					for _, b := range a.tasks.byID[id].st.sources {
 						need[b.topic] = append(need[b.topic], id.partition)
 					}
 					if tk := a.tickTopic[id.stage]; tk != "" {
@@ -199,7 +184,7 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 	}
 	ts := make([]*task, len(ids))
 	for i, id := range ids {
-		ts[i] = a.tasks[id]
+		ts[i] = a.tasks.byID[id]
 		if err := ts[i].tickIfDue(ctx, sess); err != nil {
 			return err
 		}
@@ -226,7 +211,7 @@ func (a *App) feedAll(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 			for _, ft := range f.Topics {
 				for _, fp := range ft.Partitions {
 					for _, si := range a.bySource[ft.Topic] {
-						if t := a.tasks[taskID{si, fp.Partition}]; t != nil && t.node != nil {
+						if t := a.tasks.byID[taskID{si, fp.Partition}]; t != nil && t.node != nil {
 							a.ahead.add(t.aheadFor(ft.Topic), fp.Records)
 						}
 					}
@@ -243,7 +228,7 @@ func (a *App) feedAll(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 					continue
 				}
 				for _, si := range a.bySource[ft.Topic] {
-					t := a.tasks[taskID{si, fp.Partition}]
+					t := a.tasks.byID[taskID{si, fp.Partition}]
 					if t == nil || t.node == nil {
 						// Fetched before the assignment reached us, or
 						// before the task's restore paused its partition:

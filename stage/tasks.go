@@ -22,38 +22,37 @@ import (
 // and go on processing (cooperative rebalancing).
 func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 	gen, assigned, dropped := a.asg.read()
-	if gen == a.seenGen && !a.repause {
+	if gen == a.seenGen && !a.tasks.repause {
 		return nil
 	}
-	a.repause = false
+	a.tasks.repause = false
 	want, pause := a.runnable(assigned)
 	// Held back by the assignment itself, before the restores add theirs:
 	// only these are a reason to rejoin (below).
 	heldBack := len(pause) > 0
-	for id, t := range a.tasks {
+	for id := range a.tasks.byID {
 		if !want[id] || slices.ContainsFunc(a.stageTopics(id.stage), func(tp string) bool { return dropped[topicPartition{tp, id.partition}] }) {
-			a.closeTask(t)
-			delete(a.tasks, id)
+			a.tasks.close(id)
 		}
 	}
 	// Standbys of tasks that become active here stop first: their store
 	// file is the task's (standby.go).
-	a.standby.sync(ctx, want, a.isOpen)
+	a.standby.sync(ctx, want, a.tasks.isOpen)
 	var ids []taskID
 	for id := range want {
-		if a.tasks[id] == nil {
+		if !a.tasks.isOpen(id) {
 			ids = append(ids, id)
 		}
 	}
 	sortTaskIDs(ids)
 	for _, id := range ids {
-		t := a.tasks[id]
+		t := a.tasks.byID[id]
 		if t == nil {
 			var err error
 			if t, err = a.openTask(ctx, id); err != nil {
 				return err
 			}
-			a.tasks[id] = t
+			a.tasks.byID[id] = t
 			if a.hooks.opened != nil {
 				a.hooks.opened(t.st.name, t.partition)
 			}
@@ -95,9 +94,6 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 	return nil
 }
 
-// isOpen reports whether the task is open here.
-func (a *App) isOpen(id taskID) bool { return a.tasks[id] != nil }
-
 func (a *App) openTask(ctx context.Context, id taskID) (*task, error) {
 	st := a.stages[id.stage]
 	path := StorePath(a.cfg.StateDir, a.cfg.ApplicationID, st.name, id.partition)
@@ -132,10 +128,7 @@ func (a *App) openTask(ctx context.Context, id taskID) (*task, error) {
 }
 
 func (a *App) closeTasks() {
-	for id, t := range a.tasks {
-		a.closeTask(t)
-		delete(a.tasks, id)
-	}
+	a.tasks.closeAll()
 	a.standby.stopAll()
 }
 
