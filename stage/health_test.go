@@ -70,8 +70,8 @@ func TestReadinessStates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.started.Store(true)
-	a.ready.Store(true)
+	a.status.started.Store(true)
+	a.status.ready.Store(true)
 	tk := &task{st: st, id: taskID{0, 3}, partition: 3}
 	a.tasks.byID[tk.id] = tk
 	check := func(want bool, why string) {
@@ -93,7 +93,7 @@ func TestReadinessStates(t *testing.T) {
 	check(true, "")
 	a.asg.bump()
 	check(false, "joining")
-	a.seenGen = a.asg.generation()
+	a.client.seenGen = a.asg.generation()
 	check(true, "")
 	a.sessionEnded()
 	if ok, why := a.Readiness(); ok || !strings.Contains(why, "rejoining") {

@@ -37,7 +37,7 @@ func (a *App) startRestore(t *task) {
 		if a.hooks.restore != nil {
 			a.hooks.restore(ctx, t.st.name, t.partition)
 		}
-		j.res, j.err = state.Restore(ctx, a.admin, newClient, t.changelog, t.partition, t.kv, a.cfg.WallClock)
+		j.res, j.err = state.Restore(ctx, a.topo.admin, newClient, t.changelog, t.partition, t.kv, a.cfg.WallClock)
 		if a.hooks.restored != nil {
 			a.hooks.restored(t.st.name, t.partition, j.res, j.err, t.kv)
 		}

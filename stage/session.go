@@ -26,7 +26,7 @@ func (a *App) baseOpts() []kgo.Opt {
 
 func (a *App) sessionOpts() []kgo.Opt {
 	var sources []string
-	for t := range a.bySource {
+	for t := range a.topo.bySource {
 		sources = append(sources, t)
 	}
 	sort.Strings(sources)
@@ -93,6 +93,23 @@ func (a *App) onAssigned(ctx context.Context, _ *kgo.Client, m map[string][]int3
 	a.asg.onAssigned(m)
 }
 
+// clientState is what the session loop did to the current client and
+// knows of its assignment; it starts over with each client (reset). Owned
+// by the session loop.
+type clientState struct {
+	seenGen  uint64                   // the assignment generation the last reconcile saw
+	paused   map[string][]int32       // assigned partitions not fetched (tasks.go: setPaused)
+	rewound  map[topicPartition]int64 // positions set back this session (positions.go)
+	rejoined bool                     // this session asked the group to rebalance once (reconcile)
+}
+
+// reset forgets what the loop did to the client that ended.
+func (c *clientState) reset() {
+	clear(c.paused)
+	clear(c.rewound)
+	c.rejoined = false
+}
+
 // session runs one client incarnation until ctx ends or the client fails.
 func (a *App) session(ctx context.Context) error {
 	sess, err := kgo.NewGroupTransactSession(a.sessionOpts()...)
@@ -105,9 +122,7 @@ func (a *App) session(ctx context.Context) error {
 	defer func() {
 		a.tasks.resetAll()
 		a.asg.dropAll()
-		clear(a.paused)
-		clear(a.rewound)
-		a.rejoined = false
+		a.client.reset()
 		sess.Close() // leaves the group
 		a.sessionEnded()
 	}()
@@ -231,5 +246,5 @@ func (a *App) fillStep(ctx context.Context, sess *kgo.GroupTransactSession, fs k
 // assignmentChanged reports whether the group changed the assignment since
 // the last reconcile.
 func (a *App) assignmentChanged() bool {
-	return a.asg.generation() != a.seenGen
+	return a.asg.generation() != a.client.seenGen
 }

@@ -7,10 +7,24 @@ package stage
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/parsley-go/parsley/protocol"
 )
+
+// status is what other goroutines read of the App: atomics, written by
+// Run and the session loop, read by anyone without waiting for a step.
+type status struct {
+	snap             atomic.Pointer[snapshot] // published by the session loop
+	commits, aborts  atomic.Uint64            // steps ended either way
+	committed        atomic.Int64             // committed steps
+	latency          *stepLatency             // a histogram: locks its own
+	running          atomic.Bool              // Run was called
+	started, stopped atomic.Bool
+	beat             atomic.Int64 // real-clock unix nanos of the loop's last sign of life
+	ready            atomic.Bool  // the first reconcile ran
+}
 
 // snapshot is one publication: an entry per task, and readiness.
 type snapshot struct {
@@ -54,11 +68,11 @@ func (c *taskCounts) rebuilt() { c.base = protocol.Counters{} }
 // stepEnded runs when App.step returns: it records the step metrics and
 // publishes a fresh snapshot.
 func (a *App) stepEnded(start time.Time, committed bool) {
-	a.latency.observe(time.Since(start))
+	a.status.latency.observe(time.Since(start))
 	if committed {
-		a.commits.Add(1)
+		a.status.commits.Add(1)
 	} else {
-		a.aborts.Add(1)
+		a.status.aborts.Add(1)
 	}
 	a.observe()
 }
@@ -67,11 +81,11 @@ func (a *App) stepEnded(start time.Time, committed bool) {
 // holds and counters, warns about holds that outlived HoldWarningAfter,
 // and publishes the snapshot readers use.
 func (a *App) observe() {
-	a.beat.Store(time.Now().UnixNano())
+	a.status.beat.Store(time.Now().UnixNano())
 	now := a.cfg.WallClock()
-	settled := a.asg.generation() == a.seenGen
-	prev := a.snap.Load()
-	snap := &snapshot{tasks: make([]taskSnapshot, 0, len(a.tasks.byID)), ready: a.ready.Load() && settled}
+	settled := a.asg.generation() == a.client.seenGen
+	prev := a.status.snap.Load()
+	snap := &snapshot{tasks: make([]taskSnapshot, 0, len(a.tasks.byID)), ready: a.status.ready.Load() && settled}
 	if !snap.ready {
 		snap.why = "joining the group"
 	}
@@ -93,10 +107,10 @@ func (a *App) observe() {
 		snap.ready = false
 		snap.why = strings.Join(notReady, "; ")
 	}
-	a.snap.Store(snap)
+	a.status.snap.Store(snap)
 }
 
 // sessionEnded publishes that the instance is not ready.
 func (a *App) sessionEnded() {
-	a.snap.Store(&snapshot{why: "rejoining after a client failure"})
+	a.status.snap.Store(&snapshot{why: "rejoining after a client failure"})
 }

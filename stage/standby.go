@@ -143,8 +143,8 @@ func (a *App) newStandbys() *standbys {
 		},
 		moveLegacy: a.moveLegacyStore,
 		progress:   a.hooks.standbyProgress,
-		admin:      a.admin,
-		topics:     a.topics,
+		admin:      a.topo.admin,
+		topics:     a.topo.topics,
 	}
 }
 

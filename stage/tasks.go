@@ -22,7 +22,7 @@ import (
 // and go on processing (cooperative rebalancing).
 func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 	gen, assigned, dropped := a.asg.read()
-	if gen == a.seenGen && !a.tasks.repause {
+	if gen == a.client.seenGen && !a.tasks.repause {
 		return nil
 	}
 	a.tasks.repause = false
@@ -71,7 +71,7 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 		}
 	}
 	a.setPaused(cl, pause)
-	if heldBack && !a.rejoined {
+	if heldBack && !a.client.rejoined {
 		// A static member that restarts with other sources rejoins under
 		// its old member: a Kafka coordinator hands it the assignment
 		// planned for its old subscription without a rebalance, and the
@@ -83,13 +83,13 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 		// assigned here, and a rebalance would only stall the group
 		// (every member's commit waits for the join to end) while the
 		// restore runs.
-		a.rejoined = true
+		a.client.rejoined = true
 		a.log.Info("stage: assignment holds partitions back; asking the group to rebalance once", "partitions", pause)
 		cl.ForceRebalance()
 	}
-	a.seenGen = gen
+	a.client.seenGen = gen
 	a.asg.forget(dropped)
-	a.ready.Store(true)
+	a.status.ready.Store(true)
 	a.observe() // readers see the new task set before its first step ends
 	return nil
 }
@@ -112,16 +112,16 @@ func (a *App) openTask(ctx context.Context, id taskID) (*task, error) {
 	}
 	for i := range st.sources {
 		b := &st.sources[i]
-		m := a.topics[b.topic]
+		m := a.topo.topics[b.topic]
 		ch := headers.Channel{Topic: m.id, Partition: id.partition}
 		t.inputs = append(t.inputs, ch)
 		t.byID[m.id] = b
 	}
 	for _, k := range st.sinks {
-		t.sinks = append(t.sinks, a.topics[k.topicName()].id)
+		t.sinks = append(t.sinks, a.topo.topics[k.topicName()].id)
 	}
 	if tr := a.env.tracing; tr != nil {
-		t.tr = tr.forTask(st.name, id.partition, a.idName)
+		t.tr = tr.forTask(st.name, id.partition, a.topo.idName)
 	}
 	a.openTicks(t)
 	return t, nil
@@ -141,15 +141,15 @@ func (a *App) closeTasks() {
 // be; a lower start only claims less, so it is safe.
 func (a *App) startPositions(ctx context.Context, need map[string][]int32) (starts, logStarts map[string]map[int32]int64, err error) {
 	sources := slices.Sorted(maps.Keys(need))
-	committed, err := a.admin.FetchOffsets(ctx, a.cfg.ApplicationID)
+	committed, err := a.topo.admin.FetchOffsets(ctx, a.cfg.ApplicationID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("stage: fetch committed offsets: %w", err)
 	}
-	listedStarts, err := a.admin.ListStartOffsets(ctx, sources...)
+	listedStarts, err := a.topo.admin.ListStartOffsets(ctx, sources...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("stage: list log starts: %w", err)
 	}
-	logEnds, err := a.admin.ListEndOffsets(ctx, sources...)
+	logEnds, err := a.topo.admin.ListEndOffsets(ctx, sources...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("stage: list log ends: %w", err)
 	}
@@ -176,7 +176,7 @@ func (a *App) startPositions(ctx context.Context, need map[string][]int32) (star
 					return nil, nil, &fatal{dl}
 				}
 			}
-			if r, ok := a.rewound[topicPartition{t, p}]; ok && r < pos {
+			if r, ok := a.client.rewound[topicPartition{t, p}]; ok && r < pos {
 				pos = max(r, ls.Offset)
 			}
 			starts[t][p], logStarts[t][p] = pos, ls.Offset
@@ -190,7 +190,7 @@ func (a *App) startPositions(ctx context.Context, need map[string][]int32) (star
 // resumes the ones that may be consumed again.
 func (a *App) setPaused(cl *kgo.Client, pause map[string][]int32) {
 	resume := make(map[string][]int32)
-	for t, ps := range a.paused {
+	for t, ps := range a.client.paused {
 		for _, p := range ps {
 			if !slices.Contains(pause[t], p) {
 				resume[t] = append(resume[t], p)
@@ -203,5 +203,5 @@ func (a *App) setPaused(cl *kgo.Client, pause map[string][]int32) {
 	if len(pause) > 0 {
 		cl.PauseFetchPartitions(pause)
 	}
-	a.paused = pause
+	a.client.paused = pause
 }

@@ -107,7 +107,7 @@ type txnEnder struct {
 func (a *App) newTxnEnder() *txnEnder {
 	return &txnEnder{
 		group: a.cfg.ApplicationID, instance: a.cfg.InstanceID, log: a.log,
-		boot: a.boot, topics: a.topics, names: a.idName, asg: a.asg,
+		boot: a.topo.boot, topics: a.topo.topics, names: a.topo.idName, asg: a.asg,
 		freshAtLogStart: startsAtLogStart(a.cfg.ClientOpts),
 		uncommitted:     make(map[topicPartition]bool),
 	}
