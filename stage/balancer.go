@@ -28,11 +28,11 @@ import (
 // the second gives it to the new owner. Tasks at other partition numbers
 // keep processing throughout.
 //
-// Standby placement rides along (standby.go): a member's join reports the
-// standby copies it keeps, the plan prefers a warm member for a partition
-// number that lost its owner, and each member's assignment carries its
-// standby partition numbers. host is this member's side of that, nil in
-// tests of the plan alone.
+// Standby placement rides along (planStandbys, below): a member's join
+// reports the standby copies it keeps, the plan prefers a warm member for
+// a partition number that lost its owner, and each member's assignment
+// carries its standby partition numbers (standbywire.go). host is this
+// member's side of that (standby.go), nil in tests of the plan alone.
 type coPartitioner struct{ host *standbyHost }
 
 // The eager predecessor was "parsley-copartitioned". A group cannot mix
@@ -118,7 +118,7 @@ type memberView struct {
 // ranked by instance ID, then member ID, so every leader computes the same
 // plan from the same join. It also returns, per partition number, its
 // planned owner (an index into members) and the members holding any of
-// its partitions now, for standby placement (standby.go).
+// its partitions now, for standby placement (planStandbys).
 func planOwners(members []memberView, topics map[string]int32) (out []map[string][]int32, owner []int, claimants [][]int) {
 	out = make([]map[string][]int32, len(members))
 	for i := range out {
@@ -172,7 +172,7 @@ func planOwners(members []memberView, topics map[string]int32) (out []map[string
 			extra--
 		}
 	}
-	extra = ownWarm(members, rank, owner, count, base, extra) // standby.go
+	extra = ownWarm(members, rank, owner, count, base, extra) // standby placement, below
 	for p := range owner {
 		if owner[p] >= 0 {
 			continue

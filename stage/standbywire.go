@@ -1,7 +1,7 @@
 package stage
 
 // The standby wire format: what a member's join and its assignment carry
-// in their user data for standby placement (standby.go). Other members,
+// in their user data for standby placement (balancer.go). Other members,
 // possibly of other releases, read and write it: decoding refuses, with
 // errStandbyUserData, whatever it cannot read, and never panics
 // (FuzzStandbyUserData).
