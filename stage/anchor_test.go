@@ -132,7 +132,7 @@ func TestStartAtEndIsNotAnchored(t *testing.T) {
 	}
 
 	r := e.start(atEnd("i1"), st)
-	waitFor(t, 20*time.Second, "the first committed step", func() bool { return r.app.steps.Load() > 0 })
+	waitFor(t, 20*time.Second, "the first committed step", func() bool { return r.app.status.committed.Load() > 0 })
 	offs := e.committedOffsets()
 	for p := range int32(2) {
 		if o, ok := offs.Lookup("in", p); ok && o.Err == nil && o.At < 3 {
@@ -146,7 +146,7 @@ func TestStartAtEndIsNotAnchored(t *testing.T) {
 	// Restarted before any record arrived: still only what comes now.
 	r = e.start(atEnd("i1"), st)
 	defer r.stop()
-	waitFor(t, 20*time.Second, "the restarted instance's first step", func() bool { return r.app.steps.Load() > 0 })
+	waitFor(t, 20*time.Second, "the restarted instance's first step", func() bool { return r.app.status.committed.Load() > 0 })
 	want := e.inputs("in", 4, 2, 2, 0)
 	checkCounts(t, e.readExactly("out", 4, 30*time.Second), want)
 }
@@ -237,7 +237,7 @@ func TestIdleTickRate(t *testing.T) {
 	e.changelogs(1, st)
 	r := e.start(e.config("i1"), st)
 	defer r.stop()
-	waitFor(t, 20*time.Second, "the first committed step", func() bool { return r.app.steps.Load() > 0 })
+	waitFor(t, 20*time.Second, "the first committed step", func() bool { return r.app.status.committed.Load() > 0 })
 	from := tickCount(r.app)
 	time.Sleep(3 * time.Second)
 	t.Logf("idle instance, 50 ms tick interval: %d ticks committed in 3 s", tickCount(r.app)-from)

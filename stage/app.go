@@ -11,8 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
@@ -34,75 +32,32 @@ func Run(ctx context.Context, cfg Config, stages ...*Stage) error {
 // App is a running (or runnable) application: a handle for diagnostics
 // while Run is in progress.
 //
-// Run's goroutine (the session loop) owns the tasks and everything a step
-// touches, without a lock. Other goroutines read only atomics and the
-// snapshot the loop publishes after every step and idle poll (snapshot.go):
-// Tasks, ExplainHolds, the collector and the health handler never wait for
-// a step.
+// App is the session loop (Run, session.go) composing parts, each its own
+// type stating its concurrency rule once. Run's goroutine owns every part
+// and calls their methods without a lock. What other goroutines touch is
+// named at its type and locks or is atomic: franz-go's group callbacks
+// write the assignment, its produce promises the open step's results
+// (sendResults), the balancer the standby host (standbyHost); the
+// collector reads the scope warnings. Readers (Tasks, ExplainHolds, the
+// collector, the health handler) read only the status and the snapshot
+// the loop publishes there after every step and idle poll (snapshot.go),
+// and never wait for a step.
 type App struct {
-	cfg    Config
-	stages []*Stage
+	cfg    Config   // read-only once New returns
+	stages []*Stage // read-only
 	log    *slog.Logger
+	topo   topology // the topics and the clients resolving them: read-only once Run has checked them (topology.go)
 
-	bySource map[string][]int // source topic -> stage indexes
-	// Per stage index: the stage's tick topic and its binding, "" and nil
-	// when the stage does not tick (ticks.go).
-	tickTopic []string
-	tickBind  []*binding
-
-	// Resolved by the startup checks (topology.go); read-only afterwards.
-	topics map[string]topicMeta
-	idName map[headers.TopicID]string
-	admin  *kadm.Client
-	boot   *kgo.Client // the admin's client, for requests kadm lacks (fence.go)
-
-	// assignment, written by the group's callbacks
-	amu      sync.Mutex
-	assigned map[string][]int32
-	dropped  map[topicPartition]bool // revoked since the last reconcile
-	// revokeSeen: a revoke since the session last ended a transaction
-	// (rearmRevoke).
-	revokeSeen bool
-	gen        uint64
-	seenGen    uint64
-	paused     map[string][]int32       // owned by the session loop: assigned partitions not fetched
-	rewound    map[topicPartition]int64 // owned by the session loop: positions set back this session (positions.go)
-	restores   map[taskID]*restoreJob   // owned by the session loop: restores in progress (restore.go)
-	repause    bool                     // a restore ended: reconcile recomputes what is fetched
-	// rejoined: this session already asked the group to rebalance because
-	// its assignment held partitions back (reconcile).
-	rejoined bool
-
-	// Owned by the session loop.
-	tasks               map[taskID]*task
-	env                 *taskEnv    // what tasks use of the App (env.go)
-	sent                sendResults // the open step's produce results
-	xfails              uint        // consecutive steps whose external sinks did not settle
-	fetchedAheadRetries int         // consecutive steps retried at once after a fetchedAheadError
-	// freshAtLogStart: the client starts a partition without a group
-	// offset at its log start (ClientOpts keep franz-go's default), so an
-	// offsetless step may commit that (anchor.go).
-	freshAtLogStart bool
-	// uncommitted: the source partitions the last stable offset read
-	// found with no group commit, committed or pending (anchor.go).
-	uncommitted map[topicPartition]bool
-	ahead       decodeAhead // the step's decoding workers (decodeahead.go)
-
-	snap            atomic.Pointer[snapshot] // published by the session loop
-	commits, aborts atomic.Uint64
-	latency         *stepLatency
-
-	running          atomic.Bool
-	started, stopped atomic.Bool
-	beat             atomic.Int64 // real-clock unix nanos of the loop's last sign of life
-	steps            atomic.Int64 // committed steps
-	ready            atomic.Bool
-
-	hooks hooks
-
-	scope scopeWarnings // deliveries claiming causes another task consumes (scope.go)
-
-	standby standbys // standby tasks (standby.go)
+	asg     *assignment   // what the group assigned: the only part written off the loop, locked (assignment.go)
+	client  clientState   // what the loop did to the current client (session.go)
+	tasks   *taskSet      // the open tasks and their restores (taskset.go)
+	env     *taskEnv      // what tasks use of the App, built at Run (env.go)
+	steps   stepState     // what a step needs beside the tasks (step.go)
+	txn     *txnEnder     // ends the transactions, built at Run (txnend.go)
+	standby *standbys     // standby tasks, built at Run (standby.go)
+	scope   scopeWarnings // deliveries claiming causes another task consumes; locks (scope.go)
+	status  status        // what other goroutines read: atomics (snapshot.go)
+	hooks   hooks         // test seams, set before Run
 }
 
 // hooks are test seams. Each is nil in production.
@@ -150,24 +105,21 @@ func New(cfg Config, stages ...*Stage) (*App, error) {
 	c := cfg.withDefaults()
 	a := &App{
 		cfg: c, stages: stages, log: c.Logger,
-		bySource: make(map[string][]int),
-		assigned: make(map[string][]int32),
-		dropped:  make(map[topicPartition]bool),
-		tasks:    make(map[taskID]*task),
+		topo:  topology{bySource: make(map[string][]int)},
+		asg:   newAssignment(),
+		tasks: newTaskSet(),
 	}
-	a.freshAtLogStart = startsAtLogStart(c.ClientOpts)
-	a.ahead.workers = min(c.DecodeAhead, runtime.GOMAXPROCS(0)-1) // a worker needs a core of its own
-	a.standby = standbys{host: a.newStandbyHost(), jobs: make(map[taskID]*standbyJob), retry: make(map[taskID]time.Time)}
+	a.steps.ahead.workers = min(c.DecodeAhead, runtime.GOMAXPROCS(0)-1) // a worker needs a core of its own
 	for i, s := range stages {
 		for _, b := range s.sources {
-			a.bySource[b.topic] = append(a.bySource[b.topic], i)
+			a.topo.bySource[b.topic] = append(a.topo.bySource[b.topic], i)
 		}
 	}
 	if err := a.wireTicks(); err != nil {
 		return nil, err
 	}
-	a.latency = newStepLatency(c.ApplicationID)
-	a.snap.Store(&snapshot{why: "not started"})
+	a.status.latency = newStepLatency(c.ApplicationID)
+	a.status.snap.Store(&snapshot{why: "not started"})
 	return a, nil
 }
 
@@ -185,26 +137,28 @@ func (f *fatal) Unwrap() error { return f.err }
 // fenced producer, a timed-out transaction or a lost connection is not such
 // an error: Run builds a new client and rejoins. Run may be called once.
 func (a *App) Run(ctx context.Context) error {
-	if !a.running.CompareAndSwap(false, true) {
+	if !a.status.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: App.Run called twice", ErrInvalidConfig)
 	}
-	a.started.Store(true)
-	defer a.stopped.Store(true)
+	a.status.started.Store(true)
+	defer a.status.stopped.Store(true)
 	boot, err := a.newClient()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	defer boot.Close()
-	a.admin, a.boot = kadm.NewClient(boot), boot
+	a.topo.admin, a.topo.boot = kadm.NewClient(boot), boot
 	if err := errors.Join(a.checkTopology(ctx), a.checkTickTopics(ctx)); err != nil {
 		return err
 	}
 	a.env = a.newTaskEnv()
+	a.txn = a.newTxnEnder()
+	a.standby = a.newStandbys()
 	if err := os.MkdirAll(filepath.Join(a.cfg.StateDir, a.cfg.ApplicationID), 0o755); err != nil {
 		return fmt.Errorf("stage: state dir: %w", err)
 	}
 	defer a.closeTasks()
-	defer a.ahead.close()
+	defer a.steps.ahead.close()
 	for {
 		err := a.session(ctx)
 		if ctx.Err() != nil {
@@ -230,7 +184,7 @@ func (a *App) leaveGroup() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := a.admin.LeaveGroup(ctx, kadm.LeaveGroup(a.cfg.ApplicationID).InstanceIDs(a.cfg.InstanceID))
+	res, err := a.topo.admin.LeaveGroup(ctx, kadm.LeaveGroup(a.cfg.ApplicationID).InstanceIDs(a.cfg.InstanceID))
 	if err == nil {
 		err = res.Error()
 	}
@@ -240,7 +194,7 @@ func (a *App) leaveGroup() {
 }
 
 // CommittedSteps returns how many steps this instance committed.
-func (a *App) CommittedSteps() int64 { return a.steps.Load() }
+func (a *App) CommittedSteps() int64 { return a.status.committed.Load() }
 
 // Ready is Readiness without the reason: the one readiness of an instance
 // (joined, and every assigned task restored and processing), as /readyz

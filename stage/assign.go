@@ -23,7 +23,7 @@ func (a *App) stageTopics(si int) []string {
 	for _, b := range a.stages[si].sources {
 		ts = append(ts, b.topic)
 	}
-	if tk := a.tickTopic[si]; tk != "" {
+	if tk := a.topo.tickTopic[si]; tk != "" {
 		ts = append(ts, tk)
 	}
 	return ts
@@ -49,7 +49,7 @@ func (a *App) runnable(assigned map[string][]int32) (map[taskID]bool, map[string
 	}
 	run := make(map[taskID]bool)
 	for tp := range has {
-		for _, si := range a.bySource[tp.topic] {
+		for _, si := range a.topo.bySource[tp.topic] {
 			id := taskID{si, tp.partition}
 			if _, seen := run[id]; seen {
 				continue
@@ -64,7 +64,7 @@ func (a *App) runnable(assigned map[string][]int32) (map[taskID]bool, map[string
 			if blocked[tp] {
 				continue
 			}
-			stages := a.bySource[tp.topic]
+			stages := a.topo.bySource[tp.topic]
 			if !slices.ContainsFunc(stages, func(si int) bool { return !run[taskID{si, tp.partition}] }) {
 				continue
 			}

@@ -28,11 +28,11 @@ import (
 // the second gives it to the new owner. Tasks at other partition numbers
 // keep processing throughout.
 //
-// Standby placement rides along (standby.go): a member's join reports the
-// standby copies it keeps, the plan prefers a warm member for a partition
-// number that lost its owner, and each member's assignment carries its
-// standby partition numbers. host is this member's side of that, nil in
-// tests of the plan alone.
+// Standby placement rides along (planStandbys, below): a member's join
+// reports the standby copies it keeps, the plan prefers a warm member for
+// a partition number that lost its owner, and each member's assignment
+// carries its standby partition numbers (standbywire.go). host is this
+// member's side of that (standby.go), nil in tests of the plan alone.
 type coPartitioner struct{ host *standbyHost }
 
 // The eager predecessor was "parsley-copartitioned". A group cannot mix
@@ -118,7 +118,7 @@ type memberView struct {
 // ranked by instance ID, then member ID, so every leader computes the same
 // plan from the same join. It also returns, per partition number, its
 // planned owner (an index into members) and the members holding any of
-// its partitions now, for standby placement (standby.go).
+// its partitions now, for standby placement (planStandbys).
 func planOwners(members []memberView, topics map[string]int32) (out []map[string][]int32, owner []int, claimants [][]int) {
 	out = make([]map[string][]int32, len(members))
 	for i := range out {
@@ -172,7 +172,7 @@ func planOwners(members []memberView, topics map[string]int32) (out []map[string
 			extra--
 		}
 	}
-	extra = ownWarm(members, rank, owner, count, base, extra) // standby.go
+	extra = ownWarm(members, rank, owner, count, base, extra) // standby placement, below
 	for p := range owner {
 		if owner[p] >= 0 {
 			continue
@@ -204,4 +204,121 @@ func planOwners(members []memberView, topics map[string]int32) (out []map[string
 		}
 	}
 	return out, owner, claimants
+}
+
+// Standby placement (Config.Standbys) rides on this balancer, which runs
+// on the group leader: each member's join reports how many standbys it
+// runs with and the partition numbers it keeps copies of (standbywire.go);
+// the leader prefers a warm member when a partition number loses its owner
+// (ownWarm), places the copies (planStandbys), and puts each member's
+// standby partition numbers in the user data of its assignment, so every
+// member learns its part from the same plan. A copy is never placed on the
+// number's owner, nor on a member still holding any of its partitions (it
+// is moving away from it); while the number moves, its owner-to-be may
+// keep one (standbyAllowed).
+
+// planStandbys places the standby copies of each partition number given
+// its planned owner and current claimants (planOwners): as many copies as
+// the most any member asks for, on members that ask for some, never on a
+// claimant, and never on the owner once it is given the number. In the
+// round where a number moves, its owner-to-be may keep (or start) a copy,
+// which warms it up: it stays warm for the next round, which gives it the
+// number, and the task restores only the tail.
+//
+// The copies of one owner's numbers go to different members first: when
+// the owner is lost, each of its numbers then has a warm member of its
+// own, and ownWarm can give every one to its copy within the shares. Then
+// a member that already keeps a warm copy of the number keeps it while its
+// load stays under an even share; otherwise the least loaded member gets
+// it, ties going to the member that follows the owner most closely in the
+// balancer's ranking. It returns, per member, its standby partition numbers
+// in ascending order.
+func planStandbys(members []memberView, owner []int, claimants [][]int) [][]int32 {
+	out := make([][]int32, len(members))
+	want := 0
+	var willing []int
+	for i, m := range members {
+		want = max(want, m.standbys)
+		if m.standbys > 0 {
+			willing = append(willing, i)
+		}
+	}
+	if want == 0 || len(owner) == 0 {
+		return out
+	}
+	share := (len(owner)*want + len(willing) - 1) / len(willing)
+	load := make([]int, len(members))
+	// kin[i][o]: copies member i keeps of numbers member o owns.
+	kin := make([][]int, len(members))
+	for i := range kin {
+		kin[i] = make([]int, len(members))
+	}
+	pos := make([]int, len(members)) // place in the ranking, of every member
+	for i, x := range rankMembers(members) {
+		pos[x] = i
+	}
+	for p, o := range owner {
+		var cands []int
+		for _, i := range willing {
+			if standbyAllowed(i, o, claimants[p]) {
+				cands = append(cands, i)
+			}
+		}
+		sticky := func(i int) bool { return members[i].warm[int32(p)] && load[i] < share }
+		after := func(i int) int { return (pos[i] - pos[o] + len(members)) % len(members) }
+		slices.SortStableFunc(cands, func(x, y int) int {
+			if sx, sy := sticky(x), sticky(y); sx != sy {
+				if sx {
+					return -1
+				}
+				return 1
+			}
+			return cmp.Or(cmp.Compare(load[x], load[y]), cmp.Compare(after(x), after(y)))
+		})
+		slices.SortStableFunc(cands, func(x, y int) int { return cmp.Compare(kin[x][o], kin[y][o]) })
+		for _, i := range cands[:min(want, len(cands))] {
+			out[i] = append(out[i], int32(p))
+			load[i]++
+			kin[i][o]++
+		}
+	}
+	return out
+}
+
+// standbyAllowed reports whether member i may keep a copy of a number with
+// planned owner o and claimants: not while it holds any of the number, and
+// not once it owns it, which is when no other member holds any of it.
+func standbyAllowed(i, o int, claimants []int) bool {
+	if slices.Contains(claimants, i) {
+		return false
+	}
+	moving := slices.ContainsFunc(claimants, func(c int) bool { return c != o })
+	return i != o || moving
+}
+
+// ownWarm gives each partition number without an owner yet to a member
+// that keeps a warm copy of it, when that member's share has room (count
+// below base, or at base while extra shares are left), before the owner
+// plan spreads the rest: the task then restores only the tail its copy has
+// not applied. Any member with room keeps the plan feasible, because the
+// shares left always add up to the numbers left. It returns the extra
+// shares left.
+func ownWarm(members []memberView, rank, owner, count []int, base, extra int) int {
+	for p := range owner {
+		if owner[p] >= 0 {
+			continue
+		}
+		for _, i := range rank {
+			if !members[i].warm[int32(p)] || count[i] > base || count[i] == base && extra == 0 {
+				continue
+			}
+			if count[i] == base {
+				extra--
+			}
+			owner[p] = i
+			count[i]++
+			break
+		}
+	}
+	return extra
 }

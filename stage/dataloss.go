@@ -71,11 +71,11 @@ func (a *App) fetchDataLoss(topic string, partition int32, err error) *DataLossE
 // committed offset never passes the high watermark, so the brokers lost
 // what was committed. A failed lookup gives nil and its error.
 func (a *App) committedPastEnd(ctx context.Context, topic string, p int32) (*DataLossError, error) {
-	committed, err := a.admin.FetchOffsets(ctx, a.cfg.ApplicationID)
+	committed, err := a.topo.admin.FetchOffsets(ctx, a.cfg.ApplicationID)
 	if err != nil {
 		return nil, fmt.Errorf("stage: fetch committed offsets: %w", err)
 	}
-	ends, err := a.admin.ListEndOffsets(ctx, topic)
+	ends, err := a.topo.admin.ListEndOffsets(ctx, topic)
 	if err != nil {
 		return nil, fmt.Errorf("stage: list end offsets of %s: %w", topic, err)
 	}

@@ -99,7 +99,7 @@ func TestDataLossMidRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.admin = e.c.Admin()
+	a.topo.admin = e.c.Admin()
 	e.produce(rec("in", 0, "k", "a"), rec("in", 0, "k", "b"))
 
 	lossErr := &kgo.ErrDataLoss{Topic: "in", Partition: 0, ConsumedTo: 7, ResetTo: 2}

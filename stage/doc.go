@@ -93,22 +93,29 @@
 //
 // # Where a change goes
 //
-// The session loop is app.go (Run, the client loop) and session.go (one
-// client incarnation: its options, the assignment callbacks, the poll loop
-// and how far a step polls). Then, by concern:
+// The session loop is app.go (Run, the client loop, and the App: the parts
+// it composes) and session.go (one client incarnation: its options, the
+// poll loop and how far a step polls). Each part is a type in its own file
+// that says who may touch it. Then, by concern:
 //
-//   - rebalancing: balancer.go (the co-partitioning plan), assign.go (which
-//     tasks may run with an assignment), tasks.go (reconcile: opening and
-//     closing tasks), fence.go (a departed owner's open transaction);
-//   - transactions: step.go (one step's transaction and its end),
-//     anchor.go (franz-go's KIP-447 wait and the offset that spares it),
+//   - rebalancing: assignment.go (the assignment franz-go's callbacks
+//     report: the only part shared with its goroutines, and the only one
+//     that locks), balancer.go (the co-partitioning plan and standby
+//     placement), assign.go (which tasks may run with an assignment),
+//     tasks.go (reconcile: opening and closing tasks), fence.go (a departed
+//     owner's open transaction);
+//   - transactions: step.go (one step's transaction), txnend.go (ending
+//     it: all of franz-go's KIP-447 caveats on GroupTransactSession.End, the
+//     empty step, the offset anchor, re-arming the revoke callback),
 //     outcome.go (what the loop does after a step ends), positions.go;
-//   - standbys: standby.go (placement, the standby jobs and their wire
-//     format in the join's user data);
-//   - tasks: task.go (a task and its step work), env.go (what a task may
-//     use of the App), restore.go, holds.go, ticks.go, truncate.go;
-//   - what other goroutines read: snapshot.go, health.go, introspect.go,
-//     metrics.go.
+//   - standbys: standby.go (the standby jobs' lifecycle and this member's
+//     side of placement), standbywire.go (their wire format in the join's
+//     and the assignment's user data), placement in balancer.go;
+//   - tasks: taskset.go (the set of open tasks and what the loop asks of
+//     it), task.go (a task and its step work), env.go (what a task may use
+//     of the App), restore.go, holds.go, ticks.go, truncate.go;
+//   - what other goroutines read: snapshot.go (the status and the
+//     published snapshot), health.go, introspect.go, metrics.go.
 //
 // # Topics the application needs
 //

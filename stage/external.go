@@ -77,7 +77,7 @@ func (a *App) settleExternal(ctx context.Context) error {
 // settle is retried: RetryBackoff, doubling with each consecutive failure
 // up to 32 times RetryBackoff.
 func (a *App) externalBackoff() time.Duration {
-	n := min(a.xfails, 5)
-	a.xfails++
+	n := min(a.steps.xfails, 5)
+	a.steps.xfails++
 	return a.cfg.RetryBackoff << n
 }

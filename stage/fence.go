@@ -52,8 +52,8 @@ const fenceTimeout = 5 * time.Second
 // nameCommits sets the metadata of every offset a stage transaction
 // commits to the instance ID, so that the next owner of a partition knows
 // whose transaction may still be open on it.
-func (a *App) nameCommits(req *kmsg.TxnOffsetCommitRequest) error {
-	inst := &a.cfg.InstanceID // a.cfg is not written once Run runs
+func (e *txnEnder) nameCommits(req *kmsg.TxnOffsetCommitRequest) error {
+	inst := &e.instance // not written once Run runs
 	for i := range req.Topics {
 		for j := range req.Topics[i].Partitions {
 			req.Topics[i].Partitions[j].Metadata = inst
@@ -101,7 +101,7 @@ func (a *App) fenceAbandonedTxns(ctx context.Context, added map[string][]int32) 
 	var errs []error
 	// Not RequireStable: the fetch should answer with the last committed
 	// offsets' metadata, not wait for the transaction in question.
-	committed, err := a.admin.FetchOffsets(ctx, app)
+	committed, err := a.topo.admin.FetchOffsets(ctx, app)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("fetch committed offsets: %w", err))
 	}
@@ -112,7 +112,7 @@ func (a *App) fenceAbandonedTxns(ctx context.Context, added map[string][]int32) 
 				owners[o.Metadata] = true
 			}
 		}
-		for _, si := range a.bySource[t] {
+		for _, si := range a.topo.bySource[t] {
 			changelogs.Add(ChangelogTopic(app, a.stages[si].name), ps...)
 		}
 	}
@@ -135,7 +135,7 @@ func (a *App) fenceAbandonedTxns(ctx context.Context, added map[string][]int32) 
 	// fence loses that step to the fence (Kafka aborts an open transaction
 	// of the same producer ID whatever the epoch named) and starts its
 	// session over; exactly-once holds either way.
-	groups, err := a.admin.DescribeGroups(ctx, app)
+	groups, err := a.topo.admin.DescribeGroups(ctx, app)
 	if err == nil {
 		err = groups.Error()
 	}
@@ -156,7 +156,7 @@ func (a *App) fenceAbandonedTxns(ctx context.Context, added map[string][]int32) 
 	for i, inst := range gone {
 		ids[i] = app + "-" + inst // session.go: the instance's transactional ID
 	}
-	txns, err := a.admin.DescribeTransactions(ctx, ids...)
+	txns, err := a.topo.admin.DescribeTransactions(ctx, ids...)
 	if err != nil {
 		return nil, errors.Join(append(errs, fmt.Errorf("describe transactions %v: %w", ids, err))...)
 	}
@@ -185,7 +185,7 @@ func (a *App) fenceAbandonedTxns(ctx context.Context, added map[string][]int32) 
 // pending, and it would retry only a second later.
 func (a *App) awaitEnd(ctx context.Context, txnID string) error {
 	for {
-		txns, err := a.admin.DescribeTransactions(ctx, txnID)
+		txns, err := a.topo.admin.DescribeTransactions(ctx, txnID)
 		if err != nil {
 			return fmt.Errorf("describe transaction %s: %w", txnID, err)
 		}
@@ -213,7 +213,7 @@ func (a *App) openOnChangelogs(ctx context.Context, changelogs kadm.TopicsSet) (
 	if len(changelogs) == 0 {
 		return nil, nil
 	}
-	described, err := a.admin.DescribeProducers(ctx, changelogs)
+	described, err := a.topo.admin.DescribeProducers(ctx, changelogs)
 	if err != nil {
 		return nil, fmt.Errorf("describe producers: %w", err)
 	}
@@ -233,7 +233,7 @@ func (a *App) openOnChangelogs(ctx context.Context, changelogs kadm.TopicsSet) (
 	if len(pids) == 0 {
 		return nil, errors.Join(errs...)
 	}
-	listed, err := a.admin.ListTransactions(ctx, pids, []string{"Ongoing"})
+	listed, err := a.topo.admin.ListTransactions(ctx, pids, []string{"Ongoing"})
 	if err != nil {
 		return nil, errors.Join(append(errs, fmt.Errorf("list transactions of producers %v: %w", pids, err))...)
 	}
@@ -257,7 +257,7 @@ func (a *App) fence(ctx context.Context, d kadm.DescribedTransaction) (bool, err
 	req.TransactionTimeoutMillis = d.TimeoutMillis
 	req.ProducerID = d.ProducerID
 	req.ProducerEpoch = d.ProducerEpoch
-	resp, err := req.RequestWith(ctx, a.boot)
+	resp, err := req.RequestWith(ctx, a.topo.boot)
 	if err != nil {
 		return false, fmt.Errorf("fence %s: %w", d.TxnID, err)
 	}

@@ -44,15 +44,15 @@ func (a *App) HealthHandler() http.Handler {
 // and if not, why.
 func (a *App) Live() (bool, string) {
 	switch {
-	case !a.started.Load():
+	case !a.status.started.Load():
 		return false, "not started"
-	case a.stopped.Load():
+	case a.status.stopped.Load():
 		return false, "stopped"
 	}
 	// A step may take up to its timeout; between sessions the loop waits
 	// RetryBackoff. Allow both, and a few poll intervals.
 	limit := a.stepTimeout() + a.cfg.RetryBackoff + 10*a.cfg.PollInterval
-	if beat := a.beat.Load(); beat != 0 && time.Since(time.Unix(0, beat)) > limit {
+	if beat := a.status.beat.Load(); beat != 0 && time.Since(time.Unix(0, beat)) > limit {
 		return false, fmt.Sprintf("no progress for over %v", limit)
 	}
 	return true, ""
@@ -64,7 +64,7 @@ func (a *App) Readiness() (bool, string) {
 	if ok, why := a.Live(); !ok {
 		return false, why
 	}
-	snap := a.snap.Load()
+	snap := a.status.snap.Load()
 	if snap == nil {
 		return false, "not started"
 	}

@@ -70,10 +70,10 @@ func TestReadinessStates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.started.Store(true)
-	a.ready.Store(true)
+	a.status.started.Store(true)
+	a.status.ready.Store(true)
 	tk := &task{st: st, id: taskID{0, 3}, partition: 3}
-	a.tasks[tk.id] = tk
+	a.tasks.byID[tk.id] = tk
 	check := func(want bool, why string) {
 		t.Helper()
 		a.observe()
@@ -82,20 +82,18 @@ func TestReadinessStates(t *testing.T) {
 			t.Fatalf("Readiness() = %v %q, want %v %q", ok, got, want, why)
 		}
 	}
-	a.restores = map[taskID]*restoreJob{tk.id: {}}
+	a.tasks.restores[tk.id] = &restoreJob{}
 	check(false, `task h/3 restoring`)
 	if ts := a.Tasks(); len(ts) != 1 || !ts[0].Restoring {
 		t.Fatalf("Tasks() = %+v, want h/3 restoring", ts)
 	}
-	delete(a.restores, tk.id)
+	delete(a.tasks.restores, tk.id)
 	check(false, `task h/3 restored, starting`)
 	tk.built = true
 	check(true, "")
-	a.amu.Lock()
-	a.gen++
-	a.amu.Unlock()
+	a.asg.bump()
 	check(false, "joining")
-	a.seenGen = a.gen
+	a.client.seenGen = a.asg.generation()
 	check(true, "")
 	a.sessionEnded()
 	if ok, why := a.Readiness(); ok || !strings.Contains(why, "rejoining") {

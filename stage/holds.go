@@ -100,7 +100,7 @@ func advice(d Diagnosis) string {
 // is at most one poll interval stale and describes committed state. It is a
 // diagnosis, not a source of truth about application state.
 func (a *App) ExplainHolds() []HeldRecord {
-	snap := a.snap.Load()
+	snap := a.status.snap.Load()
 	if snap == nil {
 		return nil
 	}

@@ -288,11 +288,11 @@ func TestHoldOutlivesAbortedSteps(t *testing.T) {
 	if w := logs.holdWarnings(); len(w) != 1 {
 		t.Fatalf("%d warnings, want the one", len(w))
 	}
-	snap := r.app.snap.Load()
+	snap := r.app.status.snap.Load()
 	if len(snap.tasks) != 1 || snap.tasks[0].delivered != 1 {
 		t.Fatalf("delivered %+v, want c0 counted once", snap.tasks)
 	}
-	if n := r.app.aborts.Load(); n < 3 {
+	if n := r.app.status.aborts.Load(); n < 3 {
 		t.Fatalf("step aborts metric %d, want ≥ 3", n)
 	}
 }

@@ -72,7 +72,7 @@ type TaskInfo struct {
 // both for one task). Like ExplainHolds it reads the snapshot published
 // after every step and idle poll, so it never waits for a step.
 func (a *App) Tasks() []TaskInfo {
-	snap := a.snap.Load()
+	snap := a.status.snap.Load()
 	if snap == nil {
 		return nil
 	}

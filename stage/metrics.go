@@ -101,18 +101,18 @@ func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 		d.sweepsSkipped, d.ticks, d.stampOffsets, d.stampSeqs, d.stepCommits, d.stepAborts, d.scopeCrossings, d.restoring, d.standby, d.standbyLag} {
 		ch <- x
 	}
-	c.a.latency.h.Describe(ch)
+	c.a.status.latency.h.Describe(ch)
 }
 
 func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	a, d := c.a, c.d
-	ch <- prometheus.MustNewConstMetric(d.stepCommits, prometheus.CounterValue, float64(a.commits.Load()))
-	ch <- prometheus.MustNewConstMetric(d.stepAborts, prometheus.CounterValue, float64(a.aborts.Load()))
-	a.latency.h.Collect(ch)
+	ch <- prometheus.MustNewConstMetric(d.stepCommits, prometheus.CounterValue, float64(a.status.commits.Load()))
+	ch <- prometheus.MustNewConstMetric(d.stepAborts, prometheus.CounterValue, float64(a.status.aborts.Load()))
+	a.status.latency.h.Collect(ch)
 	for _, c := range a.scope.snapshot() {
 		ch <- prometheus.MustNewConstMetric(d.scopeCrossings, prometheus.CounterValue, float64(c.n), c.stage, c.topic, c.claimed)
 	}
-	snap := a.snap.Load()
+	snap := a.status.snap.Load()
 	if snap == nil {
 		return
 	}

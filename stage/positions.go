@@ -91,25 +91,25 @@ func (e *rewindError) merge(o *rewindError) *rewindError {
 // fetches from), and the next build starts new tasks there.
 func (a *App) rewind(cl *kgo.Client, rw *rewindError) {
 	if rw != nil {
-		if a.rewound == nil {
-			a.rewound = make(map[topicPartition]int64)
+		if a.client.rewound == nil {
+			a.client.rewound = make(map[topicPartition]int64)
 		}
 		for tp, at := range rw.to {
-			if r, ok := a.rewound[tp]; !ok || at < r {
-				a.rewound[tp] = at
+			if r, ok := a.client.rewound[tp]; !ok || at < r {
+				a.client.rewound[tp] = at
 			}
 		}
 		a.log.Info("stage: a stage has not consumed as far as the group; fetching from its own position", "positions", rw.to)
 	}
-	if len(a.rewound) == 0 {
+	if len(a.client.rewound) == 0 {
 		return
 	}
 	set := make(map[string]map[int32]kgo.EpochOffset)
-	for _, tp := range slices.SortedFunc(maps.Keys(a.rewound), compareTopicPartition) {
+	for _, tp := range slices.SortedFunc(maps.Keys(a.client.rewound), compareTopicPartition) {
 		if set[tp.topic] == nil {
 			set[tp.topic] = make(map[int32]kgo.EpochOffset)
 		}
-		set[tp.topic][tp.partition] = kgo.EpochOffset{Epoch: -1, Offset: a.rewound[tp]}
+		set[tp.topic][tp.partition] = kgo.EpochOffset{Epoch: -1, Offset: a.client.rewound[tp]}
 	}
 	cl.SetOffsets(set)
 }

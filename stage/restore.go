@@ -27,35 +27,19 @@ type restoreJob struct {
 func (a *App) startRestore(t *task) {
 	ctx, cancel := context.WithCancel(context.Background())
 	j := &restoreJob{cancel: cancel, done: make(chan struct{})}
-	if a.restores == nil {
-		a.restores = make(map[taskID]*restoreJob)
-	}
-	a.restores[t.id] = j
+	a.tasks.restores[t.id] = j
 	newClient := a.newClient
 	go func() {
 		defer close(j.done)
 		if a.hooks.restore != nil {
 			a.hooks.restore(ctx, t.st.name, t.partition)
 		}
-		j.res, j.err = state.Restore(ctx, a.admin, newClient, t.changelog, t.partition, t.kv, a.cfg.WallClock)
+		j.res, j.err = state.Restore(ctx, a.topo.admin, newClient, t.changelog, t.partition, t.kv, a.cfg.WallClock)
 		if a.hooks.restored != nil {
 			a.hooks.restored(t.st.name, t.partition, j.res, j.err, t.kv)
 		}
 	}()
 }
-
-// closeTask stops the task's restore, if one runs, and closes the task.
-func (a *App) closeTask(t *task) {
-	if j := a.restores[t.id]; j != nil {
-		j.cancel()
-		<-j.done
-		delete(a.restores, t.id)
-	}
-	t.close()
-}
-
-// restoring reports whether the task's store is being restored.
-func (a *App) restoring(id taskID) bool { return a.restores[id] != nil }
 
 // finishRestores takes in the restores that ended: a restored task joins
 // the next step (reconcile resumes its partitions); a failed one is closed,
@@ -63,8 +47,8 @@ func (a *App) restoring(id taskID) bool { return a.restores[id] != nil }
 // rebuilds the client, which opens and restores it again.
 func (a *App) finishRestores() error {
 	var errs []error
-	for _, id := range a.sortedIDs() {
-		j := a.restores[id]
+	for _, id := range a.tasks.sortedIDs() {
+		j := a.tasks.restores[id]
 		if j == nil {
 			continue
 		}
@@ -73,9 +57,9 @@ func (a *App) finishRestores() error {
 		default:
 			continue
 		}
-		delete(a.restores, id)
-		a.repause = true
-		t := a.tasks[id]
+		delete(a.tasks.restores, id)
+		a.tasks.repause = true
+		t := a.tasks.byID[id]
 		res, err := j.res, j.err
 		switch {
 		case res.Reincarnated:
@@ -97,8 +81,7 @@ func (a *App) finishRestores() error {
 		if err == nil {
 			continue
 		}
-		a.closeTask(t)
-		delete(a.tasks, id)
+		a.tasks.close(id)
 		// Neither a lost changelog nor a broker without topic IDs gets
 		// better by retrying.
 		if errors.Is(err, state.ErrChangelogBehind) || errors.Is(err, state.ErrNoTopicID) {
@@ -113,7 +96,7 @@ func (a *App) finishRestores() error {
 // nothing is fetched from them until the restore ends.
 func (a *App) restoringPartitions() map[topicPartition]bool {
 	out := make(map[topicPartition]bool)
-	for id := range a.restores {
+	for id := range a.tasks.restores {
 		for _, t := range a.stageTopics(id.stage) {
 			out[topicPartition{t, id.partition}] = true
 		}

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"time"
 
@@ -35,7 +34,7 @@ func (a *App) newClient(opts ...kgo.Opt) (*kgo.Client, error) {
 
 func (a *App) sessionOpts() []kgo.Opt {
 	var sources []string
-	for t := range a.bySource {
+	for t := range a.topo.bySource {
 		sources = append(sources, t)
 	}
 	sort.Strings(sources)
@@ -51,8 +50,8 @@ func (a *App) sessionOpts() []kgo.Opt {
 		kgo.Balancers(coPartitioner{host: a.standby.host}),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.OnPartitionsAssigned(a.onAssigned),
-		kgo.OnPartitionsRevoked(a.onRevoked),
-		kgo.OnPartitionsLost(a.onRevoked),
+		kgo.OnPartitionsRevoked(a.asg.onRevoked),
+		kgo.OnPartitionsLost(a.asg.onRevoked),
 	)
 	if a.cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(a.cfg.SessionTimeout))
@@ -99,31 +98,24 @@ func (a *App) onAssigned(ctx context.Context, _ *kgo.Client, m map[string][]int3
 	// Before the client fetches the new partitions' offsets, which a
 	// departed owner's open transaction would hold back (fence.go).
 	a.fenceAbandoned(ctx, m)
-	a.amu.Lock()
-	defer a.amu.Unlock()
-	for t, ps := range m {
-		a.assigned[t] = append(a.assigned[t], ps...)
-	}
-	a.gen++
+	a.asg.onAssigned(m)
 }
 
-func (a *App) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-	if len(m) == 0 {
-		return // a cooperative rebalance that took nothing from this member
-	}
-	a.amu.Lock()
-	defer a.amu.Unlock()
-	a.revokeSeen = true
-	for t, ps := range m {
-		for _, p := range ps {
-			a.dropped[topicPartition{t, p}] = true
-		}
-		a.assigned[t] = slices.DeleteFunc(a.assigned[t], func(p int32) bool { return slices.Contains(ps, p) })
-		if len(a.assigned[t]) == 0 {
-			delete(a.assigned, t)
-		}
-	}
-	a.gen++
+// clientState is what the session loop did to the current client and
+// knows of its assignment; it starts over with each client (reset). Owned
+// by the session loop.
+type clientState struct {
+	seenGen  uint64                   // the assignment generation the last reconcile saw
+	paused   map[string][]int32       // assigned partitions not fetched (tasks.go: setPaused)
+	rewound  map[topicPartition]int64 // positions set back this session (positions.go)
+	rejoined bool                     // this session asked the group to rebalance once (reconcile)
+}
+
+// reset forgets what the loop did to the client that ended.
+func (c *clientState) reset() {
+	clear(c.paused)
+	clear(c.rewound)
+	c.rejoined = false
 }
 
 // session runs one client incarnation until ctx ends or the client fails.
@@ -138,28 +130,14 @@ func (a *App) session(ctx context.Context) error {
 		a.hooks.onSession(sess)
 	}
 	defer func() {
-		for _, t := range a.tasks {
-			t.reset()
-		}
-		a.amu.Lock()
-		// The next client starts over: every task is restored before it
-		// runs again, whatever the next assignment.
-		for t, ps := range a.assigned {
-			for _, p := range ps {
-				a.dropped[topicPartition{t, p}] = true
-			}
-		}
-		clear(a.assigned)
-		a.gen++
-		a.amu.Unlock()
-		clear(a.paused)
-		clear(a.rewound)
-		a.rejoined = false
+		a.tasks.resetAll()
+		a.asg.dropAll()
+		a.client.reset()
 		sess.Close() // leaves the group
 		a.sessionEnded()
 	}()
 	// Every transaction's offsets name this instance (fence.go).
-	ctx = kgo.PreTxnCommitFnContext(ctx, a.nameCommits)
+	ctx = kgo.PreTxnCommitFnContext(ctx, a.txn.nameCommits)
 	// Loading the producer ID fences every earlier incarnation of this
 	// instance and aborts its open transaction now, so restores do not wait
 	// for the transaction timeout.
@@ -187,13 +165,17 @@ func (a *App) session(ctx context.Context) error {
 		if err := a.finishRestores(); err != nil {
 			return err
 		}
-		a.tendStandbys(ctx)
+		a.standby.tend(ctx, a.tasks.isOpen)
 		if err := a.reconcile(ctx, sess.Client()); err != nil {
 			return err
 		}
-		if fs.NumRecords() == 0 && !a.needsStep() && !a.timerDue() {
-			if err := a.rearmRevoke(ctx, sess); err != nil {
+		if fs.NumRecords() == 0 && !a.tasks.needsStep() && !a.tasks.timerDue(a.cfg.WallClock()) {
+			ended, err := a.txn.rearmRevoke(ctx, sess) // txnend.go
+			if err != nil {
 				return err
+			}
+			if ended {
+				a.rewind(sess.Client(), nil) // the abort rewound to the committed offsets
 			}
 			if a.hooks.idle != nil {
 				a.hooks.idle()
@@ -278,53 +260,5 @@ func (a *App) fillStep(ctx context.Context, sess *kgo.GroupTransactSession, fs k
 // assignmentChanged reports whether the group changed the assignment since
 // the last reconcile.
 func (a *App) assignmentChanged() bool {
-	a.amu.Lock()
-	defer a.amu.Unlock()
-	return a.gen != a.seenGen
-}
-
-// needsStep reports whether some restored task has no node: a step builds
-// it.
-func (a *App) needsStep() bool {
-	for id, t := range a.tasks {
-		if t.node == nil && !a.restoring(id) {
-			return true
-		}
-	}
-	return false
-}
-
-// timerDue reports whether some built task has a tick or a sweep due, so
-// the loop runs a step although nothing was fetched.
-func (a *App) timerDue() bool {
-	now := a.cfg.WallClock()
-	for _, t := range a.tasks {
-		if t.node != nil && (t.tickDue(now) || t.sweepDue(now)) {
-			return true
-		}
-	}
-	return false
-}
-
-// rearmRevoke ends an empty transaction after a revoke while the loop is
-// idle. GroupTransactSession passes on only the first revoke between two
-// ends of a transaction; an idle instance that ends none would never hear
-// of the next one (a partition number leaving in the second round of a
-// cooperative rebalance) and keep running the task elsewhere assigned.
-func (a *App) rearmRevoke(ctx context.Context, sess *kgo.GroupTransactSession) error {
-	a.amu.Lock()
-	seen := a.revokeSeen
-	a.revokeSeen = false
-	a.amu.Unlock()
-	if !seen {
-		return nil
-	}
-	if err := sess.Begin(); err != nil {
-		return fmt.Errorf("stage: begin transaction: %w", err)
-	}
-	if _, err := sess.End(ctx, kgo.TryAbort); err != nil {
-		return fmt.Errorf("stage: end empty transaction: %w", err)
-	}
-	a.rewind(sess.Client(), nil) // the abort rewound to the committed offsets
-	return nil
+	return a.asg.generation() != a.client.seenGen
 }

@@ -5,14 +5,26 @@ package stage
 // collector, the health handler) may see, so none of them waits for a step.
 
 import (
-	"cmp"
 	"fmt"
-	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/parsley-go/parsley/protocol"
 )
+
+// status is what other goroutines read of the App: atomics, written by
+// Run and the session loop, read by anyone without waiting for a step.
+type status struct {
+	snap             atomic.Pointer[snapshot] // published by the session loop
+	commits, aborts  atomic.Uint64            // steps ended either way
+	committed        atomic.Int64             // committed steps
+	latency          *stepLatency             // a histogram: locks its own
+	running          atomic.Bool              // Run was called
+	started, stopped atomic.Bool
+	beat             atomic.Int64 // real-clock unix nanos of the loop's last sign of life
+	ready            atomic.Bool  // the first reconcile ran
+}
 
 // snapshot is one publication: an entry per task, and readiness.
 type snapshot struct {
@@ -56,11 +68,11 @@ func (c *taskCounts) rebuilt() { c.base = protocol.Counters{} }
 // stepEnded runs when App.step returns: it records the step metrics and
 // publishes a fresh snapshot.
 func (a *App) stepEnded(start time.Time, committed bool) {
-	a.latency.observe(time.Since(start))
+	a.status.latency.observe(time.Since(start))
 	if committed {
-		a.commits.Add(1)
+		a.status.commits.Add(1)
 	} else {
-		a.aborts.Add(1)
+		a.status.aborts.Add(1)
 	}
 	a.observe()
 }
@@ -69,21 +81,19 @@ func (a *App) stepEnded(start time.Time, committed bool) {
 // holds and counters, warns about holds that outlived HoldWarningAfter,
 // and publishes the snapshot readers use.
 func (a *App) observe() {
-	a.beat.Store(time.Now().UnixNano())
+	a.status.beat.Store(time.Now().UnixNano())
 	now := a.cfg.WallClock()
-	a.amu.Lock()
-	settled := a.gen == a.seenGen
-	a.amu.Unlock()
-	prev := a.snap.Load()
-	snap := &snapshot{tasks: make([]taskSnapshot, 0, len(a.tasks)), ready: a.ready.Load() && settled}
+	settled := a.asg.generation() == a.client.seenGen
+	prev := a.status.snap.Load()
+	snap := &snapshot{tasks: make([]taskSnapshot, 0, len(a.tasks.byID)), ready: a.status.ready.Load() && settled}
 	if !snap.ready {
 		snap.why = "joining the group"
 	}
 	var notReady []string
-	for _, id := range a.sortedIDs() {
-		t := a.tasks[id]
+	for _, id := range a.tasks.sortedIDs() {
+		t := a.tasks.byID[id]
 		ts := t.sample(now, prev)
-		ts.restoring = a.restoring(id)
+		ts.restoring = a.tasks.restoring(id)
 		switch {
 		case ts.restoring:
 			notReady = append(notReady, fmt.Sprintf("task %s/%d restoring", t.st.name, t.partition))
@@ -92,33 +102,15 @@ func (a *App) observe() {
 		}
 		snap.tasks = append(snap.tasks, ts)
 	}
-	snap.standbys = a.standbySnapshots()
+	snap.standbys = a.standby.snapshots()
 	if snap.ready && len(notReady) > 0 {
 		snap.ready = false
 		snap.why = strings.Join(notReady, "; ")
 	}
-	a.snap.Store(snap)
+	a.status.snap.Store(snap)
 }
 
 // sessionEnded publishes that the instance is not ready.
 func (a *App) sessionEnded() {
-	a.snap.Store(&snapshot{why: "rejoining after a client failure"})
-}
-
-func (a *App) sortedIDs() []taskID {
-	ids := make([]taskID, 0, len(a.tasks))
-	for id := range a.tasks {
-		ids = append(ids, id)
-	}
-	sortTaskIDs(ids)
-	return ids
-}
-
-func sortTaskIDs(ids []taskID) {
-	slices.SortFunc(ids, func(x, y taskID) int {
-		if c := cmp.Compare(x.stage, y.stage); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.partition, y.partition)
-	})
+	a.status.snap.Store(&snapshot{why: "rejoining after a client failure"})
 }

@@ -15,6 +15,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// stepState is what the steps need beside the tasks: the open step's
+// produce results (the only part written off the loop, by franz-go's
+// promises, under sendResults' lock), the decode workers, and how many
+// steps in a row failed alike. Owned by the session loop.
+type stepState struct {
+	sent                sendResults // the open step's produce results (env.go)
+	ahead               decodeAhead // the step's decoding workers (decodeahead.go)
+	xfails              uint        // consecutive steps whose external sinks did not settle
+	fetchedAheadRetries int         // consecutive steps retried at once after a fetchedAheadError
+}
+
 // step runs one transaction: rebuild the nodes that need it, feed the
 // fetched records, run user logic, send stamped emissions and the
 // changelog, and end the transaction. After a commit the stores are
@@ -34,47 +45,29 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	if err := sess.Begin(); err != nil {
 		return fmt.Errorf("stage: begin transaction: %w", err)
 	}
-	a.sent.reset()
+	a.steps.sent.reset()
 	a.beginExternal(sctx)
 
 	end := stepEnd{step: a.explainOutOfOrder(sctx, a.runStep(sctx, sess, fs))}
 	end.flush = sess.Client().Flush(sctx)
-	end.produce = a.sent.firstErr()
+	end.produce = a.steps.sent.firstErr()
 	commit := end.step == nil && end.flush == nil && end.produce == nil
 	if commit {
 		end.external = a.settleExternal(sctx)
 		commit = end.external == nil
 	}
-	if commit && a.hooks.beforeEnd != nil && a.hooks.beforeEnd(a.steps.Load()) {
+	if commit && a.hooks.beforeEnd != nil && a.hooks.beforeEnd(a.status.committed.Load()) {
 		commit = false
 	}
-	a.amu.Lock()
-	a.revokeSeen = false // End re-arms the session's revoke callback
-	a.amu.Unlock()
-	empty := commit && fs.NumRecords() == 0 && a.sent.produced == 0
-	if empty {
-		// A step that consumed and wrote nothing (building restored
-		// tasks that deliver nothing) leaves Kafka as it found it, and
-		// its abort is its commit. Ending it as an abort spares the next
-		// step franz-go's wait after a commit without offsets: it cannot
-		// tell the broker supports KIP-447 without them, and holds its
-		// rebalance lock for 500 ms, which the next End waits out.
-		_, end.end = sess.End(sctx, kgo.TryAbort)
-		committed = end.end == nil
-		if committed {
-			// The abort rewound the client to the group's offsets: set
-			// back again what this session rewound further and has not
-			// consumed yet (positions.go).
-			a.rewind(sess.Client(), nil)
-		}
-	} else {
-		ectx := sctx
-		if commit {
-			// Commits an offset even when the step consumed none: spares
-			// the next End franz-go's 500 ms wait (anchor.go).
-			ectx = a.anchoredEnd(sctx, sess.Client())
-		}
-		committed, end.end = sess.End(ectx, kgo.TransactionEndTry(commit))
+	// An empty step ends as an abort; a commit that consumed nothing is
+	// anchored (txnend.go).
+	empty := commit && fs.NumRecords() == 0 && a.steps.sent.produced == 0
+	committed, end.end = a.txn.end(sctx, sess, commit, empty, a.tasks.inStep)
+	if empty && committed {
+		// The abort rewound the client to the group's offsets: set back
+		// again what this session rewound further and has not consumed
+		// yet (positions.go).
+		a.rewind(sess.Client(), nil)
 	}
 	failoverAbort := !committed && offsetCommitAborted(end.end)
 	if failoverAbort {
@@ -89,9 +82,7 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 		errors.As(end.step, &rw)
 		a.rewind(sess.Client(), rw)
 		if rw != nil {
-			for _, t := range a.tasks {
-				t.reset()
-			}
+			a.tasks.resetAll()
 			return nil
 		}
 	}
@@ -99,10 +90,10 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	out := classifyStep(end, a.cfg.OnStepError)
 	if out.verdict == stepCommitted {
 		if !empty {
-			clear(a.rewound) // the commit included them
+			clear(a.client.rewound) // the commit included them
 		}
-		for id, t := range a.tasks {
-			if a.restoring(id) {
+		for id, t := range a.tasks.byID {
+			if a.tasks.restoring(id) {
 				continue // took no part in the step
 			}
 			if err := t.commit(sctx, began); err != nil {
@@ -110,29 +101,27 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 			}
 			t.stepCommitted()
 		}
-		a.steps.Add(1)
-		a.xfails = 0
-		a.fetchedAheadRetries = 0
+		a.status.committed.Add(1)
+		a.steps.xfails = 0
+		a.steps.fetchedAheadRetries = 0
 		a.scope.commitStep()
 		if a.hooks.afterCommit != nil {
 			a.hooks.afterCommit()
 		}
 		return nil
 	}
-	for _, t := range a.tasks {
-		t.reset()
-	}
+	a.tasks.resetAll()
 	a.scope.abortStep()
 	if a.hooks.afterAbort != nil {
 		a.hooks.afterAbort()
 	}
 	switch out.verdict {
 	case stepRetryHost:
-		if ahead := (*fetchedAheadError)(nil); errors.As(out.err, &ahead) && a.fetchedAheadRetries < maxAheadRetries {
+		if ahead := (*fetchedAheadError)(nil); errors.As(out.err, &ahead) && a.steps.fetchedAheadRetries < maxAheadRetries {
 			// The abort rewound the client, and reconcile has paused the
 			// partition or built its task: the retry will not meet these
 			// records again, so it need not wait.
-			a.fetchedAheadRetries++
+			a.steps.fetchedAheadRetries++
 			a.log.Debug("stage: step aborted for records fetched ahead of their task; retrying at once", "err", out.err)
 			return nil
 		}
@@ -164,11 +153,11 @@ func (a *App) stepTimeout() time.Duration {
 
 // runStep does the work of a step inside the transaction.
 func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.Fetches) error {
-	ids := slices.DeleteFunc(a.sortedIDs(), a.restoring) // restore.go
+	ids := slices.DeleteFunc(a.tasks.sortedIDs(), a.tasks.restoring) // restore.go
 	var starts, logStarts map[string]map[int32]int64
 	var back *rewindError
 	for _, id := range ids {
-		t := a.tasks[id]
+		t := a.tasks.byID[id]
 		if t.node != nil {
 			t.sweepIfDue(ctx) // before feeding, so the step's stamps are swept
 			continue
@@ -176,11 +165,11 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 		if starts == nil {
 			need := make(map[string][]int32)
 			for _, id := range ids {
-				if a.tasks[id].node == nil {
-					for _, b := range a.tasks[id].st.sources {
+				if a.tasks.byID[id].node == nil {
+					for _, b := range a.tasks.byID[id].st.sources {
 						need[b.topic] = append(need[b.topic], id.partition)
 					}
-					if tk := a.tickTopic[id.stage]; tk != "" {
+					if tk := a.topo.tickTopic[id.stage]; tk != "" {
 						need[tk] = append(need[tk], id.partition) // ticks.go
 					}
 				}
@@ -206,7 +195,7 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 	}
 	ts := make([]*task, len(ids))
 	for i, id := range ids {
-		ts[i] = a.tasks[id]
+		ts[i] = a.tasks.byID[id]
 		if err := ts[i].tickIfDue(ctx, sess); err != nil {
 			return err
 		}
@@ -228,20 +217,20 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 // feedAll feeds the step's fetched records to their tasks, with their
 // decoding started ahead on the decode workers (decodeahead.go).
 func (a *App) feedAll(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.Fetches) error {
-	if a.ahead.workers > 0 {
+	if a.steps.ahead.workers > 0 {
 		for _, f := range fs {
 			for _, ft := range f.Topics {
 				for _, fp := range ft.Partitions {
-					for _, si := range a.bySource[ft.Topic] {
-						if t := a.tasks[taskID{si, fp.Partition}]; t != nil && t.node != nil {
-							a.ahead.add(t.aheadFor(ft.Topic), fp.Records)
+					for _, si := range a.topo.bySource[ft.Topic] {
+						if t := a.tasks.byID[taskID{si, fp.Partition}]; t != nil && t.node != nil {
+							a.steps.ahead.add(t.aheadFor(ft.Topic), fp.Records)
 						}
 					}
 				}
 			}
 		}
-		a.ahead.start()
-		defer a.ahead.finish()
+		a.steps.ahead.start()
+		defer a.steps.ahead.finish()
 	}
 	for _, f := range fs {
 		for _, ft := range f.Topics {
@@ -249,8 +238,8 @@ func (a *App) feedAll(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 				if len(fp.Records) == 0 {
 					continue
 				}
-				for _, si := range a.bySource[ft.Topic] {
-					t := a.tasks[taskID{si, fp.Partition}]
+				for _, si := range a.topo.bySource[ft.Topic] {
+					t := a.tasks.byID[taskID{si, fp.Partition}]
 					if t == nil || t.node == nil {
 						// Fetched before the assignment reached us, or
 						// before the task's restore paused its partition:

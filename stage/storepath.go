@@ -35,7 +35,7 @@ func legacyStorePath(stateDir, stage string, p int32) string {
 // directory and stays.
 func (a *App) moveLegacyStore(ctx context.Context, st *Stage, p int32, path string) error {
 	legacy := legacyStorePath(a.cfg.StateDir, st.name, p)
-	moved, err := state.MoveLegacy(ctx, a.admin, ChangelogTopic(a.cfg.ApplicationID, st.name), legacy, path)
+	moved, err := state.MoveLegacy(ctx, a.topo.admin, ChangelogTopic(a.cfg.ApplicationID, st.name), legacy, path)
 	if moved {
 		a.log.Info("stage: task store moved into the application's directory", "stage", st.name, "partition", p, "from", legacy, "to", path)
 	}

@@ -21,46 +21,38 @@ import (
 // task may consume. Tasks that keep all their partitions keep their node
 // and go on processing (cooperative rebalancing).
 func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
-	a.amu.Lock()
-	gen := a.gen
-	assigned := make(map[string][]int32, len(a.assigned))
-	for t, ps := range a.assigned {
-		assigned[t] = slices.Clone(ps)
-	}
-	dropped := maps.Clone(a.dropped)
-	a.amu.Unlock()
-	if gen == a.seenGen && !a.repause {
+	gen, assigned, dropped := a.asg.read()
+	if gen == a.client.seenGen && !a.tasks.repause {
 		return nil
 	}
-	a.repause = false
+	a.tasks.repause = false
 	want, pause := a.runnable(assigned)
 	// Held back by the assignment itself, before the restores add theirs:
 	// only these are a reason to rejoin (below).
 	heldBack := len(pause) > 0
-	for id, t := range a.tasks {
+	for id := range a.tasks.byID {
 		if !want[id] || slices.ContainsFunc(a.stageTopics(id.stage), func(tp string) bool { return dropped[topicPartition{tp, id.partition}] }) {
-			a.closeTask(t)
-			delete(a.tasks, id)
+			a.tasks.close(id)
 		}
 	}
 	// Standbys of tasks that become active here stop first: their store
 	// file is the task's (standby.go).
-	a.syncStandbys(ctx, want)
+	a.standby.sync(ctx, want, a.tasks.isOpen)
 	var ids []taskID
 	for id := range want {
-		if a.tasks[id] == nil {
+		if !a.tasks.isOpen(id) {
 			ids = append(ids, id)
 		}
 	}
 	sortTaskIDs(ids)
 	for _, id := range ids {
-		t := a.tasks[id]
+		t := a.tasks.byID[id]
 		if t == nil {
 			var err error
 			if t, err = a.openTask(ctx, id); err != nil {
 				return err
 			}
-			a.tasks[id] = t
+			a.tasks.byID[id] = t
 			if a.hooks.opened != nil {
 				a.hooks.opened(t.st.name, t.partition)
 			}
@@ -79,7 +71,7 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 		}
 	}
 	a.setPaused(cl, pause)
-	if heldBack && !a.rejoined {
+	if heldBack && !a.client.rejoined {
 		// A static member that restarts with other sources rejoins under
 		// its old member: a Kafka coordinator hands it the assignment
 		// planned for its old subscription without a rebalance, and the
@@ -91,17 +83,13 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 		// assigned here, and a rebalance would only stall the group
 		// (every member's commit waits for the join to end) while the
 		// restore runs.
-		a.rejoined = true
+		a.client.rejoined = true
 		a.log.Info("stage: assignment holds partitions back; asking the group to rebalance once", "partitions", pause)
 		cl.ForceRebalance()
 	}
-	a.seenGen = gen
-	a.amu.Lock()
-	for tp := range dropped {
-		delete(a.dropped, tp)
-	}
-	a.amu.Unlock()
-	a.ready.Store(true)
+	a.client.seenGen = gen
+	a.asg.forget(dropped)
+	a.status.ready.Store(true)
 	a.observe() // readers see the new task set before its first step ends
 	return nil
 }
@@ -124,27 +112,24 @@ func (a *App) openTask(ctx context.Context, id taskID) (*task, error) {
 	}
 	for i := range st.sources {
 		b := &st.sources[i]
-		m := a.topics[b.topic]
+		m := a.topo.topics[b.topic]
 		ch := headers.Channel{Topic: m.id, Partition: id.partition}
 		t.inputs = append(t.inputs, ch)
 		t.byID[m.id] = b
 	}
 	for _, k := range st.sinks {
-		t.sinks = append(t.sinks, a.topics[k.topicName()].id)
+		t.sinks = append(t.sinks, a.topo.topics[k.topicName()].id)
 	}
 	if tr := a.env.tracing; tr != nil {
-		t.tr = tr.forTask(st.name, id.partition, a.idName)
+		t.tr = tr.forTask(st.name, id.partition, a.topo.idName)
 	}
 	a.openTicks(t)
 	return t, nil
 }
 
 func (a *App) closeTasks() {
-	for id, t := range a.tasks {
-		a.closeTask(t)
-		delete(a.tasks, id)
-	}
-	a.stopStandbys()
+	a.tasks.closeAll()
+	a.standby.stopAll()
 }
 
 // startPositions returns, per source partition of the tasks in need,
@@ -156,15 +141,15 @@ func (a *App) closeTasks() {
 // be; a lower start only claims less, so it is safe.
 func (a *App) startPositions(ctx context.Context, need map[string][]int32) (starts, logStarts map[string]map[int32]int64, err error) {
 	sources := slices.Sorted(maps.Keys(need))
-	committed, err := a.admin.FetchOffsets(ctx, a.cfg.ApplicationID)
+	committed, err := a.topo.admin.FetchOffsets(ctx, a.cfg.ApplicationID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("stage: fetch committed offsets: %w", err)
 	}
-	listedStarts, err := a.admin.ListStartOffsets(ctx, sources...)
+	listedStarts, err := a.topo.admin.ListStartOffsets(ctx, sources...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("stage: list log starts: %w", err)
 	}
-	logEnds, err := a.admin.ListEndOffsets(ctx, sources...)
+	logEnds, err := a.topo.admin.ListEndOffsets(ctx, sources...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("stage: list log ends: %w", err)
 	}
@@ -191,15 +176,13 @@ func (a *App) startPositions(ctx context.Context, need map[string][]int32) (star
 					return nil, nil, &fatal{dl}
 				}
 			}
-			if r, ok := a.rewound[topicPartition{t, p}]; ok && r < pos {
+			if r, ok := a.client.rewound[topicPartition{t, p}]; ok && r < pos {
 				pos = max(r, ls.Offset)
 			}
 			starts[t][p], logStarts[t][p] = pos, ls.Offset
 		}
 	}
-	if a.freshAtLogStart {
-		a.readUncommitted(ctx, need) // anchor.go
-	}
+	a.txn.readUncommitted(ctx, need) // txnend.go
 	return starts, logStarts, nil
 }
 
@@ -207,7 +190,7 @@ func (a *App) startPositions(ctx context.Context, need map[string][]int32) (star
 // resumes the ones that may be consumed again.
 func (a *App) setPaused(cl *kgo.Client, pause map[string][]int32) {
 	resume := make(map[string][]int32)
-	for t, ps := range a.paused {
+	for t, ps := range a.client.paused {
 		for _, p := range ps {
 			if !slices.Contains(pause[t], p) {
 				resume[t] = append(resume[t], p)
@@ -220,5 +203,5 @@ func (a *App) setPaused(cl *kgo.Client, pause map[string][]int32) {
 	if len(pause) > 0 {
 		cl.PauseFetchPartitions(pause)
 	}
-	a.paused = pause
+	a.client.paused = pause
 }

@@ -234,17 +234,17 @@ func (t *task) emitTick(ctx context.Context, sess *kgo.GroupTransactSession, now
 // application ID) and checks that no stage consumes or sends to another
 // stage's tick topic.
 func (a *App) wireTicks() error {
-	a.tickTopic = make([]string, len(a.stages))
-	a.tickBind = make([]*binding, len(a.stages))
+	a.topo.tickTopic = make([]string, len(a.stages))
+	a.topo.tickBind = make([]*binding, len(a.stages))
 	ticks := make(map[string]string)
 	for i, s := range a.stages {
 		if s.tick == nil {
 			continue
 		}
 		name := TickTopic(a.cfg.ApplicationID, s.name)
-		a.tickTopic[i] = name
-		a.tickBind[i] = &binding{topic: name, fold: s.tick.fold, tick: true, invoke: s.tick.invoke}
-		a.bySource[name] = append(a.bySource[name], i)
+		a.topo.tickTopic[i] = name
+		a.topo.tickBind[i] = &binding{topic: name, fold: s.tick.fold, tick: true, invoke: s.tick.invoke}
+		a.topo.bySource[name] = append(a.topo.bySource[name], i)
 		ticks[name] = s.name
 	}
 	var errs []error
@@ -265,12 +265,12 @@ func (a *App) wireTicks() error {
 
 // openTicks adds the tick topic to a new task's inputs and sinks.
 func (a *App) openTicks(t *task) {
-	b := a.tickBind[t.id.stage]
+	b := a.topo.tickBind[t.id.stage]
 	if b == nil {
 		return
 	}
 	t.tickTopic = b.topic
-	m := a.topics[b.topic]
+	m := a.topo.topics[b.topic]
 	ch := headers.Channel{Topic: m.id, Partition: t.partition}
 	t.inputs = append(t.inputs, ch)
 	t.byID[m.id] = b
@@ -281,7 +281,7 @@ func (a *App) openTicks(t *task) {
 // the partition count of its stage's widest source.
 func (a *App) checkTickTopics(ctx context.Context) error {
 	var names []string
-	for _, n := range a.tickTopic {
+	for _, n := range a.topo.tickTopic {
 		if n != "" {
 			names = append(names, n)
 		}
@@ -289,12 +289,12 @@ func (a *App) checkTickTopics(ctx context.Context) error {
 	if len(names) == 0 {
 		return nil
 	}
-	md, err := a.admin.Metadata(ctx, names...)
+	md, err := a.topo.admin.Metadata(ctx, names...)
 	if err != nil {
 		return fmt.Errorf("stage: metadata: %w", err)
 	}
 	var errs []error
-	for i, n := range a.tickTopic {
+	for i, n := range a.topo.tickTopic {
 		if n == "" {
 			continue
 		}
@@ -305,15 +305,15 @@ func (a *App) checkTickTopics(ctx context.Context) error {
 		}
 		id := headers.TopicID(td.ID)
 		parts := int32(len(td.Partitions))
-		if a.topics == nil {
-			a.topics = make(map[string]topicMeta)
-			a.idName = make(map[headers.TopicID]string)
+		if a.topo.topics == nil {
+			a.topo.topics = make(map[string]topicMeta)
+			a.topo.idName = make(map[headers.TopicID]string)
 		}
-		a.topics[n] = topicMeta{id: id, partitions: parts}
-		a.idName[id] = n
+		a.topo.topics[n] = topicMeta{id: id, partitions: parts}
+		a.topo.idName[id] = n
 		var widest int32
 		for _, b := range a.stages[i].sources {
-			widest = max(widest, a.topics[b.topic].partitions)
+			widest = max(widest, a.topo.topics[b.topic].partitions)
 		}
 		if widest > 0 && parts != widest {
 			errs = append(errs, fmt.Errorf("%w: stage %q: tick topic %q has %d partitions, its widest source has %d; they must agree exactly", ErrTopology, a.stages[i].name, n, parts, widest))

@@ -17,7 +17,7 @@ import (
 // tickCount reads the committed ticks of every task from the snapshot.
 func tickCount(a *App) uint64 {
 	var n uint64
-	if s := a.snap.Load(); s != nil {
+	if s := a.status.snap.Load(); s != nil {
 		for _, t := range s.tasks {
 			n += t.ticks
 		}

@@ -9,7 +9,27 @@ import (
 	"strings"
 
 	"github.com/parsley-go/parsley/headers"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
+
+// topology is what the App knows of the cluster's topics and the admin
+// clients it asks: New fills in which stages read which topic and their
+// tick topics; Run's startup checks resolve the topics and set the
+// clients. Read-only once the checks have passed, so every part reads it
+// without a lock.
+type topology struct {
+	bySource map[string][]int // source topic -> stage indexes
+	// Per stage index: the stage's tick topic and its binding, "" and nil
+	// when the stage does not tick (ticks.go).
+	tickTopic []string
+	tickBind  []*binding
+
+	topics map[string]topicMeta
+	idName map[headers.TopicID]string
+	admin  *kadm.Client
+	boot   *kgo.Client // the admin's client, for requests kadm lacks (fence.go)
+}
 
 // checkTopology resolves every declared topic and checks the cluster
 // matches the stages: every source, sink and changelog exists; a stage's
@@ -33,12 +53,12 @@ func (a *App) checkTopology(ctx context.Context) error {
 		}
 		add(ChangelogTopic(a.cfg.ApplicationID, s.name))
 	}
-	md, err := a.admin.Metadata(ctx, names...)
+	md, err := a.topo.admin.Metadata(ctx, names...)
 	if err != nil {
 		return fmt.Errorf("stage: metadata: %w", err)
 	}
-	a.topics = make(map[string]topicMeta)
-	a.idName = make(map[headers.TopicID]string)
+	a.topo.topics = make(map[string]topicMeta)
+	a.topo.idName = make(map[headers.TopicID]string)
 	var errs []error
 	var missing []string
 	for _, n := range names {
@@ -48,8 +68,8 @@ func (a *App) checkTopology(ctx context.Context) error {
 			continue
 		}
 		id := headers.TopicID(td.ID)
-		a.topics[n] = topicMeta{id: id, partitions: int32(len(td.Partitions))}
-		a.idName[id] = n
+		a.topo.topics[n] = topicMeta{id: id, partitions: int32(len(td.Partitions))}
+		a.topo.idName[id] = n
 	}
 	if len(missing) > 0 {
 		errs = append(errs, fmt.Errorf("%w: missing topics %q", ErrTopology, missing))
@@ -60,7 +80,7 @@ func (a *App) checkTopology(ctx context.Context) error {
 		counts := ""
 		agree := true
 		for _, b := range s.sources {
-			m, ok := a.topics[b.topic]
+			m, ok := a.topo.topics[b.topic]
 			if !ok {
 				continue
 			}
@@ -76,7 +96,7 @@ func (a *App) checkTopology(ctx context.Context) error {
 			continue
 		}
 		cl := ChangelogTopic(a.cfg.ApplicationID, s.name)
-		if m, ok := a.topics[cl]; ok && parts > 0 && m.partitions != parts {
+		if m, ok := a.topo.topics[cl]; ok && parts > 0 && m.partitions != parts {
 			errs = append(errs, fmt.Errorf("%w: stage %q: changelog %q has %d partitions, sources (%s) have %d", ErrTopology, s.name, cl, m.partitions, first, parts))
 		}
 	}
@@ -91,14 +111,14 @@ func (a *App) checkTopology(ctx context.Context) error {
 func (a *App) checkCompacted(ctx context.Context) []error {
 	var names []string
 	for _, s := range a.stages {
-		if n := ChangelogTopic(a.cfg.ApplicationID, s.name); a.topics[n].partitions > 0 {
+		if n := ChangelogTopic(a.cfg.ApplicationID, s.name); a.topo.topics[n].partitions > 0 {
 			names = append(names, n)
 		}
 	}
 	if len(names) == 0 {
 		return nil
 	}
-	rcs, err := a.admin.DescribeTopicConfigs(ctx, names...)
+	rcs, err := a.topo.admin.DescribeTopicConfigs(ctx, names...)
 	if err != nil {
 		return []error{fmt.Errorf("stage: describe changelog configs: %w", err)}
 	}

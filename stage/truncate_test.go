@@ -18,7 +18,7 @@ import (
 // stampWidth returns the published stamp-side offset entries and skipped
 // sweeps of the app's only task.
 func stampWidth(a *App) (entries int, skipped uint64) {
-	if s := a.snap.Load(); s != nil && len(s.tasks) == 1 {
+	if s := a.status.snap.Load(); s != nil && len(s.tasks) == 1 {
 		return s.tasks[0].stampOffsets, s.tasks[0].sweepsSkipped
 	}
 	return -1, 0

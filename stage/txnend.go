@@ -1,19 +1,36 @@
 package stage
 
-// Anchoring a transaction that consumed nothing to an offset commit.
+// Ending the session's transactions, and everything franz-go's
+// GroupTransactSession.End asks of its caller to end them promptly and
+// safely (its KIP-447 handling).
 //
 // franz-go (v1.22) learns that the broker supports KIP-447 only from the
 // answer to a TxnOffsetCommit. A transaction that commits without consumed
 // offsets sends none, so GroupTransactSession.End takes the pre-KIP-447 path:
 // it holds its rebalance lock for 500 ms in a goroutine after the commit,
 // and End's own deferred reset waits for that lock, so End returns 500 ms
-// late. The stage commits such transactions in two cases: a task's first
-// build, whose initial state goes to the changelog before any record was
-// consumed (every new application, bridge and benchmark run paid it once),
-// and a step of an idle instance that emits only ticks or sweeps (a 50 ms
-// tick interval gave 10 ticks in 3 s).
+// late. The stage would commit such transactions in three cases, and
+// spares the wait in each:
 //
-// Such a transaction therefore commits one offset anyway, one that changes
+//   - a step that consumed and wrote nothing (building restored tasks that
+//     deliver nothing) leaves Kafka as it found it: its abort is its
+//     commit, and it ends as an abort (end);
+//   - a task's first build, whose initial state goes to the changelog
+//     before any record was consumed (every new application, bridge and
+//     benchmark run paid it once), and a step of an idle instance that
+//     emits only ticks or sweeps (a 50 ms tick interval gave 10 ticks in
+//     3 s): the commit is anchored to an offset (below).
+//
+// GroupTransactSession also passes on only the first revoke between two
+// ends of a transaction: End re-arms its revoke callback. An idle instance
+// that ends none would never hear of the next revoke (a partition number
+// leaving in the second round of a cooperative rebalance) and keep running
+// a task assigned elsewhere; after a revoke, the idle loop ends an empty
+// transaction (rearmRevoke).
+//
+// # The anchor
+//
+// An otherwise offsetless transaction commits one offset anyway, one that changes
 // nothing: of a partition an input of a task in the step, assigned to this
 // member,
 //
@@ -54,13 +71,81 @@ package stage
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 
+	"github.com/parsley-go/parsley/headers"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
+
+// txnEnder ends the session's transactions: a step's (end) and the empty
+// one an idle loop ends after a revoke (rearmRevoke). It is owned by the
+// session loop, which alone calls its methods; of the App it reads only
+// the assignment, through that type's locked methods. It is built at Run,
+// once the startup checks have resolved the topics.
+type txnEnder struct {
+	group    string // Config.ApplicationID: the consumer group
+	instance string // Config.InstanceID: whose commits they are (fence.go)
+	log      *slog.Logger
+	boot     *kgo.Client // for the stable offset read
+	topics   map[string]topicMeta
+	names    map[headers.TopicID]string
+	asg      *assignment
+	// freshAtLogStart: the client starts a partition without a group
+	// offset at its log start (ClientOpts keep franz-go's default), so an
+	// offsetless step may commit that.
+	freshAtLogStart bool
+	// uncommitted: the source partitions the last stable offset read
+	// found with no group commit, committed or pending.
+	uncommitted map[topicPartition]bool
+}
+
+func (a *App) newTxnEnder() *txnEnder {
+	return &txnEnder{
+		group: a.cfg.ApplicationID, instance: a.cfg.InstanceID, log: a.log,
+		boot: a.topo.boot, topics: a.topo.topics, names: a.topo.idName, asg: a.asg,
+		freshAtLogStart: startsAtLogStart(a.cfg.ClientOpts),
+		uncommitted:     make(map[topicPartition]bool),
+	}
+}
+
+// end ends the step's transaction, committing it when commit is set.
+// empty: the step consumed and produced nothing; it ends as an abort,
+// which counts as its commit (and rewinds the client to the group's
+// offsets, as any abort does). A commit of a step that consumed nothing
+// is anchored. inStep returns the tasks in the step, in task order. It
+// returns whether the step committed.
+func (e *txnEnder) end(ctx context.Context, sess *kgo.GroupTransactSession, commit, empty bool, inStep func() []*task) (bool, error) {
+	e.asg.takeRevoked() // End re-arms the session's revoke callback
+	if commit && empty {
+		_, err := sess.End(ctx, kgo.TryAbort)
+		return err == nil, err
+	}
+	if commit {
+		ctx = e.anchoredEnd(ctx, sess.Client(), inStep)
+	}
+	return sess.End(ctx, kgo.TransactionEndTry(commit))
+}
+
+// rearmRevoke ends an empty transaction after a revoke while the loop is
+// idle, so that the session hears of the next one. ended reports whether
+// it did: the abort rewound the client to the committed offsets.
+func (e *txnEnder) rearmRevoke(ctx context.Context, sess *kgo.GroupTransactSession) (ended bool, err error) {
+	if !e.asg.takeRevoked() {
+		return false, nil
+	}
+	if err := sess.Begin(); err != nil {
+		return false, fmt.Errorf("stage: begin transaction: %w", err)
+	}
+	if _, err := sess.End(ctx, kgo.TryAbort); err != nil {
+		return false, fmt.Errorf("stage: end empty transaction: %w", err)
+	}
+	return true, nil
+}
 
 // offsetAnchor is the one offset an otherwise offsetless transaction
 // commits.
@@ -74,11 +159,11 @@ type offsetAnchor struct {
 // partition qualifies; otherwise ctx with a TxnOffsetCommit hook that adds
 // the anchor to the otherwise empty commit (and names every commit, as the
 // session's hook does: fence.go).
-func (a *App) anchoredEnd(ctx context.Context, cl *kgo.Client) context.Context {
+func (e *txnEnder) anchoredEnd(ctx context.Context, cl *kgo.Client, inStep func() []*task) context.Context {
 	if len(cl.UncommittedOffsets()) > 0 {
 		return ctx
 	}
-	anc, ok := a.offsetAnchor(cl.CommittedOffsets())
+	anc, ok := e.offsetAnchor(cl.CommittedOffsets(), inStep())
 	if !ok {
 		return ctx
 	}
@@ -93,32 +178,31 @@ func (a *App) anchoredEnd(ctx context.Context, cl *kgo.Client) context.Context {
 			rt.Partitions = append(rt.Partitions, rp)
 			req.Topics = append(req.Topics, rt)
 		}
-		return a.nameCommits(req)
+		return e.nameCommits(req)
 	})
 }
 
-// offsetAnchor picks the anchor among the inputs of the tasks in the step:
-// the first one, in task and input order, whose partition the group has a
-// commit for (committed: the client's view); failing that, the first one
-// its task's last build gave a start. ok is false when none qualifies.
-func (a *App) offsetAnchor(committed map[string]map[int32]kgo.EpochOffset) (anc offsetAnchor, ok bool) {
-	a.amu.Lock()
-	defer a.amu.Unlock()
+// offsetAnchor picks the anchor among the inputs of the tasks in the step
+// (inStep, in task order): the first one, in task and input order, whose
+// partition the group has a commit for (committed: the client's view);
+// failing that, the first one its task's last build gave a start. ok is
+// false when none qualifies.
+func (e *txnEnder) offsetAnchor(committed map[string]map[int32]kgo.EpochOffset, inStep []*task) (anc offsetAnchor, ok bool) {
+	_, assigned, _ := e.asg.read()
 	var fresh *offsetAnchor
-	for _, id := range a.sortedIDs() {
-		t := a.tasks[id]
-		if t.node == nil || a.restoring(id) {
-			continue // not in the step
+	for _, t := range inStep {
+		if t.node == nil {
+			continue // not built: its build failed
 		}
 		for i := range t.inputs {
 			tp := topicPartition{t.inputTopic(i), t.partition}
-			if !slices.Contains(a.assigned[tp.topic], tp.partition) {
+			if !slices.Contains(assigned[tp.topic], tp.partition) {
 				continue
 			}
 			if at, ok := committed[tp.topic][tp.partition]; ok {
 				return offsetAnchor{tp, at}, true
 			}
-			if fresh == nil && a.freshAtLogStart && a.uncommitted[tp] && i < len(t.begin) && t.begin[i] >= 0 {
+			if fresh == nil && e.freshAtLogStart && e.uncommitted[tp] && i < len(t.begin) && t.begin[i] >= 0 {
 				fresh = &offsetAnchor{tp, kgo.EpochOffset{Epoch: -1, Offset: t.begin[i]}}
 			}
 		}
@@ -156,16 +240,20 @@ func (t *task) recordBegin(starts map[string]map[int32]int64) {
 // answer for offsetAnchor. The broker answers a partition with a pending
 // commit UNSTABLE_OFFSET_COMMIT at once; that counts as committed. A
 // failed read records every partition as committed: the fallback only
-// spares a delay, so it needs certainty.
-func (a *App) readUncommitted(ctx context.Context, need map[string][]int32) {
+// spares a delay, so it needs certainty. It reads nothing when the client
+// does not start fresh partitions at the log start: the fallback is off.
+func (e *txnEnder) readUncommitted(ctx context.Context, need map[string][]int32) {
+	if !e.freshAtLogStart {
+		return
+	}
 	found := make(map[topicPartition]bool)
 	req := kmsg.NewPtrOffsetFetchRequest()
 	req.RequireStable = true
 	g := kmsg.NewOffsetFetchRequestGroup()
-	g.Group = a.cfg.ApplicationID
+	g.Group = e.group
 	for _, topic := range slices.Sorted(maps.Keys(need)) {
 		rt := kmsg.NewOffsetFetchRequestGroupTopic()
-		rt.Topic, rt.TopicID = topic, a.topics[topic].id
+		rt.Topic, rt.TopicID = topic, e.topics[topic].id
 		rt.Partitions = need[topic]
 		g.Topics = append(g.Topics, rt)
 		for _, p := range need[topic] {
@@ -173,11 +261,11 @@ func (a *App) readUncommitted(ctx context.Context, need map[string][]int32) {
 		}
 	}
 	req.Groups = append(req.Groups, g)
-	resp, err := req.RequestWith(ctx, a.boot)
+	resp, err := req.RequestWith(ctx, e.boot)
 	if err == nil && len(resp.Groups) == 1 && resp.Groups[0].ErrorCode == 0 {
 		for _, rt := range resp.Groups[0].Topics {
 			topic := rt.Topic
-			if name, ok := a.idName[rt.TopicID]; ok {
+			if name, ok := e.names[rt.TopicID]; ok {
 				topic = name
 			}
 			for _, rp := range rt.Partitions {
@@ -191,12 +279,7 @@ func (a *App) readUncommitted(ctx context.Context, need map[string][]int32) {
 		if err == nil && len(resp.Groups) == 1 {
 			err = kerr.ErrorForCode(resp.Groups[0].ErrorCode)
 		}
-		a.log.Debug("stage: stable offset read failed; no anchor from start positions", "err", err)
+		e.log.Debug("stage: stable offset read failed; no anchor from start positions", "err", err)
 	}
-	a.amu.Lock()
-	defer a.amu.Unlock()
-	if a.uncommitted == nil {
-		a.uncommitted = make(map[topicPartition]bool)
-	}
-	maps.Copy(a.uncommitted, found)
+	maps.Copy(e.uncommitted, found)
 }
