@@ -98,7 +98,7 @@ type task struct {
 	startOver bool
 
 	// begin: per input, where the node's last build started it; -1 none
-	// (anchor.go).
+	// (txnend.go).
 	begin []int64
 
 	tr *taskTracer // nil: tracing off (tracing.go)
