@@ -153,18 +153,8 @@ func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		c.Name = "bridge"
 	}
-	// The stage's step sizing, spelled out so that Config documents
-	// what runs.
-	if c.MaxPollRecords <= 0 {
-		c.MaxPollRecords = 500
-	}
-	if c.CommitInterval <= 0 {
-		c.CommitInterval = 100 * time.Millisecond
-	}
-	if c.MaxStepRecords <= 0 {
-		c.MaxStepRecords = 10_000
-	}
-	c.MaxStepRecords = max(c.MaxStepRecords, c.MaxPollRecords)
+	// MaxPollRecords, CommitInterval and MaxStepRecords pass to the stage
+	// as they are: its defaults are the bridge's, kept in one place.
 	s := c.sink().withDefaults()
 	c.RedeliveryHorizon, c.MaxInFlight, c.AckTimeout, c.RetryBackoff, c.Logger = s.RedeliveryHorizon, s.MaxInFlight, s.AckTimeout, s.RetryBackoff, s.Logger
 	return c
