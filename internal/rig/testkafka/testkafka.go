@@ -561,11 +561,18 @@ func (n *node) logTail() string {
 }
 
 // newClusterID returns a KRaft cluster ID: 16 random bytes, base64url
-// without padding, as `kafka-storage random-uuid` prints.
+// without padding, as `kafka-storage random-uuid` prints. Like Kafka's
+// Uuid.randomUuid it never starts with '-': kafka-storage's argument parser
+// would read such an ID as an option (one run in 64 failed to format its
+// storage with "argument --cluster-id/-t: expected one argument").
 func newClusterID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	for {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		if id := base64.RawURLEncoding.EncodeToString(b[:]); id[0] != '-' {
+			return id
+		}
+	}
 }
 
 // freePorts asks the kernel for n distinct free loopback ports. Holding

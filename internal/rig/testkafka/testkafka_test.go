@@ -198,3 +198,18 @@ func TestUnsecuredJWT(t *testing.T) {
 		}
 	}
 }
+
+// A cluster ID starting with '-' is read by kafka-storage as an option, so
+// the node fails to format. One random ID in 64 starts so; 2,000 of them
+// without the guard would hold one with near certainty.
+func TestClusterIDNeverLooksLikeAnOption(t *testing.T) {
+	for range 2000 {
+		id := newClusterID()
+		if strings.HasPrefix(id, "-") {
+			t.Fatalf("cluster ID %q starts with '-': kafka-storage format would take it for an option", id)
+		}
+		if len(id) != 22 {
+			t.Fatalf("cluster ID %q: %d characters, want 22 (16 bytes, base64url)", id, len(id))
+		}
+	}
+}
