@@ -73,6 +73,7 @@ type fastBatches struct {
 	fast        *fastBatch // the fast batch being streamed
 	fastFlow    uint64     // the acknowledgement interval to ask for (fastFlow; tests lower it)
 	fastStalls  int        // times sending waited for the stream's acknowledgements
+	fastMaxLead uint64     // most messages ever sent beyond the stored ones; for tests
 	fastInbox   string     // prefix of its reply subjects
 	fastAnswers chan *nats.Msg
 }
@@ -183,6 +184,9 @@ func (x *fastBatches) sendFast(ctx context.Context, msg *nats.Msg) {
 	}
 	x.fast = b
 	b.sent++
+	if b.sent > 1 && uint64(b.sent)-b.acked > x.fastMaxLead {
+		x.fastMaxLead = uint64(b.sent) - b.acked
+	}
 	p.m.inFlight.Inc()
 	if b.sent == 1 {
 		x.awaitFirst(ctx, b)

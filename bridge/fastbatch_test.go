@@ -265,9 +265,10 @@ func TestFastBatchAnswers(t *testing.T) {
 }
 
 // TestFastBatchWaitsForFlowAcknowledgements: asked for an acknowledgement
-// every 2 messages, the publisher may run 4 ahead; a step of 300 records
-// waits for the stream again and again and still settles with every
-// record stored once, in delivered order.
+// every 2 messages, the publisher may run 4 ahead and never more; a step
+// of 300 records waits for the stream and still settles with every record
+// stored once, in delivered order. How often it waits depends on how fast
+// the server answers, so the test judges the lead, not the count.
 func TestFastBatchWaitsForFlowAcknowledgements(t *testing.T) {
 	e := newEnv(t, 1, "a")
 	p, ctx := openFastPublisher(t, e)
@@ -286,8 +287,11 @@ func TestFastBatchWaitsForFlowAcknowledgements(t *testing.T) {
 	if got := storedOffsets(t, e); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("stream holds offsets %v, want 0..299 in order", got)
 	}
-	if x.fastStalls < 300/(fastOutstanding*2)-1 {
-		t.Fatalf("sending waited %d times for 300 records at 2 a flow interval", x.fastStalls)
+	if window := uint64(fastOutstanding * 2); x.fastMaxLead > window {
+		t.Fatalf("sent %d messages beyond the acknowledged ones, window %d", x.fastMaxLead, window)
+	}
+	if x.fastStalls == 0 {
+		t.Fatal("sending never waited for the stream's acknowledgements")
 	}
 	if v := testutil.ToFloat64(p.m.inFlight); v != 0 {
 		t.Fatalf("%v publishes in flight after the step settled", v)
