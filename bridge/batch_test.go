@@ -301,7 +301,7 @@ func TestRedoOrderAgainstJetStream(t *testing.T) {
 	for _, mode := range []PublishMode{AtomicBatch, PerMessage} {
 		t.Run(mode.String(), func(t *testing.T) {
 			e := newEnv(t, 1, "a", "b")
-			cfg := e.config("a", "b").sink().withDefaults()
+			cfg := e.config("a", "b").SinkConfig.withDefaults()
 			cfg.Publish = mode
 			p, ctx := openPublisher(t, cfg)
 			step := func(ms ...*stage.Message[[]byte, []byte]) {
@@ -371,7 +371,7 @@ func TestConnectionBreaksInALaterBatch(t *testing.T) {
 // its timeout (10 seconds), and nothing of it is stored.
 func TestAbandonedBatchIsDroppedAtOnce(t *testing.T) {
 	e := newEnv(t, 1, "a")
-	p, ctx := openPublisher(t, e.config("a").sink().withDefaults())
+	p, ctx := openPublisher(t, e.config("a").SinkConfig.withDefaults())
 	abandoned := make(chan string, 4)
 	sub, err := p.nc.Subscribe("$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED."+testStream, func(m *nats.Msg) {
 		var adv struct {

@@ -81,7 +81,7 @@ func TestBatchLimitBoundary(t *testing.T) {
 			if tc.serverLimit > 0 {
 				e.restartNATSWithBatchLimit(tc.serverLimit)
 			}
-			p, ctx := openPublisher(t, e.config("a").sink().withDefaults())
+			p, ctx := openPublisher(t, e.config("a").SinkConfig.withDefaults())
 			var want []string
 			for _, s := range []struct{ records, batches int }{
 				{tc.limit, 1},
@@ -113,7 +113,7 @@ func TestBatchLimitBoundary(t *testing.T) {
 // learns the new limit, and the redone step is stored in batches of it.
 func TestBatchLimitLowered(t *testing.T) {
 	e := newEnv(t, 1, "a")
-	cfg := e.config("a").sink().withDefaults()
+	cfg := e.config("a").SinkConfig.withDefaults()
 	p, ctx := openPublisher(t, cfg)
 	if err := batchStep(t, p, ctx, 0, 30); err != nil {
 		t.Fatal(err)

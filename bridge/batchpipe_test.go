@@ -18,7 +18,7 @@ func TestPipelinedCommitFails(t *testing.T) {
 	e := newEnv(t, 1, "a")
 	e.restartNATSWithBatchLimit(10)
 	e.updateStream(func(c *jetstream.StreamConfig) { c.MaxMsgSize = 1024 })
-	p, ctx := openPublisher(t, e.config("a").sink().withDefaults())
+	p, ctx := openPublisher(t, e.config("a").SinkConfig.withDefaults())
 	err := batchStep(t, p, ctx, 0, 30, 3)
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstreamext.JSErrCodeBatchPublishIncomplete {
@@ -45,7 +45,7 @@ func TestPipelinedCommitFails(t *testing.T) {
 func TestPipelinedRedo(t *testing.T) {
 	e := newEnv(t, 1, "a")
 	e.restartNATSWithBatchLimit(10)
-	p, ctx := openPublisher(t, e.config("a").sink().withDefaults())
+	p, ctx := openPublisher(t, e.config("a").SinkConfig.withDefaults())
 	if err := batchStep(t, p, ctx, 0, 30); err != nil {
 		t.Fatal(err)
 	}

@@ -132,7 +132,7 @@ func BenchmarkForward(b *testing.B) {
 				control, controlSteady, controlCPU = control+ct, controlSteady+cs, controlCPU+cc
 				streamName, group := next(t, v.storage, v.replicas, v.mode == FastBatch)
 				cfg := t.config("bench")
-				cfg.Group, cfg.Stream, cfg.Publish, cfg.MaxInFlight = group, streamName, v.mode, v.inflight
+				cfg.ApplicationID, cfg.Stream, cfg.Publish, cfg.MaxInFlight = group, streamName, v.mode, v.inflight
 				cfg.StateDir = b.TempDir()
 				cfg.Subject, _ = Template("b" + strconv.Itoa(iter) + ".{topic}.{key}")
 				br, h := newHooked(b, cfg)

@@ -17,8 +17,10 @@ import (
 )
 
 // ChangelogTopic returns the name of the bridge's changelog topic: the
-// stage runtime's, for application group and stage name.
-func ChangelogTopic(group, name string) string { return stage.ChangelogTopic(group, name) }
+// stage runtime's, for Config.ApplicationID and Config.Name.
+func ChangelogTopic(applicationID, name string) string {
+	return stage.ChangelogTopic(applicationID, name)
+}
 
 // Run runs a bridge until ctx ends: New, then Bridge.Run.
 func Run(ctx context.Context, cfg Config) error {
@@ -49,7 +51,7 @@ func newBridge(cfg Config, external func(*publisher) stage.External) (*Bridge, e
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	b := &Bridge{cfg: c, pub: newPublisher(c.sink(), newMetrics(c.Stream))}
+	b := &Bridge{cfg: c, pub: newPublisher(c.SinkConfig, newMetrics(c.Stream))}
 	var x stage.External = b.pub
 	if external != nil {
 		x = external(b.pub)
@@ -63,7 +65,7 @@ func newBridge(cfg Config, external func(*publisher) stage.External) (*Bridge, e
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	b.app, err = stage.New(stage.Config{
-		ApplicationID:      c.Group,
+		ApplicationID:      c.ApplicationID,
 		InstanceID:         c.InstanceID,
 		LeaveOnShutdown:    c.LeaveOnShutdown,
 		Brokers:            c.Brokers,
@@ -141,7 +143,7 @@ func (b *Bridge) checkSubjects(ctx context.Context, js jetstream.JetStream, filt
 				continue
 			}
 			var name string
-			err = retryNATS(ctx, c.sink(), js.Conn(), "look up the stream of subject "+subj, func() (err error) {
+			err = retryNATS(ctx, c.SinkConfig, js.Conn(), "look up the stream of subject "+subj, func() (err error) {
 				name, err = js.StreamNameBySubject(ctx, subj)
 				return err
 			})

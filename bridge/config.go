@@ -3,12 +3,9 @@ package bridge
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -27,17 +24,29 @@ var (
 	ErrHeader = errors.New("bridge: header cannot be forwarded")
 )
 
-// Config configures a bridge.
+// Config configures a bridge: the Kafka side (a stage named Name in the
+// application ApplicationID) and, embedded, the NATS side (SinkConfig,
+// whose fields Config promotes: cfg.NATSURL, cfg.Stream, cfg.Logger...).
+// Each setting has one field and one meaning; those the bridge passes to
+// the stage runtime mean what stage.Config's fields of the same names
+// mean.
 type Config struct {
+	// SinkConfig is the NATS side: the server, the stream, the subject
+	// mapping, the publish mode and its bounds, the logger and the trace
+	// propagator. Its Logger and Propagator serve the stage runtime too.
+	SinkConfig
+
 	// Brokers are the Kafka seed brokers.
 	Brokers []string
-	// Group names the bridge in Kafka: its consumer group, the prefix of
-	// its changelog topic and transactional ID, and part of its sender
-	// identity. Keep it stable.
-	Group string
-	// Name is the bridge's stage name (default "bridge"); with Group it
-	// names the changelog topic, ChangelogTopic(Group, Name), which must
-	// exist, compacted, with as many partitions as the source topics.
+	// ApplicationID names the bridge in Kafka, as stage.Config.
+	// ApplicationID names a stage application: its consumer group, the
+	// prefix of its changelog topic and transactional ID, and part of its
+	// sender identity. Keep it stable.
+	ApplicationID string
+	// Name is the bridge's stage name (default "bridge"); with
+	// ApplicationID it names the changelog topic,
+	// stage.ChangelogTopic(ApplicationID, Name), which must exist,
+	// compacted, with as many partitions as the source topics.
 	Name string
 	// InstanceID names this instance among the bridge's instances: unique
 	// and stable across restarts (see stage.Config.InstanceID). It is the
@@ -58,50 +67,11 @@ type Config struct {
 	// counts: task p forwards partition p of each, in causal order.
 	Topics []string
 
-	// Subject maps each record to its NATS subject (see Template).
-	Subject SubjectFunc
-
-	// NATSURL is the NATS server URL list (nats.Connect's first argument).
-	NATSURL string
-	// NATSOptions are extra nats.go options (credentials, TLS, names).
-	// The bridge adds its own after them: unlimited reconnects, no
-	// reconnect buffer (a publish during an outage fails rather than
-	// waiting in a buffer that could reorder it) and handlers that track
-	// connection changes (wrapping yours).
-	NATSOptions []nats.Option
-	// Stream is the JetStream stream every subject must land in.
-	Stream string
-
-	// RedeliveryHorizon is the longest time between a publish and its
-	// redelivery after a crash or an aborted step that the deployment
-	// must survive without a duplicate: at least the Kafka transaction
-	// timeout plus the time to restart the bridge. Startup refuses a
-	// stream whose duplicate window is shorter. Default 2 minutes
-	// (JetStream's default window).
-	RedeliveryHorizon time.Duration
-	// Publish selects how steps reach JetStream, one of three modes (see
-	// the package doc, "Publish modes"): AtomicBatch (the default; one
-	// atomic batch per step, refusing a stream that does not allow atomic
-	// publish), PerMessage (record by record, MaxInFlight at a time) or
-	// FastBatch (one fast batch per step, for R1 file streams).
-	Publish PublishMode
-	// MaxInFlight bounds, in PerMessage mode, the publishes awaiting their
-	// acknowledgement (default 1). With 1, every publish waits for the
-	// previous one's acknowledgement, and no record is stored before a
-	// record delivered ahead of it. Above 1, publishes are pipelined but at
-	// most one per subject is in flight, so each subject's order holds
-	// under any failure; across subjects a publish lost on a broken
-	// connection can be overtaken by a later one of the same window (the
-	// bridge then retries the step, and the later record stays ahead of
-	// the earlier one in the stream; the order alarm fires if it was an
-	// effect of the lost one).
-	MaxInFlight int
-	// AckTimeout bounds the wait for one acknowledgement (default 5s).
-	AckTimeout time.Duration
-
-	// RetryBackoff is the first pause before a step whose publishes failed
-	// is retried; it doubles with each consecutive failure up to 32 times
-	// (default 100ms).
+	// RetryBackoff is stage.Config.RetryBackoff: the first pause before a
+	// step whose publishes failed is settled again; it doubles with each
+	// consecutive failure up to 32 times (default 100ms, not the stage's
+	// 1s: a NATS outage is usually short). The pause between attempts to
+	// reach NATS at startup is SinkConfig.ConnectBackoff.
 	RetryBackoff time.Duration
 	// MaxPollRecords bounds the records of one poll (default 500, as
 	// stage.Config.MaxPollRecords). A step spans several polls
@@ -130,7 +100,8 @@ type Config struct {
 	// MaxStepRecords for a distant NATS server.
 	MaxStepRecords int
 	// PollInterval, SessionTimeout, RebalanceTimeout and
-	// TransactionTimeout are passed to the stage runtime.
+	// TransactionTimeout are passed to the stage runtime (zero means the
+	// stage's default; see stage.Config).
 	PollInterval       time.Duration
 	SessionTimeout     time.Duration
 	RebalanceTimeout   time.Duration
@@ -138,35 +109,24 @@ type Config struct {
 	// ClientOpts are extra franz-go options (see stage.Config.ClientOpts).
 	ClientOpts []kgo.Opt
 
-	// Logger receives operational messages (nil means slog.Default()).
-	Logger *slog.Logger
-
 	// TracerProvider turns on OpenTelemetry tracing of the bridge's stage
 	// (stage.Config.TracerProvider), and each NATS message carries the
 	// trace context of its record's process span in its headers, written
-	// by Propagator (default: W3C trace context, traceparent).
+	// by SinkConfig.Propagator (default: W3C trace context, traceparent).
 	TracerProvider trace.TracerProvider
-	Propagator     propagation.TextMapPropagator
 }
 
 func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		c.Name = "bridge"
 	}
+	if c.RetryBackoff <= 0 {
+		c.RetryBackoff = 100 * time.Millisecond
+	}
 	// MaxPollRecords, CommitInterval and MaxStepRecords pass to the stage
 	// as they are: its defaults are the bridge's, kept in one place.
-	s := c.sink().withDefaults()
-	c.RedeliveryHorizon, c.MaxInFlight, c.AckTimeout, c.RetryBackoff, c.Logger = s.RedeliveryHorizon, s.MaxInFlight, s.AckTimeout, s.RetryBackoff, s.Logger
+	c.SinkConfig = c.SinkConfig.withDefaults()
 	return c
-}
-
-// sink returns the NATS side of c.
-func (c Config) sink() SinkConfig {
-	return SinkConfig{
-		NATSURL: c.NATSURL, NATSOptions: c.NATSOptions, Stream: c.Stream, Subject: c.Subject, Publish: c.Publish,
-		RedeliveryHorizon: c.RedeliveryHorizon, MaxInFlight: c.MaxInFlight, AckTimeout: c.AckTimeout,
-		RetryBackoff: c.RetryBackoff, Logger: c.Logger, Propagator: c.Propagator,
-	}
 }
 
 // validate checks a Config with its defaults applied.
@@ -178,8 +138,7 @@ func (c *Config) validate() error {
 	if len(c.Topics) == 0 {
 		bad("no source Topics")
 	}
-	sc := c.sink()
-	if err := sc.validate(); err != nil {
+	if err := c.SinkConfig.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.TransactionTimeout > 0 && c.RedeliveryHorizon < c.TransactionTimeout {

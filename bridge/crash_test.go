@@ -51,13 +51,15 @@ func TestMain(m *testing.M) {
 func crashChild() int {
 	subj, _ := Template("kafka.{topic}.{partition}")
 	cfg := Config{
-		Brokers: strings.Split(os.Getenv(envBrokers), ","), Group: "grp", InstanceID: "crashy",
-		StateDir: os.Getenv(envDir), Topics: []string{"events"}, Subject: subj,
-		NATSURL: os.Getenv(envNATS), NATSOptions: []nats.Option{nats.ReconnectWait(50 * time.Millisecond)},
-		Stream: testStream, MaxInFlight: 4, AckTimeout: 2 * time.Second,
+		SinkConfig: SinkConfig{
+			Subject: subj, NATSURL: os.Getenv(envNATS), NATSOptions: []nats.Option{nats.ReconnectWait(50 * time.Millisecond)},
+			Stream: testStream, MaxInFlight: 4, AckTimeout: 2 * time.Second, ConnectBackoff: 50 * time.Millisecond,
+			Logger: testLogger(),
+		},
+		Brokers: strings.Split(os.Getenv(envBrokers), ","), ApplicationID: "grp", InstanceID: "crashy",
+		StateDir: os.Getenv(envDir), Topics: []string{"events"},
 		RetryBackoff: 50 * time.Millisecond, MaxPollRecords: childPoll, MaxStepRecords: childStep, PollInterval: 50 * time.Millisecond,
 		SessionTimeout: 2 * time.Second, RebalanceTimeout: 3 * time.Second, TransactionTimeout: 5 * time.Second,
-		Logger: testLogger(),
 	}
 	if os.Getenv(envFast) != "" {
 		cfg.Publish = FastBatch

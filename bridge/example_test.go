@@ -39,16 +39,18 @@ func ExampleRun() {
 		log.Fatal(err)
 	}
 	err = bridge.Run(ctx, bridge.Config{
-		Brokers:           []string{"localhost:9092"},
-		Group:             "shop-bridge",
-		InstanceID:        "bridge-1",
-		StateDir:          "/var/lib/shop-bridge",
-		Topics:            []string{"orders", "payments"},
-		Subject:           subject,
-		NATSURL:           "nats://localhost:4222",
-		Stream:            "ORDERS",
-		RedeliveryHorizon: 5 * time.Minute,
-		MaxInFlight:       64,
+		Brokers:       []string{"localhost:9092"},
+		ApplicationID: "shop-bridge",
+		InstanceID:    "bridge-1",
+		StateDir:      "/var/lib/shop-bridge",
+		Topics:        []string{"orders", "payments"},
+		SinkConfig: bridge.SinkConfig{
+			Subject:           subject,
+			NATSURL:           "nats://localhost:4222",
+			Stream:            "ORDERS",
+			RedeliveryHorizon: 5 * time.Minute,
+			MaxInFlight:       64,
+		},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -97,7 +97,7 @@ func storedOffsets(t *testing.T, e *env) []string {
 func openFastPublisher(t *testing.T, e *env) (*publisher, context.Context) {
 	t.Helper()
 	e.allowFastBatch()
-	cfg := e.config("a").sink().withDefaults()
+	cfg := e.config("a").SinkConfig.withDefaults()
 	cfg.Publish = FastBatch
 	cfg.Subject = func(_ string, _ int32, key []byte) (string, error) { return "kafka.a." + string(key), nil }
 	p, ctx := openPublisher(t, cfg)

@@ -262,7 +262,7 @@ func TestStartupRefusals(t *testing.T) {
 	// A group whose changelog topic does not exist: the stage runtime's
 	// topology check names it.
 	cfg := e.config("events")
-	cfg.Group = "nochangelog"
+	cfg.ApplicationID = "nochangelog"
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := Run(ctx, cfg); !errors.Is(err, stage.ErrTopology) || !strings.Contains(err.Error(), ChangelogTopic("nochangelog", "bridge")) {
@@ -328,7 +328,7 @@ func TestSubjectCheckWaitsOutNATS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := connect(b.cfg.sink(), &publisher{})
+	nc, err := connect(b.cfg.SinkConfig, &publisher{})
 	if err != nil {
 		t.Fatal(err)
 	}

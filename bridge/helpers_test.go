@@ -162,22 +162,25 @@ func (e *env) config(topics ...string) Config {
 		e.t.Fatal(err)
 	}
 	return Config{
+		SinkConfig: SinkConfig{
+			Subject:        subj,
+			NATSURL:        e.natsURL(),
+			NATSOptions:    []nats.Option{nats.ReconnectWait(50 * time.Millisecond)},
+			Stream:         testStream,
+			AckTimeout:     2 * time.Second,
+			ConnectBackoff: 50 * time.Millisecond,
+			Logger:         testLogger(),
+		},
 		Brokers:            e.kafka.Addrs(),
-		Group:              "grp",
+		ApplicationID:      "grp",
 		InstanceID:         "i1",
 		StateDir:           filepath.Join(e.dir, "state"),
 		Topics:             topics,
-		Subject:            subj,
-		NATSURL:            e.natsURL(),
-		NATSOptions:        []nats.Option{nats.ReconnectWait(50 * time.Millisecond)},
-		Stream:             testStream,
-		AckTimeout:         2 * time.Second,
 		RetryBackoff:       50 * time.Millisecond,
 		PollInterval:       50 * time.Millisecond,
 		SessionTimeout:     2 * time.Second,
 		RebalanceTimeout:   3 * time.Second,
 		TransactionTimeout: 10 * time.Second,
-		Logger:             testLogger(),
 	}
 }
 

@@ -33,12 +33,12 @@ func TestLeaveOnShutdown(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			groups, err := e.kafka.Admin().DescribeGroups(ctx, cfg.Group)
+			groups, err := e.kafka.Admin().DescribeGroups(ctx, cfg.ApplicationID)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var members []string
-			for _, m := range groups[cfg.Group].Members {
+			for _, m := range groups[cfg.ApplicationID].Members {
 				if m.InstanceID != nil {
 					members = append(members, *m.InstanceID)
 				}

@@ -17,20 +17,53 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 )
 
-// SinkConfig configures a Sink: the NATS side of a bridge. The fields
-// mean what Config's fields of the same names mean.
+// SinkConfig configures a Sink: the NATS side of a bridge, and of a
+// Config, which embeds it.
 type SinkConfig struct {
-	NATSURL           string
-	NATSOptions       []nats.Option
-	Stream            string
-	Subject           SubjectFunc
-	Publish           PublishMode
+	// NATSURL is the NATS server URL list (nats.Connect's first argument).
+	NATSURL string
+	// NATSOptions are extra nats.go options (credentials, TLS, names).
+	// The bridge adds its own after them: unlimited reconnects, no
+	// reconnect buffer (a publish during an outage fails rather than
+	// waiting in a buffer that could reorder it) and handlers that track
+	// connection changes (wrapping yours).
+	NATSOptions []nats.Option
+	// Stream is the JetStream stream every subject must land in.
+	Stream string
+	// Subject maps each record to its NATS subject (see Template).
+	Subject SubjectFunc
+	// Publish selects how steps reach JetStream, one of three modes (see
+	// the package doc, "Publish modes"): AtomicBatch (the default; one
+	// atomic batch per step, refusing a stream that does not allow atomic
+	// publish), PerMessage (record by record, MaxInFlight at a time) or
+	// FastBatch (one fast batch per step, for R1 file streams).
+	Publish PublishMode
+	// RedeliveryHorizon is the longest time between a publish and its
+	// redelivery after a crash or an aborted step that the deployment
+	// must survive without a duplicate: at least the Kafka transaction
+	// timeout plus the time to restart the bridge. Startup refuses a
+	// stream whose duplicate window is shorter. Default 2 minutes
+	// (JetStream's default window).
 	RedeliveryHorizon time.Duration
-	MaxInFlight       int
-	AckTimeout        time.Duration
-	// RetryBackoff is the first pause between attempts to reach NATS at
-	// startup (default 100ms, doubling up to 32 times).
-	RetryBackoff time.Duration
+	// MaxInFlight bounds, in PerMessage mode, the publishes awaiting their
+	// acknowledgement (default 1). With 1, every publish waits for the
+	// previous one's acknowledgement, and no record is stored before a
+	// record delivered ahead of it. Above 1, publishes are pipelined but at
+	// most one per subject is in flight, so each subject's order holds
+	// under any failure; across subjects a publish lost on a broken
+	// connection can be overtaken by a later one of the same window (the
+	// bridge then retries the step, and the later record stays ahead of
+	// the earlier one in the stream; the order alarm fires if it was an
+	// effect of the lost one).
+	MaxInFlight int
+	// AckTimeout bounds the wait for one acknowledgement (default 5s).
+	AckTimeout time.Duration
+	// ConnectBackoff is the first pause between attempts to reach NATS at
+	// startup (connecting, reading the stream); it doubles with each
+	// failed attempt up to 32 times (default 100ms). It is not the pause
+	// before a failed step is retried: that is the stage's RetryBackoff
+	// (Config.RetryBackoff for a bridge).
+	ConnectBackoff time.Duration
 	// Logger receives operational messages (nil means slog.Default()).
 	Logger *slog.Logger
 	// Propagator writes a traced delivery's context (stage.Message.Context)
@@ -104,8 +137,8 @@ func (c SinkConfig) withDefaults() SinkConfig {
 	if c.AckTimeout <= 0 {
 		c.AckTimeout = 5 * time.Second
 	}
-	if c.RetryBackoff <= 0 {
-		c.RetryBackoff = 100 * time.Millisecond
+	if c.ConnectBackoff <= 0 {
+		c.ConnectBackoff = 100 * time.Millisecond
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -266,12 +299,12 @@ func checkStream(ctx context.Context, c SinkConfig, js jetstream.JetStream) (*je
 // retryNATS calls op until it succeeds, fails with
 // jetstream.ErrStreamNotFound (returned, as an answer rather than an
 // outage), or ctx ends (ctx.Err() returned). Between attempts it logs why
-// and waits a backoff that doubles from c.RetryBackoff up to 32 times it.
+// and waits a backoff that doubles from c.ConnectBackoff up to 32 times it.
 // While the connection is down it says NATS is unreachable at c.NATSURL:
 // the error op sees then (with nats.go's reconnect buffer off, "outbound
 // buffer limit exceeded") names a symptom, not the cause.
 func retryNATS(ctx context.Context, c SinkConfig, nc *nats.Conn, what string, op func() error) error {
-	for backoff := c.RetryBackoff; ; backoff = min(2*backoff, 32*c.RetryBackoff) {
+	for backoff := c.ConnectBackoff; ; backoff = min(2*backoff, 32*c.ConnectBackoff) {
 		err := op()
 		if err == nil || errors.Is(err, jetstream.ErrStreamNotFound) {
 			return err

@@ -28,7 +28,7 @@ func TestSinkInsideAStage(t *testing.T) {
 	bc := e.config("events")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sink, err := NewSink(ctx, bc.sink())
+	sink, err := NewSink(ctx, bc.SinkConfig)
 	if err != nil {
 		t.Fatal(err)
 	}

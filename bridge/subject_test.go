@@ -138,15 +138,16 @@ func TestMessageHeaders(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	subj, _ := Template("a.{topic}")
 	good := Config{
-		Brokers: []string{"127.0.0.1:1"}, Group: "g", InstanceID: "i", StateDir: t.TempDir(),
-		Topics: []string{"t"}, Subject: subj, NATSURL: "nats://127.0.0.1:1", Stream: "S",
+		SinkConfig: SinkConfig{Subject: subj, NATSURL: "nats://127.0.0.1:1", Stream: "S"},
+		Brokers:    []string{"127.0.0.1:1"}, ApplicationID: "g", InstanceID: "i", StateDir: t.TempDir(),
+		Topics: []string{"t"},
 	}
 	if _, err := New(good); err != nil {
 		t.Fatal(err)
 	}
 	for name, mut := range map[string]func(*Config){
 		"no topics":            func(c *Config) { c.Topics = nil },
-		"no group":             func(c *Config) { c.Group = "" },
+		"no application ID":    func(c *Config) { c.ApplicationID = "" },
 		"no instance":          func(c *Config) { c.InstanceID = "" },
 		"no brokers":           func(c *Config) { c.Brokers = nil },
 		"unknown publish mode": func(c *Config) { c.Publish = FastBatch + 1 },

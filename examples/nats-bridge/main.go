@@ -154,12 +154,11 @@ func run(ctx context.Context, out io.Writer, t excli.Target, o options) error {
 		return err
 	}
 	b, err := bridge.New(bridge.Config{
-		Brokers: seeds, Group: group, InstanceID: "example-1", StateDir: stateDir,
-		Topics: []string{orders, payments}, Subject: subject,
-		NATSURL: natsURL, Stream: stream,
+		Brokers: seeds, ApplicationID: group, InstanceID: "example-1", StateDir: stateDir,
+		Topics:       []string{orders, payments},
+		SinkConfig:   bridge.SinkConfig{Subject: subject, NATSURL: natsURL, Stream: stream, Logger: log},
 		PollInterval: 50 * time.Millisecond, SessionTimeout: 6 * time.Second, TransactionTimeout: 10 * time.Second,
 		LeaveOnShutdown: true, // this instance never comes back: its group can go
-		Logger:          log,
 	})
 	if err != nil {
 		return err

@@ -196,11 +196,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	br, err := bridge.New(bridge.Config{
-		Brokers: brokers, Group: bridgeGroup, InstanceID: "b1", StateDir: tmp + "/bridge",
-		Topics: []string{TopicAudited}, Subject: subject, NATSURL: natsURL, Stream: StreamName,
-		RedeliveryHorizon: 3 * time.Minute, PollInterval: 100 * time.Millisecond,
+		SinkConfig: bridge.SinkConfig{
+			Subject: subject, NATSURL: natsURL, Stream: StreamName, RedeliveryHorizon: 3 * time.Minute,
+			Logger: o.Log.With("instance", "bridge"),
+		},
+		Brokers: brokers, ApplicationID: bridgeGroup, InstanceID: "b1", StateDir: tmp + "/bridge",
+		Topics: []string{TopicAudited}, PollInterval: 100 * time.Millisecond,
 		SessionTimeout: o.SessionTimeout, TransactionTimeout: o.TransactionTimeout,
-		ClientOpts: []kgo.Opt{kgo.Dialer(bdial)}, Logger: o.Log.With("instance", "bridge"),
+		ClientOpts: []kgo.Opt{kgo.Dialer(bdial)},
 	})
 	if err != nil {
 		return nil, err
