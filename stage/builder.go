@@ -105,7 +105,8 @@ func (s *Stage) Sources() []string {
 	return out
 }
 
-// Sinks returns the sink topic names in declaration order.
+// Sinks returns the sink topic names in declaration order; SinkTopics
+// returns the same sinks as typed topics.
 func (s *Stage) Sinks() []string {
 	out := make([]string, len(s.sinks))
 	for i, k := range s.sinks {

@@ -77,10 +77,10 @@ func TestUnknownStateSchemaStopsRun(t *testing.T) {
 	st := On(Named("echo"), in, func(m Message[string, string]) ([]Emission, error) { return nil, nil }).Into(out).MustBuild()
 	e.changelogs(1, st)
 	cfg := e.config("i1")
-	if err := os.MkdirAll(filepath.Dir(StorePath(cfg.StateDir, e.app, "echo", 0)), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(storePath(cfg.StateDir, e.app, "echo", 0)), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	path := StorePath(cfg.StateDir, e.app, "echo", 0)
+	path := storePath(cfg.StateDir, e.app, "echo", 0)
 	s, err := state.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)

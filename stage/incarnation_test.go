@@ -54,7 +54,7 @@ func TestRecreatedChangelogWipesStore(t *testing.T) {
 			if err := r.stop(); err != nil {
 				t.Fatal(err)
 			}
-			store := StorePath(cfg.StateDir, e.app, "count", 0)
+			store := storePath(cfg.StateDir, e.app, "count", 0)
 			if _, err := os.Stat(store); err != nil {
 				t.Fatalf("premise: no store after the first run: %v", err)
 			}
@@ -128,7 +128,7 @@ func TestTruncatedChangelogStopsTask(t *testing.T) {
 	run(e, 4, 4, 8)
 	e.c.Close()
 
-	store := StorePath(stateDir, e.app, "count", 0)
+	store := storePath(stateDir, e.app, "count", 0)
 	s, err := state.Open(context.Background(), store)
 	if err != nil {
 		t.Fatal(err)

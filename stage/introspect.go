@@ -16,8 +16,10 @@ func (a *App) ApplicationID() string { return a.cfg.ApplicationID }
 // Stages returns the application's stages in declaration order.
 func (a *App) Stages() []*Stage { return append([]*Stage(nil), a.stages...) }
 
-// SinkTopics returns the stage's declared sinks in declaration order. Each
-// is a *Topic[K, V]; its CheckRecord decodes a record with its codecs.
+// SinkTopics returns the stage's declared sinks in declaration order, as
+// typed topics: each is a *Topic[K, V], whose CheckRecord decodes a record
+// with its codecs. Sinks returns the same sinks' names, in the same order,
+// for tooling that needs only names (as Sources does for the sources).
 func (s *Stage) SinkTopics() []Sink { return append([]Sink(nil), s.sinks...) }
 
 // CheckRecord decodes a fetched record's key and value with t's codecs, as

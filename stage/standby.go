@@ -210,7 +210,7 @@ func (sb *standbys) sync(ctx context.Context, want map[taskID]bool, open func(ta
 
 func (sb *standbys) start(ctx context.Context, id taskID) error {
 	st := sb.stages[id.stage]
-	path := StorePath(sb.stateDir, sb.appID, st.name, id.partition)
+	path := storePath(sb.stateDir, sb.appID, st.name, id.partition)
 	if err := sb.moveLegacy(ctx, st, id.partition, path); err != nil {
 		return err
 	}

@@ -14,11 +14,11 @@ import (
 	"github.com/parsley-go/parsley/internal/state"
 )
 
-// StorePath returns the file of the task store of a stage's partition p:
+// storePath returns the file of the task store of a stage's partition p:
 // <stateDir>/<applicationID>/<stage>-<p>.db. The application is part of
 // the path so two applications sharing a state directory never share a
 // file, even when they name a stage alike.
-func StorePath(stateDir, applicationID, stage string, p int32) string {
+func storePath(stateDir, applicationID, stage string, p int32) string {
 	return filepath.Join(stateDir, applicationID, fmt.Sprintf("%s-%d.db", stage, p))
 }
 

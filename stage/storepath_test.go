@@ -39,7 +39,7 @@ func TestStorePathPerApplication(t *testing.T) {
 	}
 	first := e.inputs("in", 4, 2, 1, 0)
 	run(cfg, mine, "out", 4)
-	path, legacy := StorePath(cfg.StateDir, e.app, "count", 0), legacyStorePath(cfg.StateDir, "count", 0)
+	path, legacy := storePath(cfg.StateDir, e.app, "count", 0), legacyStorePath(cfg.StateDir, "count", 0)
 	if filepath.Dir(path) != filepath.Join(cfg.StateDir, e.app) {
 		t.Fatalf("StorePath = %s, want it under %s", path, filepath.Join(cfg.StateDir, e.app))
 	}
@@ -53,7 +53,7 @@ func TestStorePathPerApplication(t *testing.T) {
 	if _, err := os.Stat(legacy); err != nil {
 		t.Fatalf("the other application took this one's store: %v", err)
 	}
-	if _, err := os.Stat(StorePath(cfg.StateDir, "other", "count", 0)); err != nil {
+	if _, err := os.Stat(storePath(cfg.StateDir, "other", "count", 0)); err != nil {
 		t.Fatalf("the other application's store is not in its directory: %v", err)
 	}
 

@@ -96,7 +96,7 @@ func (a *App) reconcile(ctx context.Context, cl *kgo.Client) error {
 
 func (a *App) openTask(ctx context.Context, id taskID) (*task, error) {
 	st := a.stages[id.stage]
-	path := StorePath(a.cfg.StateDir, a.cfg.ApplicationID, st.name, id.partition)
+	path := storePath(a.cfg.StateDir, a.cfg.ApplicationID, st.name, id.partition)
 	if err := a.moveLegacyStore(ctx, st, id.partition, path); err != nil {
 		return nil, err
 	}

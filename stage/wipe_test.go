@@ -79,7 +79,7 @@ func TestStaleStoreWipedOnRestart(t *testing.T) {
 		t.Helper()
 		var ts []time.Time
 		for p := range 2 {
-			s, err := state.Open(context.Background(), StorePath(cfg.StateDir, e.app, "count", int32(p)))
+			s, err := state.Open(context.Background(), storePath(cfg.StateDir, e.app, "count", int32(p)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -141,7 +141,7 @@ func TestIdleTaskCheckpointRefreshed(t *testing.T) {
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
-	s, err := state.Open(context.Background(), StorePath(cfg.StateDir, e.app, "count", 1))
+	s, err := state.Open(context.Background(), storePath(cfg.StateDir, e.app, "count", 1))
 	if err != nil {
 		t.Fatal(err)
 	}
