@@ -38,8 +38,8 @@ const (
 //
 // Unset is zero, for every field: a zero duration or count means the
 // default stated at the field. A negative duration or count is the same as
-// zero, except where a field gives it a meaning of its own (DecodeAhead and
-// HoldWarningAfter: off; Standbys: rejected).
+// zero, except where a field gives it a meaning of its own (DecodeAhead,
+// StateCache and HoldWarningAfter: off; Standbys: rejected).
 type Config struct {
 	// ApplicationID names the application: its consumer group, the prefix
 	// of its changelog topics and its transactional IDs, and part of every
