@@ -64,7 +64,7 @@ func TestServeReportsALostBrokerAndRecovers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(c.Close)
+		t.Cleanup(func() { c.Close() })
 		b, err := obsdemo.NewBuilder(c)
 		if err != nil {
 			t.Fatal(err)

@@ -136,7 +136,7 @@ func New(t TB, opts ...Option) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Close)
+	t.Cleanup(func() { c.Close() })
 	return c
 }
 
@@ -243,8 +243,9 @@ func (c *Cluster) TopicID(ctx context.Context, name string) ([16]byte, error) {
 }
 
 // Close closes the client and stops the cluster, or ends the lease on a
-// real one. It is safe to call more than once.
-func (c *Cluster) Close() {
+// real one. It is safe to call more than once, and returns nil: kfake and
+// the lease have nothing to report.
+func (c *Cluster) Close() error {
 	c.close.Do(func() {
 		if c.client != nil {
 			c.client.Close()
@@ -256,4 +257,5 @@ func (c *Cluster) Close() {
 			c.release()
 		}
 	})
+	return nil
 }

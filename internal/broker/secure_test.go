@@ -1,10 +1,11 @@
-package broker
+package broker_test
 
 import (
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/parsley-go/parsley/internal/rig/testkafka"
 )
 
@@ -18,7 +19,7 @@ func TestReadSecureReadsTheLaunchersFile(t *testing.T) {
 	if err := in.WriteFile(path); err != nil {
 		t.Fatal(err)
 	}
-	s, err := readSecure(path)
+	s, err := broker.ReadSecure(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +30,7 @@ func TestReadSecureReadsTheLaunchersFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte(`{"addrs":["x:1"]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := readSecure(path); err == nil {
+	if _, err := broker.ReadSecure(path); err == nil {
 		t.Error("an incomplete description was accepted")
 	}
 }

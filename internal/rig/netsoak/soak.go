@@ -40,6 +40,11 @@ type Options struct {
 	Drain              time.Duration // how long to wait for outputs to catch up (default 2 min)
 	Out                io.Writer     // progress lines; nil discards
 	Log                *slog.Logger  // the components' logs; nil discards
+	// Kafka is the cluster to run on, any broker.Launcher (the embedded
+	// broker.Cluster, a real testkafka.Cluster); the run creates its
+	// topics there and leaves the launcher open. Nil starts the embedded
+	// broker for the run and closes it at the end.
+	Kafka broker.Launcher
 }
 
 func (o *Options) defaults() {
@@ -127,7 +132,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer os.RemoveAll(tmp)
 
-	cluster, err := broker.Start(ctx, broker.Topics(
+	cluster := o.Kafka
+	if cluster == nil {
+		c, err := broker.Start(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		cluster = c
+	}
+	if err := cluster.CreateTopics(ctx,
 		broker.Topic{Name: TopicOrders, Partitions: Partitions},
 		broker.Topic{Name: TopicPayments, Partitions: Partitions},
 		broker.Topic{Name: TopicSettled, Partitions: Partitions},
@@ -135,13 +149,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		broker.Topic{Name: stage.ChangelogTopic(Application, "settle"), Partitions: Partitions, Configs: map[string]*string{"cleanup.policy": ptr("compact")}},
 		broker.Topic{Name: stage.ChangelogTopic(Application, "audit"), Partitions: Partitions, Configs: map[string]*string{"cleanup.policy": ptr("compact")}},
 		broker.Topic{Name: stage.ChangelogTopic(bridgeGroup, "bridge"), Partitions: Partitions, Configs: map[string]*string{"cleanup.policy": ptr("compact")}},
-	))
-	if err != nil {
+	); err != nil {
 		return nil, err
 	}
-	defer cluster.Close()
 	brokers := cluster.Addrs()
-	say("kafka: embedded at %s", strings.Join(brokers, ","))
+	say("kafka: at %s", strings.Join(brokers, ","))
 
 	natsURL, stopNATS, err := startNATS(tmp)
 	if err != nil {
@@ -253,7 +265,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	// Drain: wait until each hop caught up (or the drain bound passed:
 	// then the oracle reports what is missing).
-	admin := cluster.Admin()
+	adminCl, err := cluster.NewClient()
+	if err != nil {
+		return nil, err
+	}
+	defer adminCl.Close()
+	admin := kadm.NewClient(adminCl)
 	var committed int
 	for _, in := range truth.Inputs {
 		if in.Committed {
@@ -315,7 +332,7 @@ func startNATS(dir string) (url string, stop func(), err error) {
 
 // observe reads both output topics (read_committed, up to their last
 // stable offsets) and the whole stream.
-func observe(ctx context.Context, cluster *broker.Cluster, admin *kadm.Client, js jetstream.JetStream) (*Observed, error) {
+func observe(ctx context.Context, cluster broker.Launcher, admin *kadm.Client, js jetstream.JetStream) (*Observed, error) {
 	o := &Observed{}
 	var err error
 	if o.Settled, err = readTopic(ctx, cluster, admin, TopicSettled); err != nil {
@@ -353,7 +370,7 @@ func observe(ctx context.Context, cluster *broker.Cluster, admin *kadm.Client, j
 // readTopic reads every committed record of topic, partition by partition
 // in offset order, up to the last stable offsets listed when it starts.
 // Control records are kept so the read knows it reached the end.
-func readTopic(ctx context.Context, cluster *broker.Cluster, admin *kadm.Client, topic string) ([]Output, error) {
+func readTopic(ctx context.Context, cluster broker.Launcher, admin *kadm.Client, topic string) ([]Output, error) {
 	ends, err := admin.ListCommittedOffsets(ctx, topic)
 	if err != nil {
 		return nil, err

@@ -95,6 +95,7 @@ func TestKillLeaderThenRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	checkLauncher(ctx, t, c) // the vocabulary it shares with the embedded broker
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.DefaultProduceTopic("t"))
 	if err != nil {
 		t.Fatal(err)
