@@ -3,7 +3,10 @@ package netsoak
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
+
+	"github.com/parsley-go/parsley/internal/rig/oracle"
 )
 
 // Observed is what the oracle reads back after a run: each stage's output
@@ -85,39 +88,49 @@ func Judge(t *Truth, o *Observed) *Verdict {
 	}
 
 	// settle: one output per committed input, none for an aborted one, G
-	// order per partition, and the exact count per key.
-	seen := make(map[string]string)
-	lastG := make(map[int32]Output)
-	for _, out := range o.Settled {
-		at := coord("settled", out.Partition, out.Offset)
-		in, ok := byCoord[out.Src]
-		switch {
-		case aborted[out.Src]:
-			add("aborted-delivered", "settled", at, "derived from aborted input %s", out.Src)
-			continue
-		case !ok:
-			add("unknown-source", "settled", at, "derived from %s, which the producer never committed", out.Src)
-			continue
-		}
-		if prev, dup := seen[out.Src]; dup {
-			add("duplicated", "settled", at, "input %s already settled at %s", out.Src, prev)
-			continue
-		}
-		seen[out.Src] = at
-		if out.G != in.G || out.Key != in.Key {
-			add("state", "settled", at, "carries g=%d key=%q for input %s (g=%d key=%q)", out.G, out.Key, out.Src, in.G, in.Key)
-		}
-		if prev, ok := lastG[out.Partition]; ok && prev.G >= out.G {
-			add("order", "settled", at, "input g=%d (%s) delivered after g=%d (%s), its effect", out.G, out.Src, prev.G, prev.Src)
-		}
-		lastG[out.Partition] = out
-		if want := rank[out.Src]; out.N != want {
-			add("state", "settled", at, "count for key %q is %d after input %s, want %d", out.Key, out.N, out.Src, want)
+	// order per partition (the kit's oracle), and the exact count per key.
+	want := make(map[string]bool, len(byCoord))
+	for c := range byCoord {
+		want[c] = true
+	}
+	ds := make([]oracle.Delivery, len(o.Settled))
+	for i, out := range o.Settled {
+		ds[i] = oracle.Delivery{Source: out.Src, At: coord("settled", out.Partition, out.Offset), Lane: strconv.Itoa(int(out.Partition)), Rank: out.G}
+	}
+	counted := make([]bool, len(ds)) // a first delivery of a committed input
+	for i := range counted {
+		counted[i] = true
+	}
+	for _, f := range oracle.ExactlyOnceInOrder(want, ds) {
+		switch f.Kind {
+		case oracle.Lost:
+			in := byCoord[f.Source]
+			add("lost", "settled", f.Source, "committed input g=%d key=%q never settled", in.G, in.Key)
+		case oracle.Unexpected:
+			counted[f.Index] = false
+			if aborted[f.Source] {
+				add("aborted-delivered", "settled", f.At, "derived from aborted input %s", f.Source)
+			} else {
+				add("unknown-source", "settled", f.At, "derived from %s, which the producer never committed", f.Source)
+			}
+		case oracle.Duplicated:
+			counted[f.Index] = false
+			add("duplicated", "settled", f.At, "input %s already settled at %s", f.Source, f.Prev)
+		case oracle.Order:
+			out, prev := o.Settled[f.Index], byCoord[f.Prev]
+			add("order", "settled", f.At, "input g=%d (%s) delivered after g=%d (%s), its effect", out.G, out.Src, prev.G, f.Prev)
 		}
 	}
-	for c, in := range byCoord {
-		if _, ok := seen[c]; !ok {
-			add("lost", "settled", c, "committed input g=%d key=%q never settled", in.G, in.Key)
+	for i, out := range o.Settled {
+		if !counted[i] {
+			continue
+		}
+		in := byCoord[out.Src]
+		if out.G != in.G || out.Key != in.Key {
+			add("state", "settled", ds[i].At, "carries g=%d key=%q for input %s (g=%d key=%q)", out.G, out.Key, out.Src, in.G, in.Key)
+		}
+		if want := rank[out.Src]; out.N != want {
+			add("state", "settled", ds[i].At, "count for key %q is %d after input %s, want %d", out.Key, out.N, out.Src, want)
 		}
 	}
 
@@ -145,31 +158,36 @@ func judgeHop(v *Verdict, where string, upstream map[string]Output, outs []Outpu
 	add := func(kind, rec, format string, args ...any) {
 		v.Violations = append(v.Violations, Violation{Kind: kind, Where: where, Record: rec, Detail: fmt.Sprintf(format, args...)})
 	}
-	seen := make(map[string]string)
-	last := make(map[int32]Output) // by upstream partition
-	for _, out := range outs {
-		at := name(out)
-		up, ok := upstream[out.From]
-		if !ok {
-			add("aborted-delivered", at, "forwards %s, which is no committed upstream record", out.From)
-			continue
-		}
-		if prev, dup := seen[out.From]; dup {
-			add("duplicated", at, "%s already forwarded as %s", out.From, prev)
-			continue
-		}
-		seen[out.From] = at
-		if out.Src != up.Src || out.G != up.G || out.N != up.N || out.Key != up.Key {
-			add("state", at, "payload of %s changed in transit", out.From)
-		}
-		if prev, ok := last[up.Partition]; ok && prev.Offset >= up.Offset {
-			add("order", at, "%s arrived after %s, which it precedes", out.From, prev.From)
-		}
-		last[up.Partition] = Output{Offset: up.Offset, From: out.From}
-	}
+	want := make(map[string]bool, len(upstream))
 	for c := range upstream {
-		if _, ok := seen[c]; !ok {
-			add("lost", c, "never forwarded")
+		want[c] = true
+	}
+	ds := make([]oracle.Delivery, len(outs))
+	for i, out := range outs {
+		up := upstream[out.From]
+		ds[i] = oracle.Delivery{Source: out.From, At: name(out), Lane: strconv.Itoa(int(up.Partition)), Rank: up.Offset}
+	}
+	counted := make([]bool, len(ds))
+	for i := range counted {
+		counted[i] = true
+	}
+	for _, f := range oracle.ExactlyOnceInOrder(want, ds) {
+		switch f.Kind {
+		case oracle.Lost:
+			add("lost", f.Source, "never forwarded")
+		case oracle.Unexpected:
+			counted[f.Index] = false
+			add("aborted-delivered", f.At, "forwards %s, which is no committed upstream record", f.Source)
+		case oracle.Duplicated:
+			counted[f.Index] = false
+			add("duplicated", f.At, "%s already forwarded as %s", f.Source, f.Prev)
+		case oracle.Order:
+			add("order", f.At, "%s arrived after %s, which it precedes", f.Source, f.Prev)
+		}
+	}
+	for i, out := range outs {
+		if up := upstream[out.From]; counted[i] && (out.Src != up.Src || out.G != up.G || out.N != up.N || out.Key != up.Key) {
+			add("state", ds[i].At, "payload of %s changed in transit", out.From)
 		}
 	}
 }
