@@ -10,7 +10,10 @@
 //
 //   - netsoak: network faults through in-process proxies, embedded broker
 //   - failover: broker kills on a three-node real Kafka cluster
-//   - testkafka: the real-Kafka launcher (JVMs from Maven Central)
+//   - testkafka: the real-Kafka launcher (JVMs from Maven Central); it
+//     and the embedded broker speak one vocabulary, broker.Launcher
+//   - oracle: the verification kit's shared judge (exactly once, in
+//     order per lane), used by netsoak's and failover's oracles
 //   - obstest, testcert, jaegertest: helpers of the observer's, the
 //     secured clients' and the tracing tests
 package rig

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/parsley-go/parsley/internal/rig/oracle"
 )
 
 // Input is what the source topics hold, read_committed: for each order ID
@@ -99,16 +101,32 @@ func Check(in Input, outs []Output) []Violation {
 		if i := slices.Index(vals, "ordered"); i > 0 && strings.HasPrefix(vals[0], "settled") {
 			add(k, "settlement %q at %s precedes the order", vals[0], at(got[0]))
 		}
-		seen := make(map[string]int)
-		for _, v := range vals {
-			seen[v]++
+		// Lost and duplicated settlements: the kit's oracle, each value of
+		// the key's expected sequence a source ranked by its place in it.
+		wantSet := make(map[string]bool, len(want))
+		for _, v := range want {
+			wantSet[v] = true
+		}
+		ds := make([]oracle.Delivery, len(got))
+		for i, o := range got {
+			ds[i] = oracle.Delivery{Source: o.Value, At: at(o), Lane: k, Rank: int64(slices.Index(want, o.Value))}
+		}
+		lost := make(map[string]bool)
+		times := make(map[string]int)
+		for _, f := range oracle.ExactlyOnceInOrder(wantSet, ds) {
+			switch f.Kind {
+			case oracle.Lost:
+				lost[f.Source] = true
+			case oracle.Duplicated:
+				times[f.Source]++
+			}
 		}
 		for _, v := range want {
-			switch n := seen[v]; {
-			case n == 0:
+			switch {
+			case lost[v]:
 				add(k, "%q lost", v)
-			case n > 1:
-				add(k, "%q delivered %d times", v, n)
+			case times[v] > 0:
+				add(k, "%q delivered %d times", v, times[v]+1)
 			}
 		}
 		if n := len(vals); n > 0 && vals[n-1] != want[len(want)-1] {
