@@ -168,6 +168,7 @@ type SimNode struct {
 	inv, invCommitted watermarks
 	reached           map[headers.Channel]int64
 	invBroken         bool
+	restoreChecks     int // committed steps with records held, for checkRestore's spacing
 
 	// What the gap families' statistics remember (gaps.go): the inputs
 	// of every scope so far, the marks restored on inputs this incarnation
@@ -245,6 +246,7 @@ func (n *SimNode) commitFlushed() error {
 	n.invCommitted = n.inv.clone()
 	if n.Held() > 0 {
 		n.checkExplain()
+		n.checkRestore()
 	}
 	n.w.Broker.Commit(n.txn)
 	n.w.Oracle.Commit(n.actor)
