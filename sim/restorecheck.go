@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/protocol"
@@ -29,7 +30,9 @@ const restoreCheckEvery = 8
 //     restored as the version 2 one it encodes and rewritten as version
 //     2, a hold queue whose entries disagree with its indices or whose
 //     offsets do not rise above the frontier refused (ErrCorruptState),
-//     and a frontier left below the queue's head raised by the head rule;
+//     a frontier left below the queue's head raised by the head rule, and
+//     a rescope dropping an input with held records refused
+//     (ErrHeldOnRemovedInput), which no redeploy of a scenario does;
 //   - a host breaking its feed contract: the same offset fed twice must be
 //     refused (ErrOutOfOrderFeed, H1), and a record at or below a frontier
 //     a reported position raised is dropped, never delivered (H2).
@@ -118,6 +121,42 @@ func (n *SimNode) checkRestore() {
 		if p.applies && !refuses(p.what, protocol.ErrCorruptState, p.corrupt) {
 			return
 		}
+	}
+	// The restore names the queue's figures, so an operator can see which
+	// side of a damaged queue is short.
+	short := n.store.Clone()
+	_ = short.Delete(entry(t - 1))
+	if _, err := n.rebuild(short); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("indices claim %d held records, store has %d", t-h, t-h-1)) {
+		fail("a store missing its last held entry of %d restored with %v, want the indices' and the store's counts", t-h, errString(err))
+		return
+	}
+	// A rescope dropping the held input is refused (the records would be
+	// lost), whether the queue's indices or only its entries say so.
+	dropHeld := func(st *protocol.MemStore) (*protocol.Node, error) {
+		cfg := *n.cfg
+		cfg.Inputs = slices.DeleteFunc(slices.Clone(cfg.Inputs), func(c headers.Channel) bool { return c == hs.Channel })
+		cfg.Store = st
+		return protocol.New(context.Background(), cfg)
+	}
+	if _, err := dropHeld(n.store.Clone()); !errors.Is(err, protocol.ErrHeldOnRemovedInput) || !strings.Contains(err.Error(), fmt.Sprintf("%d held records", t-h)) {
+		fail("a rescope dropping %v with %d held records restored with %v, want %v naming the count", hs.Channel, t-h, errString(err), protocol.ErrHeldOnRemovedInput)
+		return
+	}
+	noMeta := n.store.Clone()
+	_ = noMeta.Delete("q/" + ck + "/m")
+	if _, err := dropHeld(noMeta); !errors.Is(err, protocol.ErrHeldOnRemovedInput) {
+		fail("a rescope dropping %v, held entries without queue indices, restored with %v, want %v", hs.Channel, errString(err), protocol.ErrHeldOnRemovedInput)
+		return
+	}
+	// Drained indices (head at the tail) hold nothing: that rescope folds.
+	drained := n.store.Clone()
+	for idx := h; idx < t; idx++ {
+		_ = drained.Delete(entry(idx))
+	}
+	_ = drained.Put("q/"+ck+"/m", pair(t, t))
+	if _, err := dropHeld(drained); err != nil {
+		fail("a rescope dropping %v, its queue drained, refused: %v", hs.Channel, err)
+		return
 	}
 	w.stats.RestoreProbes[probeQueue]++
 	// A frontier below the head (the frontier is always flushed with the
