@@ -522,7 +522,7 @@ func (n *SimNode) advance(ch headers.Channel) error {
 	if n.w.opts.Fault == AdvanceAhead {
 		p++
 	}
-	ds, err := n.proto.PositionAdvance(ch, p)
+	ds, err := n.positionAdvance(n.proto, ch, p)
 	if err != nil {
 		return err
 	}
@@ -747,7 +747,7 @@ func (n *SimNode) start(ctx context.Context) error {
 			// on an empty log reports it, and it must be accepted as a
 			// no-op rather than refused.
 			if pos := n.spos[ch]; pos >= 0 {
-				ds, err := p.PositionAdvance(ch, pos)
+				ds, err := n.positionAdvance(p, ch, pos)
 				if err != nil {
 					return err
 				}

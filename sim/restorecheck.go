@@ -268,3 +268,36 @@ func decodeQueueMeta(st *protocol.MemStore, ck string) (h, t int64, ok bool) {
 func pair(a, b int64) []byte {
 	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(a)), uint64(b))
 }
+
+// positionAdvance reports pos on ch and judges the fold counter the
+// protocol exports (Counters.PositionFolds, "frontier raises from a
+// reported consumer position"): a call that raised ch's frontier over an
+// empty queue counts a fold, and a call counts no more folds than inputs
+// whose frontier rose (the cascade's drained queues fold too), so a
+// position that changes nothing counts none.
+func (n *SimNode) positionAdvance(p Protocol, ch headers.Channel, pos int64) ([]protocol.Delivery, error) {
+	before, ok := inspect(p)
+	c0 := p.Counters().PositionFolds
+	ds, err := p.PositionAdvance(ch, pos)
+	if err != nil || !ok || n.invBroken {
+		return ds, err
+	}
+	after, _ := inspect(p)
+	if len(after) != len(before) {
+		return ds, err
+	}
+	var rose uint64
+	raised := false
+	for i := range before {
+		if after[i].Frontier > before[i].Frontier {
+			rose++
+			raised = raised || (before[i].Channel == ch && before[i].Held == 0)
+		}
+	}
+	if folds := p.Counters().PositionFolds - c0; folds > rose || (raised && folds == 0) {
+		n.invBroken = true
+		n.w.Oracle.violate(Invariant, n.spec.Name, fmt.Sprintf("PositionAdvance(%v, %d) counted %d folds, %d frontiers rose (%v's: %v)",
+			ch, pos, folds, rose, ch, raised))
+	}
+	return ds, err
+}
