@@ -168,7 +168,8 @@ type SimNode struct {
 	inv, invCommitted watermarks
 	reached           map[headers.Channel]int64
 	invBroken         bool
-	restoreChecks     int // committed steps with records held, for checkRestore's spacing
+	delivered         uint64 // deliveries the incarnation returned, against Counters.Delivered
+	restoreChecks     int    // committed steps with records held, for checkRestore's spacing
 
 	// What the gap families' statistics remember (gaps.go): the inputs
 	// of every scope so far, the marks restored on inputs this incarnation
@@ -277,7 +278,7 @@ func (n *SimNode) down() {
 		n.folds[1] += c.SkippedRunFolds
 		n.folds[2] += c.CarriedSkipped
 	}
-	n.proto, n.batch, n.spos, n.txn = nil, nil, nil, 0
+	n.proto, n.batch, n.spos, n.txn, n.delivered = nil, nil, nil, 0, 0
 	n.state = down
 	n.inv, n.invBroken = n.invCommitted.clone(), false
 }
@@ -291,6 +292,15 @@ func (n *SimNode) handle(ds []protocol.Delivery) error {
 	// The node reuses the slice on its next call that returns deliveries;
 	// sends do not return deliveries, but keep the host honest anyway.
 	ds = slices.Clone(ds)
+	// Counters.Delivered counts the records released through the gate
+	// in this incarnation: exactly those the host received.
+	n.delivered += uint64(len(ds))
+	if n.proto != nil && !n.invBroken {
+		if c := n.proto.Counters().Delivered; c != n.delivered {
+			n.invBroken = true
+			n.w.Oracle.violate(Invariant, n.spec.Name, fmt.Sprintf("Counters.Delivered is %d, the incarnation delivered %d", c, n.delivered))
+		}
+	}
 	for i := range ds {
 		d := &ds[i]
 		e := n.w.Broker.Entry(d.Channel, d.Offset)
