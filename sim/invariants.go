@@ -96,6 +96,19 @@ func (n *SimNode) checkInvariants(op string) {
 		n.invBroken = true
 		n.w.Oracle.violate(Invariant, n.spec.Name, "after "+op+": "+fmt.Sprintf(format, args...))
 	}
+	// The gauges the protocol exports (Counters.Held, HeldHeads) are
+	// what its queues hold.
+	held, heads := 0, 0
+	for i := range states {
+		held += states[i].Held
+		if states[i].Held > 0 {
+			heads++
+		}
+	}
+	if c := n.proto.Counters(); c.Held != held || c.HeldHeads != heads {
+		bad("Counters says %d held in %d queues, the input states %d in %d", c.Held, c.HeldHeads, held, heads)
+		return
+	}
 	for i := range states {
 		s := &states[i]
 		if f, ok := n.inv.frontier[s.Channel]; ok && s.Frontier < f {

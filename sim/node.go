@@ -168,6 +168,8 @@ type SimNode struct {
 	inv, invCommitted watermarks
 	reached           map[headers.Channel]int64
 	invBroken         bool
+	delivered         uint64 // deliveries the incarnation returned, against Counters.Delivered
+	restoreChecks     int    // committed steps with records held, for checkRestore's spacing
 
 	// What the gap families' statistics remember (gaps.go): the inputs
 	// of every scope so far, the marks restored on inputs this incarnation
@@ -245,6 +247,7 @@ func (n *SimNode) commitFlushed() error {
 	n.invCommitted = n.inv.clone()
 	if n.Held() > 0 {
 		n.checkExplain()
+		n.checkRestore()
 	}
 	n.w.Broker.Commit(n.txn)
 	n.w.Oracle.Commit(n.actor)
@@ -275,7 +278,7 @@ func (n *SimNode) down() {
 		n.folds[1] += c.SkippedRunFolds
 		n.folds[2] += c.CarriedSkipped
 	}
-	n.proto, n.batch, n.spos, n.txn = nil, nil, nil, 0
+	n.proto, n.batch, n.spos, n.txn, n.delivered = nil, nil, nil, 0, 0
 	n.state = down
 	n.inv, n.invBroken = n.invCommitted.clone(), false
 }
@@ -289,6 +292,15 @@ func (n *SimNode) handle(ds []protocol.Delivery) error {
 	// The node reuses the slice on its next call that returns deliveries;
 	// sends do not return deliveries, but keep the host honest anyway.
 	ds = slices.Clone(ds)
+	// Counters.Delivered counts the records released through the gate
+	// in this incarnation: exactly those the host received.
+	n.delivered += uint64(len(ds))
+	if n.proto != nil && !n.invBroken {
+		if c := n.proto.Counters().Delivered; c != n.delivered {
+			n.invBroken = true
+			n.w.Oracle.violate(Invariant, n.spec.Name, fmt.Sprintf("Counters.Delivered is %d, the incarnation delivered %d", c, n.delivered))
+		}
+	}
 	for i := range ds {
 		d := &ds[i]
 		e := n.w.Broker.Entry(d.Channel, d.Offset)
@@ -520,7 +532,7 @@ func (n *SimNode) advance(ch headers.Channel) error {
 	if n.w.opts.Fault == AdvanceAhead {
 		p++
 	}
-	ds, err := n.proto.PositionAdvance(ch, p)
+	ds, err := n.positionAdvance(n.proto, ch, p)
 	if err != nil {
 		return err
 	}
@@ -745,7 +757,7 @@ func (n *SimNode) start(ctx context.Context) error {
 			// on an empty log reports it, and it must be accepted as a
 			// no-op rather than refused.
 			if pos := n.spos[ch]; pos >= 0 {
-				ds, err := p.PositionAdvance(ch, pos)
+				ds, err := n.positionAdvance(p, ch, pos)
 				if err != nil {
 					return err
 				}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,18 +46,20 @@ type floor struct {
 }
 
 var (
-	held          = floor{"records held at the gate", 20, func(s *Stats) bool { return s.Held }}
-	crashed       = floor{"a crash injected", 20, func(s *Stats) bool { return s.Crashes > 0 }}
-	crashHeld     = floor{"a crash while records were held", 20, func(s *Stats) bool { return s.CrashWhileHeld > 0 }}
-	restoredHeld  = floor{"a restart restoring held records", 20, func(s *Stats) bool { return s.RestoredHeld > 0 }}
-	midStep       = floor{"a mid-step crash", 20, func(s *Stats) bool { return s.MidStepCrashes > 0 }}
-	posFold       = floor{"a position advance folding the frontier", 20, func(s *Stats) bool { return s.PositionFolds > 0 }}
-	skippedRun    = floor{"a skipped run folded behind a held head", 20, func(s *Stats) bool { return s.SkippedRunFolds > 0 }}
-	edgeAbort     = floor{"an aborted edge transaction", 20, func(s *Stats) bool { return s.EdgeAborts > 0 }}
-	ticked        = floor{"ticks emitted", 20, func(s *Stats) bool { return s.Ticks > 0 }}
-	redeployed    = floor{"a scope-shrinking redeploy", 20, func(s *Stats) bool { return s.Redeploys > 0 }}
-	regrown       = floor{"a shrink and a regrowth of the scope", 20, func(s *Stats) bool { return s.Redeploys >= 2 }}
-	recreated     = floor{"a former sink deleted and recreated", 20, func(s *Stats) bool { return s.Recreated > 0 }}
+	held         = floor{"records held at the gate", 20, func(s *Stats) bool { return s.Held }}
+	crashed      = floor{"a crash injected", 20, func(s *Stats) bool { return s.Crashes > 0 }}
+	crashHeld    = floor{"a crash while records were held", 20, func(s *Stats) bool { return s.CrashWhileHeld > 0 }}
+	restoredHeld = floor{"a restart restoring held records", 20, func(s *Stats) bool { return s.RestoredHeld > 0 }}
+	midStep      = floor{"a mid-step crash", 20, func(s *Stats) bool { return s.MidStepCrashes > 0 }}
+	posFold      = floor{"a position advance folding the frontier", 20, func(s *Stats) bool { return s.PositionFolds > 0 }}
+	skippedRun   = floor{"a skipped run folded behind a held head", 20, func(s *Stats) bool { return s.SkippedRunFolds > 0 }}
+	edgeAbort    = floor{"an aborted edge transaction", 20, func(s *Stats) bool { return s.EdgeAborts > 0 }}
+	ticked       = floor{"ticks emitted", 20, func(s *Stats) bool { return s.Ticks > 0 }}
+	redeployed   = floor{"a scope-shrinking redeploy", 20, func(s *Stats) bool { return s.Redeploys > 0 }}
+	regrown      = floor{"a shrink and a regrowth of the scope", 20, func(s *Stats) bool { return s.Redeploys >= 2 }}
+	recreated    = floor{"a former sink deleted and recreated", 20, func(s *Stats) bool { return s.Recreated > 0 }}
+	// restoreProbed: every restore and feed-contract probe (restorecheck.go) ran and passed.
+	restoreProbed = floor{"every restore and feed-contract probe run", 50, func(s *Stats) bool { return !slices.Contains(s.RestoreProbes[:], 0) }}
 	sweptAfter    = floor{"a truncation sweep after a topic was recreated", 20, func(s *Stats) bool { return s.SweptAfterRecreate > 0 }}
 	retained      = floor{"retention advanced a log start", 20, func(s *Stats) bool { return s.Retentions > 0 }}
 	truncated     = floor{"a truncation sweep", 20, func(s *Stats) bool { return s.Truncations > 0 }}
@@ -87,7 +90,7 @@ var (
 	lowSignHeld   = floor{"a node whose inputs' topic IDs differ only in the low half's sign bit held a record", 20, func(s *Stats) bool { return s.LowSignHeld }}
 	scenarioFloor = map[string][]floor{
 		"linear":            {crashed, posFold},
-		"fanout":            {held, crashHeld, restoredHeld, midStep, posFold, skippedRun, edgeAbort, signedHeld},
+		"fanout":            {held, crashHeld, restoredHeld, midStep, posFold, skippedRun, edgeAbort, signedHeld, restoreProbed},
 		"fanin":             {held, crashed, posFold, edgeAbort},
 		"diamond":           {held, crashed, posFold},
 		"triangle":          {held, crashHeld, midStep, posFold, edgeAbort},
@@ -104,7 +107,7 @@ var (
 		"scope-regrow":      {regrown, held, crashed},
 		"former-sink":       {recreated, sweptAfter, crashed},
 		"truncation":        {held, retained, truncated, posFold},
-		"soak":              {held, crashHeld, restoredHeld, midStep, posFold, skippedRun, ticked, retained, truncated, signedHeld, lowSignHeld},
+		"soak":              {held, crashHeld, restoredHeld, midStep, posFold, skippedRun, ticked, retained, truncated, signedHeld, lowSignHeld, restoreProbed},
 		"shared-senders":    {held, sharedClaim, crashed},
 		"replays":           {held, replayed, crashed},
 		"wide":              {wideHeld, crashed},

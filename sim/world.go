@@ -80,24 +80,25 @@ type Stats struct {
 	FlushThenCrash, StoreFaults               int
 	SharedClaims                              int // a sequence claim fed while another sender's mark had passed it
 	InitOpenTxn, FetchOpenTxn                 int
-	RecreatedWrites, RecreatedReads           int  // sends to and deliveries from a recreated topic
-	RetainedToRecord                          int  // retention moved a log start exactly onto a record
-	Released                                  int  // Release delivered restored holds after a rescope
-	GrewIntoCarried                           int  // a redeploy grew an input its carried history names, still fetchable there
-	GrewIntoFormerSink                        int  // a redeploy grew an input from a sink it dropped, its own sends still fetchable
-	KeptMarkClaims                            int  // a sequence claim on a regrown input met only by a mark kept across the shrink
-	RegrowUnresolved                          int  // a stamp after a regrowth keeping another sender's unresolved claim on the regrown input
-	WideClaimsHeld                            int  // a held record claiming more than 8 channels per gate input (the lookup's binary search)
-	DrainFoldsOntoMarker                      int  // a drained queue folded onto a position reported while it was held, past a non-record offset
-	UndecodableReplays                        int  // a record whose stamp does not decode refetched below what the node accounted for
-	GrewSeqCarried                            int  // a redeploy grew an input where it carries, above the log start, records no offset claim covers
-	CarriedSkips                              int  // records the gate skipped because carried ancestry holds them by their sender's sequence
-	SkipMarkClaims                            int  // a delivery whose sequence claim only the mark of a skipped record met
-	Held                                      bool // some node held a record at the gate
-	SignedHeld                                bool // a node whose inputs' topic IDs differ in the high half's sign bit held a record
-	LowSignHeld                               bool // ... or share the high half and differ in the low half's sign bit
-	WideHeld                                  bool // a node with more than 16 inputs held a record
-	HeldAboveZero                             bool // a task on a partition above 0 held a record
+	RecreatedWrites, RecreatedReads           int                   // sends to and deliveries from a recreated topic
+	RetainedToRecord                          int                   // retention moved a log start exactly onto a record
+	Released                                  int                   // Release delivered restored holds after a rescope
+	GrewIntoCarried                           int                   // a redeploy grew an input its carried history names, still fetchable there
+	GrewIntoFormerSink                        int                   // a redeploy grew an input from a sink it dropped, its own sends still fetchable
+	KeptMarkClaims                            int                   // a sequence claim on a regrown input met only by a mark kept across the shrink
+	RegrowUnresolved                          int                   // a stamp after a regrowth keeping another sender's unresolved claim on the regrown input
+	WideClaimsHeld                            int                   // a held record claiming more than 8 channels per gate input (the lookup's binary search)
+	DrainFoldsOntoMarker                      int                   // a drained queue folded onto a position reported while it was held, past a non-record offset
+	UndecodableReplays                        int                   // a record whose stamp does not decode refetched below what the node accounted for
+	GrewSeqCarried                            int                   // a redeploy grew an input where it carries, above the log start, records no offset claim covers
+	CarriedSkips                              int                   // records the gate skipped because carried ancestry holds them by their sender's sequence
+	SkipMarkClaims                            int                   // a delivery whose sequence claim only the mark of a skipped record met
+	RestoreProbes                             [numRestoreProbes]int // restore and feed-contract probes passed, by kind (restorecheck.go)
+	Held                                      bool                  // some node held a record at the gate
+	SignedHeld                                bool                  // a node whose inputs' topic IDs differ in the high half's sign bit held a record
+	LowSignHeld                               bool                  // ... or share the high half and differ in the low half's sign bit
+	WideHeld                                  bool                  // a node with more than 16 inputs held a record
+	HeldAboveZero                             bool                  // a task on a partition above 0 held a record
 	held                                      bool
 }
 
