@@ -8,7 +8,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"slices"
 	"strings"
 	"unsafe"
 
@@ -31,7 +30,6 @@ type writeStmts struct {
 	putN, delN *sql.Stmt // rowsPerStmt rows
 	getN       *sql.Stmt // readsPerStmt keys
 	args       []any
-	sorted     []protocol.Mutation // write's scratch: muts in key order
 }
 
 func (s *Store) prepareWrites(ctx context.Context) error {
@@ -137,16 +135,10 @@ func (s *Store) fetch(ctx context.Context, keys []string) error {
 	return rows.Err()
 }
 
-// write applies muts inside tx with the effect of applying them in order:
-// each key keeps its last mutation (ordered sorts them). Each run of
-// consecutive puts or deletes goes in statements of rowsPerStmt rows and
-// the single-row statement for the rest.
+// write applies muts in order inside tx: each run of consecutive puts or
+// deletes goes in statements of rowsPerStmt rows and the single-row
+// statement for the rest, so a key written twice keeps its last write.
 func (s *Store) write(ctx context.Context, tx *sql.Tx, muts []protocol.Mutation) error {
-	muts = s.ordered(muts)
-	defer func() {
-		clear(s.w.sorted) // drop references to values the caller owns
-		s.w.sorted = s.w.sorted[:0]
-	}()
 	var putN, delN, put, del *sql.Stmt // bound to tx on first use
 	for len(muts) > 0 {
 		n := 1
@@ -191,43 +183,6 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, muts []protocol.Mutation)
 		muts = muts[len(run):]
 	}
 	return nil
-}
-
-// ordered returns muts with only the last mutation of each key, deletes
-// first and then puts, each in key order, in a scratch slice (muts itself
-// is left alone: Apply brings the cache up to it after the commit). With
-// one mutation a key the order among keys cannot change the result; key
-// order is for SQLite: a step's new keys, scattered over a large table in
-// arrival order, would each descend the B-tree to a different leaf, where
-// in key order consecutive inserts share leaves and the pages above them
-// (the 1,000,000-key fold, docs/performance.md). Grouping deletes apart
-// from puts keeps the runs long enough for the multi-row statements.
-func (s *Store) ordered(muts []protocol.Mutation) []protocol.Mutation {
-	if len(muts) < 2 {
-		return muts
-	}
-	srt := append(s.w.sorted[:0], muts...)
-	// Stable, so equal keys stay in arrival order and the last one wins.
-	slices.SortStableFunc(srt, func(a, b protocol.Mutation) int { return strings.Compare(a.Key, b.Key) })
-	out := srt[:0]
-	for i := range srt {
-		if i+1 < len(srt) && srt[i+1].Key == srt[i].Key {
-			continue // a later mutation of the same key follows
-		}
-		out = append(out, srt[i])
-	}
-	// Deletes before puts, each group still in key order.
-	slices.SortStableFunc(out, func(a, b protocol.Mutation) int {
-		switch {
-		case a.Delete == b.Delete:
-			return 0
-		case a.Delete:
-			return -1
-		}
-		return 1
-	})
-	s.w.sorted = srt // write clears it
-	return out
 }
 
 // bind returns the statement arguments for run: each key, and with values
