@@ -73,6 +73,7 @@ func BenchmarkScale(b *testing.B) {
 // with them: the ratio is the share of a restore's time that is reading.
 func benchRestore(b *testing.B, keys int) {
 	var ctrl, restore run
+	var peak int64 // the most the resident set rose during a restore
 	for range b.N {
 		e := newEnv(b, broker.Topic{Name: "cl", Partitions: 1, Configs: compact})
 		cl, err := e.c.NewClient(kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(100_000),
@@ -100,12 +101,16 @@ func benchRestore(b *testing.B, keys int) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		runtime.GC()
+		resetPeakResident(b)
+		rss0 := residentBytes(b)
 		t0, c0 := time.Now(), cpuTime(b)
 		newClient := func(opts ...kgo.Opt) (*kgo.Client, error) { return e.c.NewClient(opts...) }
 		if _, err := state.Restore(ctx, e.c.Admin(), newClient, "cl", 0, st, nil); err != nil {
 			b.Fatal(err)
 		}
 		restore.add(run{wall: time.Since(t0), cpu: cpuTime(b) - c0})
+		peak = max(peak, peakResident(b)-rss0)
 		if st.Checkpoint() != int64(keys) {
 			b.Fatalf("restored to checkpoint %d, want %d", st.Checkpoint(), keys)
 		}
@@ -117,6 +122,7 @@ func benchRestore(b *testing.B, keys int) {
 	b.ReportMetric(restore.wall.Seconds()/float64(b.N), "restore-s")
 	b.ReportMetric(ctrl.wall.Seconds()/restore.wall.Seconds(), "ratio")
 	b.ReportMetric(ctrl.cpu.Seconds()/restore.cpu.Seconds(), "cpu-ratio")
+	b.ReportMetric(float64(peak)/(1<<20), "peak-rise-MiB")
 }
 
 // readAll reads n records of topic from its start with a plain

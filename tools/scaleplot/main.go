@@ -65,9 +65,10 @@ var lowerIsBetter = map[string]bool{"restore-s": true, "ns/op": true}
 // spread names the metrics that have no best run: a memory delta moves
 // with when the collector and the OS took memory back, in either
 // direction, so the table gives the median and the range.
-var spread = map[string]bool{"heapB/held": true, "rssB/held": true, "rss-MiB": true}
+var spread = map[string]bool{"heapB/held": true, "rssB/held": true, "rss-MiB": true, "peak-rise-MiB": true}
 
-var line = regexp.MustCompile(`^BenchmarkScale/([a-z]+)=(\d+)(?:-\d+)?\s+\d+\s+(.*)$`)
+// BenchmarkRestoreCurve's points (1M–10M keys) extend the restore family.
+var line = regexp.MustCompile(`^Benchmark(?:Scale|RestoreCurve)/([a-z]+)=(\d+)(?:-\d+)?\s+\d+\s+(.*)$`)
 
 func parse(r io.Reader) (results, error) {
 	res := results{}
@@ -127,6 +128,7 @@ var figures = []figure{
 		{"throughput", "records/s", []series{{"restore-rec/s", "restore"}, {"read-rec/s", "plain read (control)"}}},
 		{"wall time", "seconds", []series{{"restore-s", "restore"}}},
 		{"control ÷ restore", "ratio", []series{{"ratio", "wall time"}, {"cpu-ratio", "CPU time"}}},
+		{"memory", "MiB", []series{{"peak-rise-MiB", "peak resident rise during the restore"}}},
 	}},
 	{"held", "held", "records held", true, []panel{
 		{"memory per held record", "bytes", []series{{"heapB/held", "Go heap"}, {"rssB/held", "resident (RSS)"}}},
