@@ -169,6 +169,18 @@ func ParseToken(s string) (Token, error) {
 	if err != nil {
 		return bad("clock does not decode", err)
 	}
+	// The zero topic ID names no topic: no task consumes it, so a token
+	// naming it could only ever be a forgery or a bug.
+	for e := range c.OffsetEntries() {
+		if e.Channel.Topic.IsZero() {
+			return bad(fmt.Sprintf("offset entry on the zero topic ID (partition %d)", e.Channel.Partition), nil)
+		}
+	}
+	for e := range c.SeqEntries() {
+		if e.Channel.Topic.IsZero() || e.Sender.IsZero() {
+			return bad(fmt.Sprintf("sequence entry on the zero topic or sender ID (partition %d)", e.Channel.Partition), nil)
+		}
+	}
 	// DecodeVC rejects every malformed clock; re-encoding guards that the
 	// text is the one form of its token, so tokens compare by their text.
 	if re, err := headers.EncodeVC(c); err != nil || !bytes.Equal(re, b) {
