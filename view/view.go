@@ -5,10 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/parsley-go/parsley/internal/state"
+	"github.com/parsley-go/parsley/protocol"
 	"github.com/parsley-go/parsley/stage"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -27,6 +32,18 @@ type Config struct {
 	// Partitions, when set, limits the view to these tasks' partitions;
 	// otherwise it replicates every partition of the changelog.
 	Partitions []int32
+	// StateDir, when set, keeps each partition's replica in a SQLite file
+	// too, <StateDir>/<ApplicationID>/<Stage>-view-<partition>.db, with the
+	// changelog offset it reflects and which changelog it mirrors (topic
+	// ID and cluster ID), so a restarted view replays only the changelog's
+	// tail. The file is checked as a task's store is: one that mirrors
+	// another incarnation of the changelog, or whose checkpoint is older
+	// than the changelog's delete.retention.ms allows, is wiped and
+	// rebuilt; one whose changelog ends before its checkpoint (the brokers
+	// lost committed records) stops Run with an error naming the file, and
+	// leaves the file alone. Without it the view replays the whole
+	// changelog at every Run.
+	StateDir string
 }
 
 // ErrNotReplicated: the key's owning partition is not among the view's
@@ -45,12 +62,13 @@ type View[K, S any] struct {
 	keys   stage.Codec[K]
 	states stage.Codec[S]
 
-	mu      sync.RWMutex
-	parts   map[int32]*replica
-	nparts  int32 // the changelog's partition count, once known
-	changed chan struct{}
-	running bool
-	stats   stats
+	mu        sync.RWMutex
+	parts     map[int32]*replica
+	nparts    int32 // the changelog's partition count, once known
+	changed   chan struct{}
+	running   bool // the replicas are loaded and being followed
+	runCalled bool
+	stats     stats
 }
 
 // replica is one changelog partition's committed state.
@@ -69,6 +87,13 @@ type replica struct {
 	// a transaction whose marker is not fetched yet.
 	pending []kgo.Record
 	folds   int // fold-state keys in kv
+
+	// store is the replica's file when Config.StateDir is set; only Run's
+	// goroutine uses it. restored is what opening it cost.
+	store    *state.Store
+	restored state.Restored
+	// unsaved are the applied writes not yet in store, last per key.
+	unsaved map[string]protocol.Mutation
 }
 
 type stats struct {
@@ -113,17 +138,37 @@ func (v *View[K, S]) Run(ctx context.Context) error {
 	}
 	offs := map[int32]kgo.Offset{}
 	v.mu.Lock()
-	if v.running {
+	if v.runCalled {
 		v.mu.Unlock()
 		return errors.New("view: Run called twice")
 	}
-	v.running = true
+	v.runCalled = true
+	v.mu.Unlock()
+	reps := map[int32]*replica{}
+	defer func() {
+		for _, r := range reps {
+			if r.store != nil {
+				r.store.Close()
+			}
+		}
+	}()
 	for _, p := range parts {
 		r := &replica{kv: map[string][]byte{}, target: ends[p], hwm: ends[p]}
-		r.ready = r.target == 0
-		v.parts[p] = r
+		reps[p] = r
 		offs[p] = kgo.NewOffset().AtStart()
+		if v.cfg.StateDir != "" {
+			if err := v.openStore(ctx, adm, p, r); err != nil {
+				return err
+			}
+			offs[p] = kgo.NewOffset().At(r.applied)
+		}
+		r.ready = r.applied >= r.target
 	}
+	v.mu.Lock()
+	maps.Copy(v.parts, reps)
+	// Token reads consult the replicas from now on: every partition is
+	// loaded, at a transaction boundary.
+	v.running = true
 	v.wake()
 	v.mu.Unlock()
 
@@ -156,7 +201,69 @@ func (v *View[K, S]) Run(ctx context.Context) error {
 		fs.EachPartition(func(fp kgo.FetchTopicPartition) { v.apply(fp) })
 		v.wake()
 		v.mu.Unlock()
+		if v.cfg.StateDir != "" {
+			if err := v.save(ctx, reps); err != nil {
+				return err
+			}
+		}
 	}
+}
+
+// openStore opens partition p's file and brings it up to date with
+// state.Restore — every check a task's store gets — then loads it into r.
+func (v *View[K, S]) openStore(ctx context.Context, adm *kadm.Client, p int32, r *replica) error {
+	dir := filepath.Join(v.cfg.StateDir, v.cfg.ApplicationID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("view: %w", err)
+	}
+	st, err := state.Open(ctx, filepath.Join(dir, fmt.Sprintf("%s-view-%d.db", v.cfg.Stage, p)))
+	if err != nil {
+		return fmt.Errorf("view: %s[%d]: %w", v.topic, p, err)
+	}
+	r.store = st
+	res, err := state.Restore(ctx, adm, v.newClient, v.topic, p, st, time.Now)
+	if err != nil {
+		return fmt.Errorf("view: restore %s[%d] from %s: %w", v.topic, p, st.Path(), err)
+	}
+	r.restored = res
+	es, err := st.Entries()
+	if err != nil {
+		return fmt.Errorf("view: read %s: %w", st.Path(), err)
+	}
+	for _, e := range es {
+		r.kv[e.Key] = e.Value
+		if isFoldKey(e.Key) {
+			r.folds++
+		}
+	}
+	// Restore returns only once no transaction is open and everything
+	// below the checkpoint is applied: a transaction boundary.
+	r.applied = st.Checkpoint()
+	r.hwm = max(r.hwm, r.applied)
+	r.target = max(r.target, r.applied)
+	return nil
+}
+
+// save writes what the last fetch applied into each partition's file, off
+// the lock readers take.
+func (v *View[K, S]) save(ctx context.Context, reps map[int32]*replica) error {
+	for p, r := range reps {
+		v.mu.Lock()
+		muts := make([]protocol.Mutation, 0, len(r.unsaved))
+		for _, m := range r.unsaved {
+			muts = append(muts, m)
+		}
+		applied, changed := r.applied, len(r.unsaved) > 0 || r.applied > r.store.Checkpoint()
+		clear(r.unsaved)
+		v.mu.Unlock()
+		if !changed {
+			continue
+		}
+		if err := r.store.Apply(ctx, muts, applied, time.Time{}); err != nil {
+			return fmt.Errorf("view: save %s[%d] to %s: %w", v.topic, p, r.store.Path(), err)
+		}
+	}
+	return nil
 }
 
 // listPartitions returns the partitions to replicate and their high
@@ -214,6 +321,12 @@ func (v *View[K, S]) apply(fp kgo.FetchTopicPartition) {
 		}
 		for _, m := range r.pending {
 			k := string(m.Key)
+			if r.store != nil {
+				if r.unsaved == nil {
+					r.unsaved = map[string]protocol.Mutation{}
+				}
+				r.unsaved[k] = protocol.Mutation{Key: k, Value: m.Value, Delete: m.Value == nil}
+			}
 			_, had := r.kv[k]
 			isFold := isFoldKey(k)
 			if m.Value == nil {
@@ -391,6 +504,13 @@ type PartitionStatus struct {
 	// Ready: the replica has applied everything committed when Run
 	// started.
 	Ready bool
+	// What opening the partition's file (Config.StateDir) did: whether it
+	// was wiped and why (a file of another changelog incarnation, or one
+	// too old to trust), and how many changelog records its restore read.
+	// Zero without a StateDir.
+	Wiped          bool
+	WipeReason     string
+	RestoreRecords int64
 }
 
 // Status returns every replicated partition's progress, by partition.
@@ -399,7 +519,8 @@ func (v *View[K, S]) Status() []PartitionStatus {
 	defer v.mu.RUnlock()
 	out := make([]PartitionStatus, 0, len(v.parts))
 	for p, r := range v.parts {
-		out = append(out, PartitionStatus{Partition: p, Applied: r.applied, Lag: max(r.hwm-r.applied, 0), Ready: r.ready})
+		out = append(out, PartitionStatus{Partition: p, Applied: r.applied, Lag: max(r.hwm-r.applied, 0), Ready: r.ready,
+			Wiped: r.restored.Wiped, WipeReason: r.restored.Reason, RestoreRecords: r.restored.Records})
 	}
 	slices.SortFunc(out, func(a, b PartitionStatus) int { return int(a.Partition - b.Partition) })
 	return out
