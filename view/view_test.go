@@ -292,3 +292,43 @@ func indexOf(s, sub string) int {
 	}
 	return -1
 }
+
+// A claim on a channel the owning task does not consume is not waited for
+// (the task never delivers it); claims on its own channels still are.
+func TestTokenClaimsOutsideScopeIgnored(t *testing.T) {
+	ctx := testCtx(t)
+	f := newFixture(t, 2)
+	f.run(t)
+	v := f.startView(t)
+	clk := clock.New(f.c.Admin())
+	defer clk.Close()
+	rec := &kgo.Record{Topic: "orders", Key: []byte("x"), Value: []byte("4")}
+	if err := clk.Stamp(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Client().ProduceSync(ctx, rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := clk.RecordProduced(rec); err != nil {
+		t.Fatal(err)
+	}
+	c := clk.Snapshot()
+	other, err := f.c.TopicID(ctx, "totals-out") // not an input of the stage
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetOffset(headers.Channel{Topic: other, Partition: 0}, 1<<40)
+	ordersID, _ := f.c.TopicID(ctx, "orders")
+	c.SetOffset(headers.Channel{Topic: ordersID, Partition: 1 - rec.Partition}, 1<<40) // the other task's partition
+	got, ok, err := v.GetAfter(ctx, view.TokenOf(c), "x")
+	if err != nil || !ok || got != 4 {
+		t.Fatalf("GetAfter = %d, %v, %v; want 4 without waiting for channels the task does not consume", got, ok, err)
+	}
+	// A claim on the task's own channel past what was written waits.
+	c.SetOffset(headers.Channel{Topic: ordersID, Partition: rec.Partition}, rec.Offset+1)
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, _, err := v.GetAfter(short, view.TokenOf(c), "x"); !errors.Is(err, view.ErrNotYet) {
+		t.Fatalf("GetAfter with an undelivered own claim = %v, want ErrNotYet", err)
+	}
+}
