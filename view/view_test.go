@@ -68,17 +68,30 @@ func newFixture(t *testing.T, parts int32) *fixture {
 // run starts the stage; it stops when the test ends.
 func (f *fixture) run(t *testing.T) {
 	t.Helper()
+	t.Cleanup(f.instance(t, "i1"))
+}
+
+// instance starts one instance of the stage and returns its stop.
+func (f *fixture) instance(t *testing.T, id string) func() {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	dir := t.TempDir()
 	go func() {
-		done <- stage.Run(ctx, stage.Config{ApplicationID: f.app, InstanceID: "i1", Brokers: f.c.Addrs(), StateDir: t.TempDir()}, f.st)
+		done <- stage.Run(ctx, stage.Config{ApplicationID: f.app, InstanceID: id, Brokers: f.c.Addrs(), StateDir: dir,
+			SessionTimeout: 6 * time.Second, RebalanceTimeout: 6 * time.Second, LeaveOnShutdown: true}, f.st)
 	}()
-	t.Cleanup(func() {
+	var once bool
+	return func() {
+		if once {
+			return
+		}
+		once = true
 		cancel()
 		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("stage.Run: %v", err)
+			t.Errorf("stage.Run %s: %v", id, err)
 		}
-	})
+	}
 }
 
 // startView runs a view of the stage; it stops when the test ends.
@@ -330,5 +343,50 @@ func TestTokenClaimsOutsideScopeIgnored(t *testing.T) {
 	defer cancel()
 	if _, _, err := v.GetAfter(short, view.TokenOf(c), "x"); !errors.Is(err, view.ErrNotYet) {
 		t.Fatalf("GetAfter with an undelivered own claim = %v, want ErrNotYet", err)
+	}
+}
+
+// Token reads stay fresh, and a key's state never goes back, while tasks
+// move: a second instance joins (a rebalance), then the first leaves (its
+// tasks restore on the second).
+func TestTokenReadsAcrossRebalance(t *testing.T) {
+	ctx := testCtx(t)
+	f := newFixture(t, 4)
+	stopA := f.instance(t, "a")
+	defer stopA()
+	v := f.startView(t)
+	clk := clock.New(f.c.Admin())
+	defer clk.Close()
+	want := map[string]int64{}
+	last := map[string]int64{}
+	var stopB func()
+	for i := range 90 {
+		switch i {
+		case 30:
+			stopB = f.instance(t, "b")
+			defer stopB()
+		case 60:
+			stopA()
+		}
+		key := "k" + strconv.Itoa(i%9)
+		tok := write(ctx, t, f, clk, key, 1)
+		want[key]++
+		got, _, err := v.GetAfter(ctx, tok, key)
+		if err != nil {
+			t.Fatalf("write %d: GetAfter(%s): %v", i, key, err)
+		}
+		if got != want[key] {
+			t.Fatalf("write %d: GetAfter(%s) = %d, want %d", i, key, got, want[key])
+		}
+		for k := range want {
+			g, _, err := v.Get(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g < last[k] {
+				t.Fatalf("write %d: %s went back from %d to %d", i, k, last[k], g)
+			}
+			last[k] = g
+		}
 	}
 }
