@@ -126,3 +126,52 @@ func TestStateFileOfAnotherClusterIsWiped(t *testing.T) {
 		t.Fatalf("the other cluster's file was not wiped: %+v", s)
 	}
 }
+
+// A view run again after its Run returned goes on from what it holds: its
+// applied offsets and its state never go back.
+func TestRunAgainGoesOn(t *testing.T) {
+	ctx := testCtx(t)
+	f := newFixture(t, 1)
+	f.run(t)
+	clk := clock.New(f.c.Admin())
+	defer clk.Close()
+	v, err := view.New(view.Config{ApplicationID: f.app, Stage: stageName, Brokers: f.c.Addrs()}, stage.String(), stage.Int64())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func() func() {
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- v.Run(rctx) }()
+		return func() {
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Errorf("Run: %v", err)
+			}
+		}
+	}
+	stop := start()
+	tok := write(ctx, t, f, clk, "k", 5)
+	if got, _, err := v.GetAfter(ctx, tok, "k"); err != nil || got != 5 {
+		t.Fatalf("GetAfter = %d, %v", got, err)
+	}
+	before := v.Status()[0].Applied
+	stop()
+	stop = start()
+	defer stop()
+	for !v.Ready() {
+		if s := v.Status(); len(s) > 0 && s[0].Applied < before {
+			t.Fatalf("the second Run went back from offset %d to %d", before, s[0].Applied)
+		}
+		if got, ok, _ := v.Get("k"); !ok || got != 5 {
+			t.Fatalf("the second Run went back: k = %d, %v", got, ok)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("never ready")
+		}
+	}
+	tok = write(ctx, t, f, clk, "k", 1)
+	if got, _, err := v.GetAfter(ctx, tok, "k"); err != nil || got != 6 {
+		t.Fatalf("GetAfter after the second Run = %d, %v", got, err)
+	}
+}

@@ -124,7 +124,12 @@ func (v *View[K, S]) newClient(opts ...kgo.Opt) (*kgo.Client, error) {
 }
 
 // Run replicates the changelog until ctx ends, and returns ctx's error or
-// the error that stopped it. Call it once, on a goroutine of the caller's.
+// the error that stopped it (a fetch error, a file the restore refuses).
+// Run it on a goroutine of the caller's; after it returned it may be run
+// again, and goes on from what the view holds — a view without a
+// StateDir from its replicas' offsets, one with a StateDir from its files,
+// restored up to the changelog's end — so the state it serves never goes
+// back. Two Runs at once are refused.
 func (v *View[K, S]) Run(ctx context.Context) error {
 	admin, err := v.newClient()
 	if err != nil {
@@ -140,10 +145,17 @@ func (v *View[K, S]) Run(ctx context.Context) error {
 	v.mu.Lock()
 	if v.runCalled {
 		v.mu.Unlock()
-		return errors.New("view: Run called twice")
+		return errors.New("view: Run is already running")
 	}
 	v.runCalled = true
+	old := maps.Clone(v.parts)
 	v.mu.Unlock()
+	defer func() {
+		v.mu.Lock()
+		v.runCalled, v.running = false, false
+		v.wake()
+		v.mu.Unlock()
+	}()
 	reps := map[int32]*replica{}
 	defer func() {
 		for _, r := range reps {
@@ -154,15 +166,25 @@ func (v *View[K, S]) Run(ctx context.Context) error {
 	}()
 	for _, p := range parts {
 		r := &replica{kv: map[string][]byte{}, target: ends[p], hwm: ends[p]}
+		if o := old[p]; o != nil && v.cfg.StateDir == "" {
+			// Go on from what the replica holds: it is at a commit
+			// boundary, and a replay from the start would serve less.
+			v.mu.Lock()
+			o.pending, o.target, o.hwm = o.pending[:0], max(o.applied, ends[p]), max(o.hwm, ends[p])
+			v.mu.Unlock()
+			r = o
+		}
 		reps[p] = r
-		offs[p] = kgo.NewOffset().AtStart()
+		offs[p] = kgo.NewOffset().At(r.applied)
 		if v.cfg.StateDir != "" {
 			if err := v.openStore(ctx, adm, p, r); err != nil {
 				return err
 			}
 			offs[p] = kgo.NewOffset().At(r.applied)
 		}
+		v.mu.Lock()
 		r.ready = r.applied >= r.target
+		v.mu.Unlock()
 	}
 	v.mu.Lock()
 	maps.Copy(v.parts, reps)
