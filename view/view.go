@@ -1,0 +1,583 @@
+package view
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/parsley-go/parsley/internal/state"
+	"github.com/parsley-go/parsley/protocol"
+	"github.com/parsley-go/parsley/stage"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Config says which stage's state a view replicates and how to reach the
+// brokers.
+type Config struct {
+	// ApplicationID and Stage name the stage whose changelog
+	// (stage.ChangelogTopic) the view reads.
+	ApplicationID, Stage string
+	// Brokers are the seed brokers; ClientOpts are added to every client
+	// the view makes (TLS, SASL, ...).
+	Brokers    []string
+	ClientOpts []kgo.Opt
+	// Partitions, when set, limits the view to these tasks' partitions;
+	// otherwise it replicates every partition of the changelog.
+	Partitions []int32
+	// StateDir, when set, keeps each partition's replica in a SQLite file
+	// too, <StateDir>/<ApplicationID>/<Stage>-view-<partition>.db, with the
+	// changelog offset it reflects and which changelog it mirrors (topic
+	// ID and cluster ID), so a restarted view replays only the changelog's
+	// tail. The file is checked as a task's store is: one that mirrors
+	// another incarnation of the changelog, or whose checkpoint is older
+	// than the changelog's delete.retention.ms allows, is wiped and
+	// rebuilt; one whose changelog ends before its checkpoint (the brokers
+	// lost committed records) stops Run with an error naming the file, and
+	// leaves the file alone. Without it the view replays the whole
+	// changelog at every Run.
+	StateDir string
+}
+
+// ErrNotReplicated: the key's owning partition is not among the view's
+// Config.Partitions.
+var ErrNotReplicated = errors.New("view: partition not replicated by this view")
+
+// ErrNotRunning: a token read needs Run to have started.
+var ErrNotRunning = errors.New("view: not running")
+
+// A View is a read-only replica of one stage's state, typed with the
+// stage's key and state codecs. Its methods are safe for concurrent use;
+// Run fills it.
+type View[K, S any] struct {
+	cfg    Config
+	topic  string
+	keys   stage.Codec[K]
+	states stage.Codec[S]
+
+	mu        sync.RWMutex
+	parts     map[int32]*replica
+	nparts    int32 // the changelog's partition count, once known
+	changed   chan struct{}
+	running   bool // the replicas are loaded and being followed
+	runCalled bool
+	stats     stats
+}
+
+// replica is one changelog partition's committed state.
+type replica struct {
+	kv map[string][]byte
+	// applied is the offset past the last commit marker applied: every
+	// committed record below it is reflected in kv.
+	applied int64
+	// hwm is the partition's high watermark as last fetched or listed.
+	hwm int64
+	// target is the high watermark listed when Run started: the replica
+	// is ready once applied reaches it.
+	target int64
+	ready  bool
+	// pending are the data records fetched since the last marker: part of
+	// a transaction whose marker is not fetched yet.
+	pending []kgo.Record
+	folds   int // fold-state keys in kv
+
+	// store is the replica's file when Config.StateDir is set; only Run's
+	// goroutine uses it. restored is what opening it cost.
+	store    *state.Store
+	restored state.Restored
+	// unsaved are the applied writes not yet in store, last per key.
+	unsaved map[string]protocol.Mutation
+}
+
+type stats struct {
+	records, txns int64
+}
+
+// New returns a view of the stage named by cfg, decoding keys and states
+// with the stage's codecs. Run fills it.
+func New[K, S any](cfg Config, keys stage.Codec[K], states stage.Codec[S]) (*View[K, S], error) {
+	switch {
+	case cfg.ApplicationID == "" || cfg.Stage == "":
+		return nil, errors.New("view: Config.ApplicationID and Config.Stage are required")
+	case keys == nil || states == nil:
+		return nil, errors.New("view: a key codec and a state codec are required")
+	}
+	return &View[K, S]{
+		cfg: cfg, topic: stage.ChangelogTopic(cfg.ApplicationID, cfg.Stage),
+		keys: keys, states: states, parts: map[int32]*replica{}, changed: make(chan struct{}),
+	}, nil
+}
+
+// Topic returns the changelog topic the view reads.
+func (v *View[K, S]) Topic() string { return v.topic }
+
+func (v *View[K, S]) newClient(opts ...kgo.Opt) (*kgo.Client, error) {
+	all := append([]kgo.Opt{kgo.SeedBrokers(v.cfg.Brokers...)}, v.cfg.ClientOpts...)
+	return kgo.NewClient(append(all, opts...)...)
+}
+
+// Run replicates the changelog until ctx ends, and returns ctx's error or
+// the error that stopped it (a fetch error, a file the restore refuses).
+// Run it on a goroutine of the caller's; after it returned it may be run
+// again, and goes on from what the view holds — a view without a
+// StateDir from its replicas' offsets, one with a StateDir from its files,
+// restored up to the changelog's end — so the state it serves never goes
+// back. Two Runs at once are refused.
+func (v *View[K, S]) Run(ctx context.Context) error {
+	admin, err := v.newClient()
+	if err != nil {
+		return fmt.Errorf("view: %s: %w", v.topic, err)
+	}
+	defer admin.Close()
+	adm := kadm.NewClient(admin)
+	parts, ends, err := v.listPartitions(ctx, adm)
+	if err != nil {
+		return err
+	}
+	offs := map[int32]kgo.Offset{}
+	v.mu.Lock()
+	if v.runCalled {
+		v.mu.Unlock()
+		return errors.New("view: Run is already running")
+	}
+	v.runCalled = true
+	old := maps.Clone(v.parts)
+	v.mu.Unlock()
+	defer func() {
+		v.mu.Lock()
+		v.runCalled, v.running = false, false
+		v.wake()
+		v.mu.Unlock()
+	}()
+	reps := map[int32]*replica{}
+	defer func() {
+		for _, r := range reps {
+			if r.store != nil {
+				r.store.Close()
+			}
+		}
+	}()
+	for _, p := range parts {
+		r := &replica{kv: map[string][]byte{}, target: ends[p], hwm: ends[p]}
+		if o := old[p]; o != nil && v.cfg.StateDir == "" {
+			// Go on from what the replica holds: it is at a commit
+			// boundary, and a replay from the start would serve less.
+			v.mu.Lock()
+			o.pending, o.target, o.hwm = o.pending[:0], max(o.applied, ends[p]), max(o.hwm, ends[p])
+			v.mu.Unlock()
+			r = o
+		}
+		reps[p] = r
+		offs[p] = kgo.NewOffset().At(r.applied)
+		if v.cfg.StateDir != "" {
+			if err := v.openStore(ctx, adm, p, r); err != nil {
+				return err
+			}
+			offs[p] = kgo.NewOffset().At(r.applied)
+		}
+		v.mu.Lock()
+		r.ready = r.applied >= r.target
+		v.mu.Unlock()
+	}
+	v.mu.Lock()
+	maps.Copy(v.parts, reps)
+	// Token reads consult the replicas from now on: every partition is
+	// loaded, at a transaction boundary.
+	v.running = true
+	v.wake()
+	v.mu.Unlock()
+
+	cl, err := v.newClient(
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{v.topic: offs}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Commit markers are where a transaction's records become the
+		// task's state: the view applies a partition's records there.
+		kgo.KeepControlRecords(),
+	)
+	if err != nil {
+		return fmt.Errorf("view: %s: %w", v.topic, err)
+	}
+	defer cl.Close()
+	for {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, e error) {
+			if ferr == nil && !errors.Is(e, context.Canceled) {
+				ferr = fmt.Errorf("view: fetch %s[%d]: %w", t, p, e)
+			}
+		})
+		if ferr != nil {
+			return ferr
+		}
+		v.mu.Lock()
+		fs.EachPartition(func(fp kgo.FetchTopicPartition) { v.apply(fp) })
+		v.wake()
+		v.mu.Unlock()
+		if v.cfg.StateDir != "" {
+			if err := v.save(ctx, reps); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// openStore opens partition p's file and brings it up to date with
+// state.Restore — every check a task's store gets — then loads it into r.
+func (v *View[K, S]) openStore(ctx context.Context, adm *kadm.Client, p int32, r *replica) error {
+	dir := filepath.Join(v.cfg.StateDir, v.cfg.ApplicationID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("view: %w", err)
+	}
+	st, err := state.Open(ctx, filepath.Join(dir, fmt.Sprintf("%s-view-%d.db", v.cfg.Stage, p)))
+	if err != nil {
+		return fmt.Errorf("view: %s[%d]: %w", v.topic, p, err)
+	}
+	r.store = st
+	res, err := state.Restore(ctx, adm, v.newClient, v.topic, p, st, time.Now)
+	if err != nil {
+		return fmt.Errorf("view: restore %s[%d] from %s: %w", v.topic, p, st.Path(), err)
+	}
+	r.restored = res
+	es, err := st.Entries()
+	if err != nil {
+		return fmt.Errorf("view: read %s: %w", st.Path(), err)
+	}
+	for _, e := range es {
+		r.kv[e.Key] = e.Value
+		if isFoldKey(e.Key) {
+			r.folds++
+		}
+	}
+	// Restore returns only once no transaction is open and everything
+	// below the checkpoint is applied: a transaction boundary.
+	r.applied = st.Checkpoint()
+	r.hwm = max(r.hwm, r.applied)
+	r.target = max(r.target, r.applied)
+	return nil
+}
+
+// save writes what the last fetch applied into each partition's file, off
+// the lock readers take.
+func (v *View[K, S]) save(ctx context.Context, reps map[int32]*replica) error {
+	for p, r := range reps {
+		v.mu.Lock()
+		muts := make([]protocol.Mutation, 0, len(r.unsaved))
+		for _, m := range r.unsaved {
+			muts = append(muts, m)
+		}
+		applied, changed := r.applied, len(r.unsaved) > 0 || r.applied > r.store.Checkpoint()
+		clear(r.unsaved)
+		v.mu.Unlock()
+		if !changed {
+			continue
+		}
+		if err := r.store.Apply(ctx, muts, applied, time.Time{}); err != nil {
+			return fmt.Errorf("view: save %s[%d] to %s: %w", v.topic, p, r.store.Path(), err)
+		}
+	}
+	return nil
+}
+
+// listPartitions returns the partitions to replicate and their high
+// watermarks now.
+func (v *View[K, S]) listPartitions(ctx context.Context, adm *kadm.Client) ([]int32, map[int32]int64, error) {
+	ends, err := adm.ListEndOffsets(ctx, v.topic)
+	if err != nil {
+		return nil, nil, fmt.Errorf("view: list offsets of %s: %w", v.topic, err)
+	}
+	if err := ends.Error(); err != nil {
+		return nil, nil, fmt.Errorf("view: list offsets of %s: %w", v.topic, err)
+	}
+	all := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { all[o.Partition] = o.Offset })
+	if len(all) == 0 {
+		return nil, nil, fmt.Errorf("view: changelog %s has no partitions (does the topic exist?)", v.topic)
+	}
+	parts := v.cfg.Partitions
+	if len(parts) == 0 {
+		for p := range all {
+			parts = append(parts, p)
+		}
+	}
+	parts = slices.Clone(parts)
+	slices.Sort(parts)
+	for _, p := range parts {
+		if _, ok := all[p]; !ok {
+			return nil, nil, fmt.Errorf("view: changelog %s has no partition %d (%d partitions)", v.topic, p, len(all))
+		}
+	}
+	v.mu.Lock()
+	v.nparts = int32(len(all))
+	v.mu.Unlock()
+	return parts, all, nil
+}
+
+// apply folds one partition's fetched records into its replica. Data
+// records wait in pending until a control record: read_committed returns
+// only records of decided transactions, aborted ones filtered out, so
+// everything pending at a marker is committed, and applying it there never
+// exposes part of a transaction. Called with v.mu held.
+func (v *View[K, S]) apply(fp kgo.FetchTopicPartition) {
+	r := v.parts[fp.Partition]
+	if r == nil {
+		return
+	}
+	r.hwm = max(r.hwm, fp.HighWatermark)
+	for _, rec := range fp.Records {
+		if rec.Offset < r.applied {
+			continue
+		}
+		if !rec.Attrs.IsControl() {
+			r.pending = append(r.pending, kgo.Record{Key: rec.Key, Value: rec.Value, Offset: rec.Offset})
+			continue
+		}
+		for _, m := range r.pending {
+			k := string(m.Key)
+			if r.store != nil {
+				if r.unsaved == nil {
+					r.unsaved = map[string]protocol.Mutation{}
+				}
+				r.unsaved[k] = protocol.Mutation{Key: k, Value: m.Value, Delete: m.Value == nil}
+			}
+			_, had := r.kv[k]
+			isFold := isFoldKey(k)
+			if m.Value == nil {
+				delete(r.kv, k)
+				if had && isFold {
+					r.folds--
+				}
+			} else {
+				r.kv[k] = m.Value
+				if !had && isFold {
+					r.folds++
+				}
+			}
+		}
+		v.stats.records += int64(len(r.pending))
+		v.stats.txns++
+		r.pending = r.pending[:0]
+		r.applied = rec.Offset + 1
+	}
+	if !r.ready && r.applied >= r.target && len(r.pending) == 0 {
+		r.ready = true
+	}
+}
+
+// wake tells every waiting GetAfter that the replicas changed. Called with
+// v.mu held.
+func (v *View[K, S]) wake() {
+	close(v.changed)
+	v.changed = make(chan struct{})
+}
+
+// isFoldKey says whether a store key is a fold's (not the protocol's, not
+// the tick slot's).
+func isFoldKey(k string) bool { return len(k) > 0 && (k[0] == 0x01 || k[0] == 0x02) }
+
+// foldKey is the stage's store key of an encoded message key.
+func foldKey(key []byte) string {
+	if key == nil {
+		return "\x01"
+	}
+	return "\x02" + string(key)
+}
+
+// owner returns the partition of the task that owns an encoded key: Kafka's
+// default partitioner, as the stage's inputs must be partitioned for their
+// keys' state to live in one task. Called with v.mu held.
+func (v *View[K, S]) owner(key []byte) int32 {
+	if key == nil || v.nparts == 0 {
+		return 0
+	}
+	return (murmur2(key) & 0x7fffffff) % v.nparts
+}
+
+// Get returns the key's state as the replica holds it now, and whether the
+// key has state. A key of a partition the view does not replicate fails
+// with ErrNotReplicated.
+func (v *View[K, S]) Get(key K) (S, bool, error) {
+	var zero S
+	kb, err := v.keys.Encode(key)
+	if err != nil {
+		return zero, false, fmt.Errorf("view: encode key: %w", err)
+	}
+	v.mu.RLock()
+	p := v.owner(kb)
+	r := v.parts[p]
+	var b []byte
+	var ok bool
+	if r != nil {
+		b, ok = r.kv[foldKey(kb)]
+	}
+	v.mu.RUnlock()
+	if r == nil {
+		return zero, false, fmt.Errorf("%w: key %q is owned by %s[%d]", ErrNotReplicated, kb, v.topic, p)
+	}
+	return v.decode(kb, b, ok)
+}
+
+func (v *View[K, S]) decode(kb, b []byte, ok bool) (S, bool, error) {
+	var zero S
+	if !ok {
+		return zero, false, nil
+	}
+	s, err := v.states.Decode(b)
+	if err != nil {
+		return zero, false, fmt.Errorf("view: decode the state of key %q: %w", kb, err)
+	}
+	return s, true, nil
+}
+
+// All returns every key and its state, partition by partition, as of one
+// moment per partition. A key or state its codec cannot decode ends the
+// sequence with its error.
+func (v *View[K, S]) All() iter.Seq2[Entry[K, S], error] {
+	return func(yield func(Entry[K, S], error) bool) {
+		v.mu.RLock()
+		ps := make([]int32, 0, len(v.parts))
+		for p := range v.parts {
+			ps = append(ps, p)
+		}
+		v.mu.RUnlock()
+		slices.Sort(ps)
+		for _, p := range ps {
+			type kvp struct {
+				k string
+				b []byte
+			}
+			var snap []kvp
+			v.mu.RLock()
+			for k, b := range v.parts[p].kv {
+				if isFoldKey(k) {
+					snap = append(snap, kvp{k, b})
+				}
+			}
+			v.mu.RUnlock()
+			slices.SortFunc(snap, func(a, b kvp) int { return cmpString(a.k, b.k) })
+			for _, e := range snap {
+				var kb []byte
+				if e.k[0] == 0x02 {
+					kb = []byte(e.k[1:])
+				}
+				k, err := v.keys.Decode(kb)
+				if err != nil {
+					yield(Entry[K, S]{}, fmt.Errorf("view: decode key %q of %s[%d]: %w", kb, v.topic, p, err))
+					return
+				}
+				s, _, err := v.decode(kb, e.b, true)
+				if err != nil {
+					yield(Entry[K, S]{}, err)
+					return
+				}
+				if !yield(Entry[K, S]{Key: k, State: s, Partition: p}, nil) {
+					return
+				}
+			}
+		}
+	}
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Entry is one key's state in a scan.
+type Entry[K, S any] struct {
+	Key       K
+	State     S
+	Partition int32
+}
+
+// Len returns how many keys have state in the replica.
+func (v *View[K, S]) Len() int {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	n := 0
+	for _, r := range v.parts {
+		n += r.folds
+	}
+	return n
+}
+
+// PartitionStatus is one replicated partition's progress.
+type PartitionStatus struct {
+	Partition int32
+	// Applied is the changelog offset past the last applied commit.
+	Applied int64
+	// Lag is how many offsets the replica trails the partition's high
+	// watermark by, as last fetched.
+	Lag int64
+	// Ready: the replica has applied everything committed when Run
+	// started.
+	Ready bool
+	// What opening the partition's file (Config.StateDir) did: whether it
+	// was wiped and why (a file of another changelog incarnation, or one
+	// too old to trust), and how many changelog records its restore read.
+	// Zero without a StateDir.
+	Wiped          bool
+	WipeReason     string
+	RestoreRecords int64
+}
+
+// Status returns every replicated partition's progress, by partition.
+func (v *View[K, S]) Status() []PartitionStatus {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	out := make([]PartitionStatus, 0, len(v.parts))
+	for p, r := range v.parts {
+		out = append(out, PartitionStatus{Partition: p, Applied: r.applied, Lag: max(r.hwm-r.applied, 0), Ready: r.ready,
+			Wiped: r.restored.Wiped, WipeReason: r.restored.Reason, RestoreRecords: r.restored.Records})
+	}
+	slices.SortFunc(out, func(a, b PartitionStatus) int { return int(a.Partition - b.Partition) })
+	return out
+}
+
+// Ready says whether Run has started and every replica has caught up with
+// what the changelog held when it started.
+func (v *View[K, S]) Ready() bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if !v.running || len(v.parts) == 0 {
+		return false
+	}
+	for _, r := range v.parts {
+		if !r.ready {
+			return false
+		}
+	}
+	return true
+}
+
+// WaitReady blocks until Ready or ctx ends.
+func (v *View[K, S]) WaitReady(ctx context.Context) error {
+	for {
+		v.mu.RLock()
+		ch := v.changed
+		v.mu.RUnlock()
+		if v.Ready() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("view: %s not ready: %w", v.topic, ctx.Err())
+		case <-ch:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
