@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/parsley-go/parsley/internal/kafkahash"
 	"github.com/parsley-go/parsley/internal/state"
 	"github.com/parsley-go/parsley/protocol"
 	"github.com/parsley-go/parsley/stage"
@@ -399,7 +400,7 @@ func (v *View[K, S]) owner(key []byte) int32 {
 	if key == nil || v.nparts == 0 {
 		return 0
 	}
-	return (murmur2(key) & 0x7fffffff) % v.nparts
+	return kafkahash.Partition(key, v.nparts)
 }
 
 // Get returns the key's state as the replica holds it now, and whether the

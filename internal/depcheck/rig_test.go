@@ -15,7 +15,7 @@ const rigs = module + "/internal/rig"
 // belongs here too: the examples and parsley-observe's demo run on it, and
 // it imports nothing of the module.
 var runtimeInternals = []string{
-	"aliascodec", "broker", "buildinfo", "kafkasec", "kclient", "obsdemo", "state", "wait",
+	"aliascodec", "broker", "buildinfo", "kafkahash", "kafkasec", "kclient", "obsdemo", "state", "wait",
 }
 
 // above lists what sits above the runtime's internals: an import of any of
