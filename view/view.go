@@ -1,6 +1,7 @@
 package view
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -432,7 +433,10 @@ func (v *View[K, S]) decode(kb, b []byte, ok bool) (S, bool, error) {
 	if !ok {
 		return zero, false, nil
 	}
-	s, err := v.states.Decode(b)
+	// A codec may decode in place (Bytes returns its input) and the caller
+	// owns what it is handed: decode a copy, so no caller can change what
+	// the replica holds.
+	s, err := v.states.Decode(bytes.Clone(b))
 	if err != nil {
 		return zero, false, fmt.Errorf("view: decode the state of key %q: %w", kb, err)
 	}
