@@ -48,15 +48,15 @@ type App struct {
 	log    *slog.Logger
 	topo   topology // the topics and the clients resolving them: read-only once Run has checked them (topology.go)
 
-	asg     *assignment   // what the group assigned: the only part written off the loop, locked (assignment.go)
+	asg     *assignment   // what the group assigned (assignment.go)
 	client  clientState   // what the loop did to the current client (session.go)
 	tasks   *taskSet      // the open tasks and their restores (taskset.go)
 	env     *taskEnv      // what tasks use of the App, built at Run (env.go)
 	steps   stepState     // what a step needs beside the tasks (step.go)
 	txn     *txnEnder     // ends the transactions, built at Run (txnend.go)
 	standby *standbys     // standby tasks, built at Run (standby.go)
-	scope   scopeWarnings // deliveries claiming causes another task consumes; locks (scope.go)
-	status  status        // what other goroutines read: atomics (snapshot.go)
+	scope   scopeWarnings // deliveries claiming causes another task consumes (scope.go)
+	status  status        // what other goroutines read (snapshot.go)
 	hooks   hooks         // test seams, set before Run
 }
 

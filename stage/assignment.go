@@ -14,12 +14,12 @@ import (
 
 // assignment is the member's current assignment, the partitions revoked
 // since the session loop last reconciled, and a generation counting every
-// change. It is the only part of the App shared with franz-go's goroutines
-// (OnPartitionsAssigned, OnPartitionsRevoked and OnPartitionsLost run on
-// them, and the balancer's standby callback) and the only one that locks:
-// mu guards every field, each method holds it for its whole body and none
-// calls out while holding it, and what a method returns is a copy. The
-// session loop reads the assignment only through these methods.
+// change. franz-go's group callbacks write it on the client's goroutines
+// (OnPartitionsAssigned, OnPartitionsRevoked and OnPartitionsLost, and the
+// balancer's standby callback); the session loop reads it. mu guards every
+// field, each method holds it for its whole body and none calls out while
+// holding it, and what a method returns is a copy. The session loop reads
+// the assignment only through these methods.
 type assignment struct {
 	mu       sync.Mutex
 	assigned map[string][]int32

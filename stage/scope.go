@@ -33,7 +33,10 @@ type scopePair struct {
 }
 
 // scopeWarnings counts cross-task claims per series in committed steps and
-// remembers which series were warned about. The zero value is ready.
+// remembers which series were warned about. The step goroutine counts and
+// commits or drops the open step's counts; the collector reads the
+// committed ones (snapshot). mu guards every field. The zero value is
+// ready.
 type scopeWarnings struct {
 	mu        sync.Mutex
 	committed map[scopePair]uint64

@@ -16,14 +16,14 @@ import (
 )
 
 // stepState is what the steps need beside the tasks: the open step's
-// produce results (the only part written off the loop, by franz-go's
-// promises, under sendResults' lock), the decode workers, and how many
-// steps in a row failed alike. Owned by the session loop.
+// produce results, the decode workers, and how many steps in a row failed
+// alike. Owned by the session loop, except sent, which franz-go's produce
+// promises write under its own lock (sendResults, env.go).
 type stepState struct {
-	sent                sendResults // the open step's produce results (env.go)
-	ahead               decodeAhead // the step's decoding workers (decodeahead.go)
-	xfails              uint        // consecutive steps whose external sinks did not settle
-	fetchedAheadRetries int         // consecutive steps retried at once after a fetchedAheadError
+	sent            sendResults // the open step's produce results (env.go)
+	ahead           decodeAhead // the step's decoding workers (decodeahead.go)
+	xfails          uint        // consecutive steps whose external sinks did not settle
+	tasklessRetries int         // consecutive steps retried at once after a tasklessFetchError
 }
 
 // step runs one transaction: rebuild the nodes that need it, feed the
@@ -103,7 +103,7 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 		}
 		a.status.committed.Add(1)
 		a.steps.xfails = 0
-		a.steps.fetchedAheadRetries = 0
+		a.steps.tasklessRetries = 0
 		a.scope.commitStep()
 		if a.hooks.afterCommit != nil {
 			a.hooks.afterCommit()
@@ -117,11 +117,11 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	}
 	switch out.verdict {
 	case stepRetryHost:
-		if ahead := (*fetchedAheadError)(nil); errors.As(out.err, &ahead) && a.steps.fetchedAheadRetries < maxAheadRetries {
+		if taskless := (*tasklessFetchError)(nil); errors.As(out.err, &taskless) && a.steps.tasklessRetries < maxTasklessRetries {
 			// The abort rewound the client, and reconcile has paused the
 			// partition or built its task: the retry will not meet these
 			// records again, so it need not wait.
-			a.steps.fetchedAheadRetries++
+			a.steps.tasklessRetries++
 			a.log.Debug("stage: step aborted for records fetched ahead of their task; retrying at once", "err", out.err)
 			return nil
 		}
@@ -244,7 +244,7 @@ func (a *App) feedAll(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 						// Fetched before the assignment reached us, or
 						// before the task's restore paused its partition:
 						// abort rather than commit its offset unprocessed.
-						return &fetchedAheadError{ft.Topic, fp.Partition}
+						return &tasklessFetchError{ft.Topic, fp.Partition}
 					}
 					if err := t.feed(ctx, sess, ft.Topic, fp.Records); err != nil {
 						return err
@@ -256,19 +256,19 @@ func (a *App) feedAll(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 	return nil
 }
 
-// fetchedAheadError aborts a step that polled records of a partition whose
+// tasklessFetchError aborts a step that polled records of a partition whose
 // task is not running yet: committing the step would commit their offset
 // unprocessed.
-type fetchedAheadError struct {
+type tasklessFetchError struct {
 	topic     string
 	partition int32
 }
 
-func (e *fetchedAheadError) Error() string {
+func (e *tasklessFetchError) Error() string {
 	return fmt.Sprintf("stage: records of %s[%d] without a task", e.topic, e.partition)
 }
 
-// maxAheadRetries bounds the steps in a row that retry at once after a
-// fetchedAheadError; past it, a retry waits RetryBackoff like any other
+// maxTasklessRetries bounds the steps in a row that retry at once after a
+// tasklessFetchError; past it, a retry waits RetryBackoff like any other
 // host failure, so a cause not foreseen here cannot spin the loop.
-const maxAheadRetries = 3
+const maxTasklessRetries = 3
