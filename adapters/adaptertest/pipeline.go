@@ -17,9 +17,11 @@
 // already visible: an unstamped payment is delivered early, a stamped one
 // is held until the transaction aborts and its order is delivered.
 //
-// Run reports the early, lost and duplicated deliveries. With stamping on
-// an adapter must give 0, 0 and 0; with stamping off the same run must
-// report early deliveries, which proves the check can fail.
+// Run reports the early, lost, duplicated and unexpected deliveries,
+// judged by the verification kit's shared oracle (internal/rig/oracle) as
+// the soaks judge theirs. With stamping on an adapter must give 0 of each;
+// with stamping off the same run must report early deliveries, which
+// proves the check can fail.
 package adaptertest
 
 import (
@@ -30,10 +32,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/parsley-go/parsley/internal/rig/oracle"
 	"github.com/parsley-go/parsley/stage"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -81,6 +85,13 @@ type Result struct {
 	Early      int // payments delivered before their order
 	Lost       int // pairs without both an order and a payment settled
 	Duplicated int // settlements beyond one per order and one per payment
+	// Unexpected counts settlements of a key no pair has: the stage
+	// settled something the pipeline never wrote.
+	Unexpected int
+	// OutOfOrder counts orders settled after their payment, as the
+	// settlements topic orders them; it must agree with Early, the
+	// stage's own view of the same break.
+	OutOfOrder int
 	// Misplaced counts orders and payments not on the partition murmur2
 	// of their key gives: the client's partitioner disagrees with Kafka's
 	// default, and co-partitioned stages will not see causes across it.
@@ -88,8 +99,8 @@ type Result struct {
 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%d pairs: %d early, %d lost, %d duplicated, %d misplaced",
-		r.Pairs, r.Early, r.Lost, r.Duplicated, r.Misplaced)
+	return fmt.Sprintf("%d pairs: %d early, %d out of order, %d lost, %d duplicated, %d unexpected, %d misplaced",
+		r.Pairs, r.Early, r.OutOfOrder, r.Lost, r.Duplicated, r.Unexpected, r.Misplaced)
 }
 
 // Run runs the pipeline once on a new embedded broker and reports what the
@@ -338,7 +349,11 @@ func waitHeldOrSettled(ctx context.Context, app *stage.App, adm *kadm.Client, se
 	return fmt.Errorf("adaptertest: the stage neither held nor delivered every payment: %w", context.Cause(ctx))
 }
 
-// settle reads the stage's settlements, read_committed, and counts them.
+// settle reads the stage's settlements, read_committed, and judges them
+// with the verification kit's shared oracle (internal/rig/oracle): each
+// pair's order and payment must be settled exactly once, the order first
+// (lane the key, rank 0 for the order, 1 for the payment). Early is the
+// stage's own view of the same break, from the settlement's value.
 func settle(ctx context.Context, addrs []string, pairs int) (Result, error) {
 	res := Result{Pairs: pairs}
 	// A lost settlement never arrives: wait a bounded time, then count
@@ -349,35 +364,59 @@ func settle(ctx context.Context, addrs []string, pairs int) (Result, error) {
 	if err != nil && (ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded)) {
 		return res, err
 	}
-	type tally struct{ orders, payments int }
-	byKey := map[string]*tally{}
+	ds := make([]oracle.Delivery, 0, len(recs))
 	for _, r := range recs {
-		t := byKey[string(r.Key)]
-		if t == nil {
-			t = new(tally)
-			byKey[string(r.Key)] = t
-		}
+		kind, rank := "order", int64(0)
 		switch string(r.Value) {
 		case "order":
-			t.orders++
 		case "EARLY":
 			res.Early++
-			t.payments++
+			kind, rank = "payment", 1
 		case "payment":
-			t.payments++
+			kind, rank = "payment", 1
 		default:
 			return res, fmt.Errorf("adaptertest: unexpected settlement %q for %q", r.Value, r.Key)
 		}
+		ds = append(ds, oracle.Delivery{
+			Source: string(r.Key) + "/" + kind,
+			At:     fmt.Sprintf("%s[%d]@%d", r.Topic, r.Partition, r.Offset),
+			Lane:   string(r.Key),
+			Rank:   rank,
+		})
 	}
-	for i := range pairs {
-		t := byKey[string(key(i))]
-		if t == nil || t.orders == 0 || t.payments == 0 {
-			res.Lost++
-			continue
-		}
-		res.Duplicated += t.orders - 1 + t.payments - 1
-	}
+	res.judge(oracle.ExactlyOnceInOrder(truth(pairs), ds))
 	return res, nil
+}
+
+// truth is the ground truth: every pair's order and payment, each to be
+// settled once.
+func truth(pairs int) map[string]bool {
+	want := make(map[string]bool, 2*pairs)
+	for i := range pairs {
+		want[string(key(i))+"/order"] = true
+		want[string(key(i))+"/payment"] = true
+	}
+	return want
+}
+
+// judge counts the oracle's findings into r: a pair is lost when its order
+// or its payment was never settled.
+func (r *Result) judge(fs []oracle.Finding) {
+	lost := map[string]bool{}
+	for _, f := range fs {
+		switch f.Kind {
+		case oracle.Lost:
+			pair, _, _ := strings.Cut(f.Source, "/")
+			lost[pair] = true
+		case oracle.Duplicated:
+			r.Duplicated++
+		case oracle.Unexpected:
+			r.Unexpected++
+		case oracle.Order:
+			r.OutOfOrder++
+		}
+	}
+	r.Lost = len(lost)
 }
 
 // misplaced counts the orders and payments whose partition is not the one
@@ -444,9 +483,10 @@ func readAll(ctx context.Context, addrs []string, topic string, want int, iso kg
 
 // Test runs the pipeline twice as subtests of t, with stamping on and off,
 // through the clients newClient(stamp) builds. It fails t unless the
-// stamped run delivers no payment early and loses, duplicates and
+// stamped run delivers no payment early and loses, duplicates, invents and
 // misplaces nothing, and the unstamped run delivers payments early — the
-// proof that the check can fail.
+// proof that the check can fail. In both runs the oracle's order findings
+// must match the stage's EARLY marks.
 func Test(t *testing.T, pairs int, newClient func(stamp bool) func(ctx context.Context, brokers []string) (Client, error)) {
 	for _, stamp := range []bool{true, false} {
 		name := map[bool]string{true: "stamped", false: "unstamped"}[stamp]
@@ -458,8 +498,11 @@ func Test(t *testing.T, pairs int, newClient func(stamp bool) func(ctx context.C
 				t.Fatal(err)
 			}
 			t.Log(res)
-			if res.Lost != 0 || res.Duplicated != 0 || res.Misplaced != 0 {
-				t.Fatalf("%s: %v; want none lost, duplicated or misplaced", name, res)
+			if res.Lost != 0 || res.Duplicated != 0 || res.Unexpected != 0 || res.Misplaced != 0 {
+				t.Fatalf("%s: %v; want none lost, duplicated, unexpected or misplaced", name, res)
+			}
+			if res.OutOfOrder != res.Early {
+				t.Fatalf("%s: %v; the settlements' order and the stage's EARLY marks disagree", name, res)
 			}
 			if stamp && res.Early != 0 {
 				t.Fatalf("stamped: %v; want 0 early", res)

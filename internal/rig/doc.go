@@ -13,7 +13,8 @@
 //   - testkafka: the real-Kafka launcher (JVMs from Maven Central); it
 //     and the embedded broker speak one vocabulary, broker.Launcher
 //   - oracle: the verification kit's shared judge (exactly once, in
-//     order per lane), used by netsoak's and failover's oracles
+//     order per lane), used by netsoak's and failover's oracles and by
+//     adapters/adaptertest
 //   - obstest, testcert, jaegertest: helpers of the observer's, the
 //     secured clients' and the tracing tests
 package rig
