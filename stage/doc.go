@@ -99,8 +99,8 @@
 // that says who may touch it. Then, by concern:
 //
 //   - rebalancing: assignment.go (the assignment franz-go's callbacks
-//     report: the only part shared with its goroutines, and the only one
-//     that locks), balancer.go (the co-partitioning plan and standby
+//     write on the client's goroutines and the loop reads, under its
+//     lock), balancer.go (the co-partitioning plan and standby
 //     placement), assign.go (which tasks may run with an assignment),
 //     tasks.go (reconcile: opening and closing tasks), fence.go (a departed
 //     owner's open transaction);
