@@ -82,9 +82,12 @@ type Config struct {
 
 	// OnStepError is the policy after a failed step (default StopOnError).
 	OnStepError ErrorPolicy
-	// RetryBackoff is the pause before a failed step is retried under
-	// RetryOnError, and before a new client is built after a fatal client
-	// error (default 1s).
+	// RetryBackoff is the runtime's retry pause (default 1s): before a
+	// failed step is retried under RetryOnError, and before a new client is
+	// built after a fatal client error. A step whose external sink did not
+	// settle waits RetryBackoff, doubling with each consecutive such step
+	// up to 32 times; a standby that failed starts again after five times
+	// RetryBackoff, at least one second.
 	RetryBackoff time.Duration
 
 	// MaxPollRecords bounds the records of one poll (default 500). A step
