@@ -62,7 +62,7 @@ type soakViewState struct {
 	floor   []map[string]int64
 	reads   []soakRead
 
-	accepted, plain, timeouts atomic.Int64
+	accepted, plain, timeouts, stale, back atomic.Int64
 }
 
 func soakViews(t *testing.T, cfg stage.SoakView) (stop, check func()) {
@@ -218,10 +218,12 @@ func (s *soakViewState) read(vi int, k string, tok view.Token, need int64) {
 	} else {
 		s.accepted.Add(1)
 		if n < need {
+			s.stale.Add(1)
 			s.t.Errorf("view %d: GetAfter(%s) = %d after a token naming %d of its records (stale)", vi, k, n, need)
 		}
 	}
 	if n < floor {
+		s.back.Add(1)
 		s.t.Errorf("view %d: read %s = %d after a read returned %d (went back)", vi, k, n, floor)
 	}
 	s.mu.Lock()
@@ -359,8 +361,8 @@ func (s *soakViewState) judge() {
 			}
 		}
 	}
-	s.t.Logf("views: %d token reads accepted, %d reads without a token, %d timed out; %d reads judged against the committed changelog, %d values no committed step left there",
-		s.accepted.Load(), s.plain.Load(), s.timeouts.Load(), len(s.reads), violations)
+	s.t.Logf("views: %d token reads accepted (%d stale), %d reads without a token, %d timed out, %d went back; %d reads judged against the committed changelog, %d values no committed step left there",
+		s.accepted.Load(), s.stale.Load(), s.plain.Load(), s.timeouts.Load(), s.back.Load(), len(s.reads), violations)
 	for i, v := range s.views {
 		s.t.Logf("view %d: %d keys", i, v.Len())
 	}
