@@ -246,6 +246,22 @@ func TestFailoverSoak(t *testing.T) {
 	want := make(map[string][]string)
 	var arrivals []arrival
 	var wg sync.WaitGroup
+	// The views (#33): a token writer and readers over the stage's
+	// changelog, concurrent with the kills (failover_soak_view_test.go).
+	stopViews, checkViews := func() {}, func() {}
+	if FailoverSoakView != nil {
+		stopViews, checkViews = FailoverSoakView(t, SoakView{
+			Brokers: e.c.Addrs(), App: "app", Stage: "count", Input: e.topicID("in"), Partitions: soakPartitions,
+			NewClient: e.c.NewClient, Key: keyOnPartition, Dir: t.TempDir(),
+			Produced: func(recs []*kgo.Record) {
+				mu.Lock()
+				for _, r := range recs {
+					want[string(r.Key)] = append(want[string(r.Key)], string(r.Value))
+				}
+				mu.Unlock()
+			},
+		})
+	}
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -386,6 +402,7 @@ func TestFailoverSoak(t *testing.T) {
 		time.Sleep(8 * time.Second)
 	}
 	cancel() // stop producing
+	stopViews()
 	time.Sleep(5 * time.Second)
 	for _, id := range slices.Sorted(func(yield func(string) bool) {
 		for id := range procs {
@@ -399,6 +416,7 @@ func TestFailoverSoak(t *testing.T) {
 	}
 	stopReading()
 	wg.Wait()
+	checkViews()
 
 	// The oracle: per key, the outputs count 1..n and carry the inputs in
 	// the order produced, each exactly once.

@@ -132,10 +132,11 @@ func pendingClaims(kv map[string][]byte, tok Token) ([]Awaited, error) {
 	if tok.IsEmpty() {
 		return nil, nil
 	}
-	if err := checkVersion(kv); err != nil {
+	ts := readTask(kv)
+	if err := ts.checkVersion(); err != nil {
 		return nil, err
 	}
-	ins, started, err := scopeInputs(kv)
+	ins, started, err := ts.inputs()
 	if err != nil {
 		return nil, err
 	}
@@ -148,15 +149,14 @@ func pendingClaims(kv map[string][]byte, tok Token) ([]Awaited, error) {
 		if !ins[e.Channel] {
 			continue
 		}
-		ck := chanKey(e.Channel)
-		f, _, err := frontier(kv, ck)
+		f, err := ts.frontier(e.Channel)
 		if err != nil {
 			return nil, err
 		}
 		if f >= e.Offset {
 			continue
 		}
-		h, err := held(kv, ck, e.Offset)
+		h, err := ts.held(e.Channel, e.Offset)
 		if err != nil {
 			return nil, err
 		}
@@ -170,15 +170,14 @@ func pendingClaims(kv map[string][]byte, tok Token) ([]Awaited, error) {
 		if !ins[e.Channel] {
 			continue
 		}
-		ck := chanKey(e.Channel)
-		d, err := deliveredSeq(kv, ck, e.Sender)
+		d, err := ts.deliveredSeq(e.Channel, e.Sender)
 		if err != nil {
 			return nil, err
 		}
 		if d >= e.Seq {
 			continue
 		}
-		f, _, err := frontier(kv, ck)
+		f, err := ts.frontier(e.Channel)
 		if err != nil {
 			return nil, err
 		}

@@ -71,6 +71,9 @@ type View[K, S any] struct {
 	running   bool // the replicas are loaded and being followed
 	runCalled bool
 	stats     stats
+	// inc is the changelog incarnation the replicas mirror (zero before
+	// the first Run).
+	inc state.Incarnation
 }
 
 // replica is one changelog partition's committed state.
@@ -132,6 +135,15 @@ func (v *View[K, S]) newClient(opts ...kgo.Opt) (*kgo.Client, error) {
 // StateDir from its replicas' offsets, one with a StateDir from its files,
 // restored up to the changelog's end — so the state it serves never goes
 // back. Two Runs at once are refused.
+//
+// A changelog deleted, or deleted and created again, while Run runs stops
+// it with a *RecreatedError (ErrChangelogRecreated) naming the topic: a
+// watcher checks the topic's ID every two seconds, and a failed fetch
+// checks it at once. The replicas keep the old topic's state for Get;
+// token reads wait until a Run is running again. A later Run on the new
+// topic starts over from its start (a view with a StateDir wipes its
+// files, as a task does): there, and only there, the state it serves may
+// go back, since the stage's own state was recreated too.
 func (v *View[K, S]) Run(ctx context.Context) error {
 	admin, err := v.newClient()
 	if err != nil {
@@ -139,6 +151,10 @@ func (v *View[K, S]) Run(ctx context.Context) error {
 	}
 	defer admin.Close()
 	adm := kadm.NewClient(admin)
+	inc, err := state.CurrentIncarnation(ctx, adm, v.topic)
+	if err != nil {
+		return fmt.Errorf("view: %w", err)
+	}
 	parts, ends, err := v.listPartitions(ctx, adm)
 	if err != nil {
 		return err
@@ -151,6 +167,13 @@ func (v *View[K, S]) Run(ctx context.Context) error {
 	}
 	v.runCalled = true
 	old := maps.Clone(v.parts)
+	if v.inc != (state.Incarnation{}) && v.inc != inc {
+		// The replicas mirror a changelog that is gone: its offsets mean
+		// nothing in this one. Start over from the new one.
+		old = nil
+		clear(v.parts)
+	}
+	v.inc = inc
 	v.mu.Unlock()
 	defer func() {
 		v.mu.Lock()
@@ -202,14 +225,29 @@ func (v *View[K, S]) Run(ctx context.Context) error {
 		// Commit markers are where a transaction's records become the
 		// task's state: the view applies a partition's records there.
 		kgo.KeepControlRecords(),
+		// Never skip silently to another offset: a partition that no
+		// longer has the next offset fails the fetch.
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
 	)
 	if err != nil {
 		return fmt.Errorf("view: %s: %w", v.topic, err)
 	}
 	defer cl.Close()
+	// The changelog deleted or recreated under the view: a fetch may just
+	// see no records, so a watcher asks the brokers for its topic ID.
+	pollCtx, stopPoll := context.WithCancelCause(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		watchIncarnation(pollCtx, stopPoll, adm, v.topic, inc)
+	}()
+	defer func() { stopPoll(nil); <-watched }()
 	for {
-		fs := cl.PollFetches(ctx)
+		fs := cl.PollFetches(pollCtx)
 		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := context.Cause(pollCtx); err != nil {
 			return err
 		}
 		var ferr error
@@ -219,6 +257,10 @@ func (v *View[K, S]) Run(ctx context.Context) error {
 			}
 		})
 		if ferr != nil {
+			var re *RecreatedError
+			if err := recreated(ctx, adm, v.topic, inc); errors.As(err, &re) {
+				return re
+			}
 			return ferr
 		}
 		v.mu.Lock()

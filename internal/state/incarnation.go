@@ -85,3 +85,11 @@ func incarnation(ctx context.Context, admin *kadm.Client, topic string) (Incarna
 	}
 	return inc, nil
 }
+
+// CurrentIncarnation reads the changelog topic's current incarnation from
+// the brokers, bypassing the client's metadata cache: what a reader of
+// the changelog outside a restore (a view) compares against the one it
+// started on.
+func CurrentIncarnation(ctx context.Context, admin *kadm.Client, topic string) (Incarnation, error) {
+	return incarnation(ctx, admin, topic)
+}

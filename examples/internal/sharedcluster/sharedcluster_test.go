@@ -176,3 +176,66 @@ func moduleRoot(t *testing.T) string {
 	}
 	return strings.TrimSpace(string(out))
 }
+
+// readYourWrites is the read-your-writes example's summary line.
+var readYourWrites = regexp.MustCompile(`read-your-writes: (\d+) reads with token, (\d+) stale; (\d+) of (\d+) reads without token stale`)
+
+// TestReadYourWritesOnASharedCluster runs the read-your-writes example
+// once, with its default 1,000 requests, against the real-Kafka tier's
+// broker (issue 33): every read with a token must show its write, as on
+// the embedded broker, and the run must leave the cluster as it found it.
+// It runs apart from TestEveryExampleOnASharedCluster's two rounds, to add
+// one run to the tier's wall time.
+func TestReadYourWritesOnASharedCluster(t *testing.T) {
+	if !broker.Real() {
+		t.Skip("needs the real-Kafka tier: set " + broker.EnvBrokers + " (docs/testing.md)")
+	}
+	c := broker.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	before, err := snapshot(ctx, c.Admin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "read-your-writes")
+	build := exec.Command("go", "build", "-o", bin, "./examples/read-your-writes")
+	build.Dir = moduleRoot(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the example: %v\n%s", err, out)
+	}
+	cmd := exec.CommandContext(ctx, bin, "--brokers", strings.Join(c.Addrs(), ","))
+	cmd.Env = append(os.Environ(), "PARSLEY_BROKERS=")
+	cmd.Dir = t.TempDir()
+	b, err := cmd.CombinedOutput()
+	out := string(b)
+	if err != nil {
+		t.Fatalf("read-your-writes: %v\n%s", err, out)
+	}
+	m := readYourWrites.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no summary line:\n%s", out)
+	}
+	t.Log(m[0])
+	if m[1] != "1000" || m[2] != "0" || m[4] != "1000" {
+		t.Errorf("summary %q: want 1000 reads with token, 0 stale", m[0])
+	}
+	if !strings.Contains(out, "deleted this run's ") || prefixLine.FindStringSubmatch(out) == nil {
+		t.Errorf("no run prefix or no clean-up in the output:\n%s", out)
+	}
+	var after map[string]int64
+	var groups []string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		after, err = snapshot(ctx, c.Admin())
+		if err == nil {
+			var listed kadm.ListedGroups
+			listed, err = c.Admin().ListGroups(ctx)
+			groups = listed.Groups()
+		}
+		if err == nil && maps.Equal(after, before) && len(groups) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !maps.Equal(after, before) || len(groups) > 0 {
+		t.Fatalf("read-your-writes changed the cluster (%v):\ntopics before %v\ntopics after  %v\ngroups after %q\n%s", err, before, after, groups, out)
+	}
+}
