@@ -196,3 +196,25 @@ func TestBatchStaged(t *testing.T) {
 		t.Error("a committed batch still reports a staged write")
 	}
 }
+
+// TestBatchBase: Base reads under the batch's own writes, so a read that
+// Staged has already missed can skip the batch (stage's fold state and
+// committed reads do): it sees the base's value where the batch has
+// overwritten or deleted the key.
+func TestBatchBase(t *testing.T) {
+	base := NewMemStore()
+	_ = base.Put("k", []byte("old"))
+	_ = base.Put("gone", []byte("old"))
+	b := NewBatch(base)
+	_ = b.Put("k", []byte("new"))
+	_ = b.Delete("gone")
+	for _, key := range []string{"k", "gone"} {
+		v, ok, err := b.Base().Get(key)
+		if err != nil || !ok || string(v) != "old" {
+			t.Errorf("Base().Get(%q) = %q, %v, %v; want the base's \"old\"", key, v, ok, err)
+		}
+	}
+	if v, _, _ := b.Get("k"); string(v) != "new" {
+		t.Errorf("Get(k) = %q, want the staged \"new\"", v)
+	}
+}

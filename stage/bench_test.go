@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/pprof"
 	"slices"
 	"sync/atomic"
 	"syscall"
@@ -242,9 +243,16 @@ func stageRun(b *testing.B, e *env, name string, stateful bool, n int, tune ...f
 // ratio is the per-record cost ratio with the scheduler's noise removed).
 func compare(b *testing.B, w workload, stateful bool) {
 	var plain, staged run
+	// The pprof labels let a CPU profile of the run tell the two sides
+	// apart (go tool pprof -tagfocus side=stage): every goroutine started
+	// inside, the broker's included, inherits its side's label.
 	for i := range b.N {
-		plain.add(plainLoop(b, benchInput(b, w), w.records))
-		staged.add(stageRun(b, benchInput(b, w), fmt.Sprintf("s%d", i), stateful, w.records))
+		pprof.Do(context.Background(), pprof.Labels("side", "plain"), func(context.Context) {
+			plain.add(plainLoop(b, benchInput(b, w), w.records))
+		})
+		pprof.Do(context.Background(), pprof.Labels("side", "stage"), func(context.Context) {
+			staged.add(stageRun(b, benchInput(b, w), fmt.Sprintf("s%d", i), stateful, w.records))
+		})
 	}
 	n := float64(w.records * b.N)
 	b.ReportMetric(n/plain.wall.Seconds(), "plain-rec/s")

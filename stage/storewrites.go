@@ -85,7 +85,10 @@ func (c committedReads) Get(key string) ([]byte, bool, error) {
 		}
 		return bytes.Clone(m.Value), true, nil
 	}
-	return c.p.Get(key) // the file's: a copy
+	// The file's (a copy), read past the lookup Get would repeat: in a
+	// large state the unwritten writes hold tens of thousands of keys and
+	// each lookup is a cache miss.
+	return c.p.Base().Get(key)
 }
 
 func (c committedReads) Scan(prefix string, fn func(key string, value []byte) error) error {

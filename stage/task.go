@@ -548,7 +548,7 @@ func (f *foldState) load() ([]byte, bool, error) {
 		}
 		return bytes.Clone(m.Value), true, nil
 	}
-	return f.batch.Get(f.key)
+	return f.batch.Base().Get(f.key) // Get would look the key up again
 }
 
 func (f *foldState) store(b []byte) error { return f.batch.Put(f.key, b) }
