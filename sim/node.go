@@ -109,6 +109,13 @@ type Redeploy struct {
 	// happen; until it does, the redeploy (and every later one) waits a
 	// restart.
 	When func(n *SimNode) bool
+	// Force crashes the node as soon as When holds (the redeploy being
+	// the next one due), outside the world's crash budget, so a family
+	// whose shape needs the rescope gets it on every seed where the
+	// condition arises, not only when a random crash lands after it. A
+	// redeploy is forced once; if its condition no longer holds at the
+	// restart it waits for the world's crashes like any other.
+	Force bool
 }
 
 type nodeState uint8
@@ -151,8 +158,9 @@ type SimNode struct {
 	folds [3]uint64                 // position folds, skipped-run folds and carried skips of dead incarnations
 
 	restarts int
-	swept    int   // step of the incarnation's last truncation sweep; -1 = none
-	logic    Logic // set by a redeploy that replaces the logic
+	forced   map[int]bool // redeploys (by index) whose Force crash was spent
+	swept    int          // step of the incarnation's last truncation sweep; -1 = none
+	logic    Logic        // set by a redeploy that replaces the logic
 
 	// seqSeen is, per input and sender, the highest send sequence the host
 	// has seen delivered (for the shared-claim statistic).
