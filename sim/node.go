@@ -177,6 +177,7 @@ type SimNode struct {
 	reached           map[headers.Channel]int64
 	invBroken         bool
 	delivered         uint64 // deliveries the incarnation returned, against Counters.Delivered
+	stamped           uint64 // stamps the incarnation issued, against Counters.Stamps
 	restoreChecks     int    // committed steps with records held, for checkRestore's spacing
 
 	// What the gap families' statistics remember (gaps.go): the inputs
@@ -286,7 +287,7 @@ func (n *SimNode) down() {
 		n.folds[1] += c.SkippedRunFolds
 		n.folds[2] += c.CarriedSkipped
 	}
-	n.proto, n.batch, n.spos, n.txn, n.delivered = nil, nil, nil, 0, 0
+	n.proto, n.batch, n.spos, n.txn, n.delivered, n.stamped = nil, nil, nil, 0, 0, 0
 	n.state = down
 	n.inv, n.invBroken = n.invCommitted.clone(), false
 }
@@ -368,6 +369,13 @@ func (n *SimNode) send(em Emission) error {
 	st, err := n.proto.PrepareSend(ch)
 	if err != nil {
 		return err
+	}
+	// Counters.Stamps counts the stamps PrepareSend issued in this
+	// incarnation: exactly those the host received.
+	n.stamped++
+	if c := n.proto.Counters().Stamps; c != n.stamped && !n.invBroken {
+		n.invBroken = true
+		n.w.Oracle.violate(Invariant, n.spec.Name, fmt.Sprintf("Counters.Stamps is %d, the incarnation was issued %d stamps", c, n.stamped))
 	}
 	n.checkInvariants("PrepareSend")
 	n.checkStamp(ch, st)
