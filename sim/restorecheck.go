@@ -30,6 +30,8 @@ const restoreCheckEvery = 8
 //     restored as the version 2 one it encodes and rewritten as version
 //     2, a hold queue whose entries disagree with its indices or whose
 //     offsets do not rise above the frontier refused (ErrCorruptState),
+//     and so a held entry cut short inside any field or with a byte
+//     appended,
 //     a frontier left below the queue's head raised by the head rule, and
 //     a rescope dropping an input with held records refused
 //     (ErrHeldOnRemovedInput), which no redeploy of a scenario does;
@@ -117,6 +119,28 @@ func (n *SimNode) checkRestore() {
 		{"two held entries at one offset", func(st *protocol.MemStore) { _ = st.Put(entry(h+1), first) }, t-h >= 2},
 		{"a frontier at the held head", func(st *protocol.MemStore) { _ = st.Put("f/"+ck, pair(hs.Head, -1)) }, true},
 	}
+	// The head entry's bytes cut short inside each of its fields (the
+	// offset, the timestamp, the key's length and bytes, and the last
+	// bytes, where the headers end), or with a byte appended: the decoder
+	// must refuse each, never read past the value or accept the rest.
+	cuts := []int{4, 12, 18, 21, len(first) / 2}
+	for k := len(first) - 9; k < len(first); k++ {
+		cuts = append(cuts, k)
+	}
+	for _, k := range cuts {
+		if k > 0 && k < len(first) {
+			probes = append(probes, struct {
+				what    string
+				corrupt func(*protocol.MemStore)
+				applies bool
+			}{fmt.Sprintf("the head entry cut to %d of its %d bytes", k, len(first)), func(st *protocol.MemStore) { _ = st.Put(entry(h), first[:k:k]) }, true})
+		}
+	}
+	probes = append(probes, struct {
+		what    string
+		corrupt func(*protocol.MemStore)
+		applies bool
+	}{"the head entry with a trailing byte", func(st *protocol.MemStore) { _ = st.Put(entry(h), append(slices.Clip(first), 0)) }, true})
 	for _, p := range probes {
 		if p.applies && !refuses(p.what, protocol.ErrCorruptState, p.corrupt) {
 			return
