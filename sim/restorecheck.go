@@ -91,6 +91,15 @@ func (n *SimNode) checkRestore() {
 		fail("a version 1 store was not rewritten as version 2: version bytes %x", v)
 		return
 	}
+	// A scope whose input count runs past its value, or cut short.
+	if sv, ok, _ := n.store.Get("scope"); ok && len(sv) >= 8 {
+		big := slices.Clone(sv)
+		binary.BigEndian.PutUint32(big, binary.BigEndian.Uint32(big)+1000)
+		if !refuses("a scope counting 1000 inputs more than it holds", protocol.ErrCorruptState, func(st *protocol.MemStore) { _ = st.Put("scope", big) }) ||
+			!refuses("a scope cut short", protocol.ErrCorruptState, func(st *protocol.MemStore) { _ = st.Put("scope", sv[:len(sv)-1:len(sv)-1]) }) {
+			return
+		}
+	}
 	w.stats.RestoreProbes[probeVersion]++
 
 	// The first held queue, by its store keys.
