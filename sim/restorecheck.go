@@ -132,10 +132,7 @@ func (n *SimNode) checkRestore() {
 	// offset, the timestamp, the key's length and bytes, and the last
 	// bytes, where the headers end), or with a byte appended: the decoder
 	// must refuse each, never read past the value or accept the rest.
-	cuts := []int{4, 12, 18, 21, len(first) / 2}
-	for k := len(first) - 9; k < len(first); k++ {
-		cuts = append(cuts, k)
-	}
+	cuts := []int{4, 12, 18, 21, len(first) / 2, len(first) - 3, len(first) - 1}
 	for _, k := range cuts {
 		if k > 0 && k < len(first) {
 			probes = append(probes, struct {
