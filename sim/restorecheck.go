@@ -31,7 +31,9 @@ const restoreCheckEvery = 8
 //     2, a hold queue whose entries disagree with its indices or whose
 //     offsets do not rise above the frontier refused (ErrCorruptState),
 //     and so a held entry cut short inside any field or with a byte
-//     appended,
+//     appended, and a scope whose input count runs past its value; the
+//     committed store restored through a Batch that stages part of it
+//     must restore exactly as the store does;
 //     a frontier left below the queue's head raised by the head rule, and
 //     a rescope dropping an input with held records refused
 //     (ErrHeldOnRemovedInput), which no redeploy of a scenario does;
