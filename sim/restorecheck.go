@@ -33,7 +33,8 @@ const restoreCheckEvery = 8
 //     and so a held entry cut short inside any field or with a byte
 //     appended, and a scope whose input count runs past its value; the
 //     committed store restored through a Batch that stages part of it
-//     must restore exactly as the store does;
+//     must restore exactly as the store does, and so must one whose head
+//     entry gains a header with an empty value;
 //     a frontier left below the queue's head raised by the head rule, and
 //     a rescope dropping an input with held records refused
 //     (ErrHeldOnRemovedInput), which no redeploy of a scenario does;
@@ -189,6 +190,22 @@ func (n *SimNode) checkRestore() {
 	if _, err := dropHeld(drained); err != nil {
 		fail("a rescope dropping %v, its queue drained, refused: %v", hs.Channel, err)
 		return
+	}
+	// A held record whose last header has an empty value (the protocol
+	// keeps a host's headers as they came), re-encoded by the documented
+	// layout (protocol/codec.go): it restores as the committed store does.
+	if ext, ok := withEmptyHeader(first); ok {
+		st := n.store.Clone()
+		_ = st.Put(entry(h), ext)
+		got, err := n.rebuild(st)
+		if err != nil {
+			fail("a held entry ending in an empty header value refused: %v", err)
+			return
+		}
+		if gs := got.InputStates(); !reflect.DeepEqual(gs, want) {
+			fail("a held entry ending in an empty header value restored as %+v, want %+v", gs, want)
+			return
+		}
 	}
 	// The same store restored through a Batch whose staged writes carry
 	// part of it (a host restoring inside a step): the queue's first and
@@ -361,4 +378,31 @@ func (n *SimNode) positionAdvance(p Protocol, ch headers.Channel, pos int64) ([]
 			ch, pos, folds, rose, ch, raised))
 	}
 	return ds, err
+}
+
+// withEmptyHeader returns a held entry's bytes with one more header, "u",
+// whose value is empty (length 0), so the value ends in a zero length.
+func withEmptyHeader(b []byte) ([]byte, bool) {
+	p := 16
+	for range 2 { // key, value
+		if len(b) < p+4 {
+			return nil, false
+		}
+		if n := int32(binary.BigEndian.Uint32(b[p:])); n > 0 {
+			p += int(n)
+		}
+		p += 4
+	}
+	if len(b) < p+4 {
+		return nil, false
+	}
+	c := int32(binary.BigEndian.Uint32(b[p:]))
+	if c < 0 {
+		c = 0
+	}
+	out := slices.Clone(b)
+	binary.BigEndian.PutUint32(out[p:], uint32(c+1))
+	out = binary.BigEndian.AppendUint32(out, 1)
+	out = append(out, 'u')
+	return binary.BigEndian.AppendUint32(out, 0), true
 }
