@@ -21,6 +21,7 @@ type eager struct {
 	clock  headers.Clock
 	seq    map[headers.Channel]int64
 	n      uint64
+	st     uint64
 }
 
 func (e *eager) OnRecord(rec *protocol.Record) ([]protocol.Delivery, error) {
@@ -40,13 +41,14 @@ func (e *eager) ResumePositions() []protocol.Position                           
 func (e *eager) TruncateToLogStarts(context.Context) error                           { return nil }
 func (e *eager) Flush() error                                                        { return nil }
 func (e *eager) Sent(headers.Coordinate) error                                       { return nil }
-func (e *eager) Counters() protocol.Counters                                         { return protocol.Counters{Delivered: e.n} }
+func (e *eager) Counters() protocol.Counters                                         { return protocol.Counters{Delivered: e.n, Stamps: e.st} }
 
 func (e *eager) PrepareSend(dest headers.Channel) (*headers.Stamp, error) {
 	s := &headers.Stamp{Tagged: true, Sender: e.sender}
 	s.Clock.CopyFrom(&e.clock)
 	s.Seq = e.seq[dest]
 	e.seq[dest]++
+	e.st++
 	return s, nil
 }
 

@@ -33,8 +33,8 @@ func gapFamilies() []Scenario {
 					{Name: "R1", Inputs: in("z"), Sinks: []string{"y1"}, Logic: Forward("y1")},
 					{Name: "R2", Inputs: in("z"), Sinks: []string{"y2"}, Logic: Forward("y2"), Join: JoinWhen, JoinWhen: regrown},
 					{Name: "N", Inputs: in("a", "x", "y1", "y2"), Sinks: []string{"out"}, Logic: Forward("out"), CrashWeight: 6,
-						Redeploys: []Redeploy{{At: 1, Inputs: in("a", "y1", "y2"), Sinks: []string{"out"}, When: delivered("x")},
-							{At: 2, Inputs: in("a", "x", "y1", "y2"), Sinks: []string{"out"}, When: carriesUndelivered("x")}}},
+						Redeploys: []Redeploy{{At: 1, Inputs: in("a", "y1", "y2"), Sinks: []string{"out"}, When: delivered("x"), Force: true},
+							{At: 2, Inputs: in("a", "x", "y1", "y2"), Sinks: []string{"out"}, When: carriesUndelivered("x"), Force: true}}},
 					{Name: "T", Inputs: in("x", "out")},
 				}, Crashes: 10}
 		}},

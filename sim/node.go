@@ -109,6 +109,13 @@ type Redeploy struct {
 	// happen; until it does, the redeploy (and every later one) waits a
 	// restart.
 	When func(n *SimNode) bool
+	// Force crashes the node as soon as When holds (the redeploy being
+	// the next one due), outside the world's crash budget, so a family
+	// whose shape needs the rescope gets it on every seed where the
+	// condition arises, not only when a random crash lands after it. A
+	// redeploy is forced once; if its condition no longer holds at the
+	// restart it waits for the world's crashes like any other.
+	Force bool
 }
 
 type nodeState uint8
@@ -151,8 +158,9 @@ type SimNode struct {
 	folds [3]uint64                 // position folds, skipped-run folds and carried skips of dead incarnations
 
 	restarts int
-	swept    int   // step of the incarnation's last truncation sweep; -1 = none
-	logic    Logic // set by a redeploy that replaces the logic
+	forced   map[int]bool // redeploys (by index) whose Force crash was spent
+	swept    int          // step of the incarnation's last truncation sweep; -1 = none
+	logic    Logic        // set by a redeploy that replaces the logic
 
 	// seqSeen is, per input and sender, the highest send sequence the host
 	// has seen delivered (for the shared-claim statistic).
@@ -169,6 +177,7 @@ type SimNode struct {
 	reached           map[headers.Channel]int64
 	invBroken         bool
 	delivered         uint64 // deliveries the incarnation returned, against Counters.Delivered
+	stamped           uint64 // stamps the incarnation issued, against Counters.Stamps
 	restoreChecks     int    // committed steps with records held, for checkRestore's spacing
 
 	// What the gap families' statistics remember (gaps.go): the inputs
@@ -278,7 +287,7 @@ func (n *SimNode) down() {
 		n.folds[1] += c.SkippedRunFolds
 		n.folds[2] += c.CarriedSkipped
 	}
-	n.proto, n.batch, n.spos, n.txn, n.delivered = nil, nil, nil, 0, 0
+	n.proto, n.batch, n.spos, n.txn, n.delivered, n.stamped = nil, nil, nil, 0, 0, 0
 	n.state = down
 	n.inv, n.invBroken = n.invCommitted.clone(), false
 }
@@ -360,6 +369,13 @@ func (n *SimNode) send(em Emission) error {
 	st, err := n.proto.PrepareSend(ch)
 	if err != nil {
 		return err
+	}
+	// Counters.Stamps counts the stamps PrepareSend issued in this
+	// incarnation: exactly those the host received.
+	n.stamped++
+	if c := n.proto.Counters().Stamps; c != n.stamped && !n.invBroken {
+		n.invBroken = true
+		n.w.Oracle.violate(Invariant, n.spec.Name, fmt.Sprintf("Counters.Stamps is %d, the incarnation was issued %d stamps", c, n.stamped))
 	}
 	n.checkInvariants("PrepareSend")
 	n.checkStamp(ch, st)

@@ -30,6 +30,11 @@ const restoreCheckEvery = 8
 //     restored as the version 2 one it encodes and rewritten as version
 //     2, a hold queue whose entries disagree with its indices or whose
 //     offsets do not rise above the frontier refused (ErrCorruptState),
+//     and so a held entry cut short inside any field or with a byte
+//     appended, and a scope whose input count runs past its value; the
+//     committed store restored through a Batch that stages part of it
+//     must restore exactly as the store does, and so must one whose head
+//     entry gains a header with an empty value;
 //     a frontier left below the queue's head raised by the head rule, and
 //     a rescope dropping an input with held records refused
 //     (ErrHeldOnRemovedInput), which no redeploy of a scenario does;
@@ -89,6 +94,15 @@ func (n *SimNode) checkRestore() {
 		fail("a version 1 store was not rewritten as version 2: version bytes %x", v)
 		return
 	}
+	// A scope whose input count runs past its value, or cut short.
+	if sv, ok, _ := n.store.Get("scope"); ok && len(sv) >= 8 {
+		big := slices.Clone(sv)
+		binary.BigEndian.PutUint32(big, binary.BigEndian.Uint32(big)+1000)
+		if !refuses("a scope counting 1000 inputs more than it holds", protocol.ErrCorruptState, func(st *protocol.MemStore) { _ = st.Put("scope", big) }) ||
+			!refuses("a scope cut short", protocol.ErrCorruptState, func(st *protocol.MemStore) { _ = st.Put("scope", sv[:len(sv)-1:len(sv)-1]) }) {
+			return
+		}
+	}
 	w.stats.RestoreProbes[probeVersion]++
 
 	// The first held queue, by its store keys.
@@ -117,6 +131,25 @@ func (n *SimNode) checkRestore() {
 		{"two held entries at one offset", func(st *protocol.MemStore) { _ = st.Put(entry(h+1), first) }, t-h >= 2},
 		{"a frontier at the held head", func(st *protocol.MemStore) { _ = st.Put("f/"+ck, pair(hs.Head, -1)) }, true},
 	}
+	// The head entry's bytes cut short inside each of its fields (the
+	// offset, the timestamp, the key's length and bytes, and the last
+	// bytes, where the headers end), or with a byte appended: the decoder
+	// must refuse each, never read past the value or accept the rest.
+	cuts := []int{4, 12, 18, 21, len(first) / 2, len(first) - 3, len(first) - 1}
+	for _, k := range cuts {
+		if k > 0 && k < len(first) {
+			probes = append(probes, struct {
+				what    string
+				corrupt func(*protocol.MemStore)
+				applies bool
+			}{fmt.Sprintf("the head entry cut to %d of its %d bytes", k, len(first)), func(st *protocol.MemStore) { _ = st.Put(entry(h), first[:k:k]) }, true})
+		}
+	}
+	probes = append(probes, struct {
+		what    string
+		corrupt func(*protocol.MemStore)
+		applies bool
+	}{"the head entry with a trailing byte", func(st *protocol.MemStore) { _ = st.Put(entry(h), append(slices.Clip(first), 0)) }, true})
 	for _, p := range probes {
 		if p.applies && !refuses(p.what, protocol.ErrCorruptState, p.corrupt) {
 			return
@@ -157,6 +190,51 @@ func (n *SimNode) checkRestore() {
 	if _, err := dropHeld(drained); err != nil {
 		fail("a rescope dropping %v, its queue drained, refused: %v", hs.Channel, err)
 		return
+	}
+	// A held record whose last header has an empty value (the protocol
+	// keeps a host's headers as they came), re-encoded by the documented
+	// layout (protocol/codec.go): it restores as the committed store does.
+	if ext, ok := withEmptyHeader(first); ok {
+		st := n.store.Clone()
+		_ = st.Put(entry(h), ext)
+		got, err := n.rebuild(st)
+		if err != nil {
+			fail("a held entry ending in an empty header value refused: %v", err)
+			return
+		}
+		if gs := got.InputStates(); !reflect.DeepEqual(gs, want) {
+			fail("a held entry ending in an empty header value restored as %+v, want %+v", gs, want)
+			return
+		}
+	}
+	// The same store restored through a Batch whose staged writes carry
+	// part of it (a host restoring inside a step): the queue's first and
+	// last entries and every other one staged only, the rest staged again
+	// over the base; then a stray base entry past the tail that the batch
+	// deletes. Each must restore exactly as the committed store does.
+	for _, stray := range []bool{false, true} {
+		base := n.store.Clone()
+		b := protocol.NewBatch(base)
+		for idx := h; idx < t; idx++ {
+			v, _, _ := base.Get(entry(idx))
+			if idx == h || idx == t-1 || (idx-h)%2 == 0 {
+				_ = base.Delete(entry(idx))
+			}
+			_ = b.Put(entry(idx), v)
+		}
+		if stray {
+			_ = base.Put(entry(t+5), last)
+			_ = b.Delete(entry(t + 5))
+		}
+		got, err := n.rebuild(b)
+		if err != nil {
+			fail("a store staged in a batch (stray entry %v) refused: %v", stray, err)
+			return
+		}
+		if gs := got.InputStates(); !reflect.DeepEqual(gs, want) {
+			fail("a store staged in a batch (stray entry %v) restored as %+v, the committed one as %+v", stray, gs, want)
+			return
+		}
 	}
 	w.stats.RestoreProbes[probeQueue]++
 	// A frontier below the head (the frontier is always flushed with the
@@ -243,7 +321,7 @@ const (
 )
 
 // rebuild builds a node of n's incarnation on st.
-func (n *SimNode) rebuild(st *protocol.MemStore) (*protocol.Node, error) {
+func (n *SimNode) rebuild(st protocol.Store) (*protocol.Node, error) {
 	cfg := *n.cfg
 	cfg.Store = st
 	// The simulated broker answers at once; nothing here blocks.
@@ -300,4 +378,31 @@ func (n *SimNode) positionAdvance(p Protocol, ch headers.Channel, pos int64) ([]
 			ch, pos, folds, rose, ch, raised))
 	}
 	return ds, err
+}
+
+// withEmptyHeader returns a held entry's bytes with one more header, "u",
+// whose value is empty (length 0), so the value ends in a zero length.
+func withEmptyHeader(b []byte) ([]byte, bool) {
+	p := 16
+	for range 2 { // key, value
+		if len(b) < p+4 {
+			return nil, false
+		}
+		if n := int32(binary.BigEndian.Uint32(b[p:])); n > 0 {
+			p += int(n)
+		}
+		p += 4
+	}
+	if len(b) < p+4 {
+		return nil, false
+	}
+	c := int32(binary.BigEndian.Uint32(b[p:]))
+	if c < 0 {
+		c = 0
+	}
+	out := slices.Clone(b)
+	binary.BigEndian.PutUint32(out[p:], uint32(c+1))
+	out = binary.BigEndian.AppendUint32(out, 1)
+	out = append(out, 'u')
+	return binary.BigEndian.AppendUint32(out, 0), true
 }

@@ -266,6 +266,9 @@ type action struct {
 
 // actions lists what the scheduler may do now, in a fixed order.
 func (w *World) actions() []action {
+	if a, ok := w.forcedRedeploy(); ok {
+		return []action{a}
+	}
 	var acts []action
 	producersDone := true
 	for _, p := range w.Producers {
@@ -383,6 +386,31 @@ func (w *World) actions() []action {
 		}})
 	}
 	return acts
+}
+
+// forcedRedeploy is the crash of an up node whose next redeploy is Force
+// and whose condition holds: the only action then, drawn from no budget.
+func (w *World) forcedRedeploy() (action, bool) {
+	for _, n := range w.Nodes {
+		if n.state != up {
+			continue
+		}
+		for i := range n.spec.Redeploys {
+			rd := &n.spec.Redeploys[i]
+			if !rd.Force || rd.At != n.restarts+1 || n.forced[i] || (rd.When != nil && !rd.When(n)) {
+				continue
+			}
+			if n.forced == nil {
+				n.forced = map[int]bool{}
+			}
+			n.forced[i] = true
+			return action{name: "crash " + n.spec.Name + " (forced redeploy)", weight: 1, progress: true, node: n, run: func(ctx context.Context) error {
+				w.crashes++ // outside the budget
+				return n.crash(ctx)
+			}}, true
+		}
+	}
+	return action{}, false
 }
 
 // declared reports whether a started node's current scope names the live
