@@ -464,9 +464,15 @@ func TestFailoverSoak(t *testing.T) {
 	// The judge: each input exactly once, in the order produced, counted.
 	mu.Lock()
 	defer mu.Unlock()
-	for _, v := range judgeFailoverSoak(want, arrivals) {
+	inputs := 0
+	for _, vs := range want {
+		inputs += len(vs)
+	}
+	violations := judgeFailoverSoak(want, arrivals)
+	for _, v := range violations {
 		t.Error(v)
 	}
+	t.Logf("judge: %d outputs against %d inputs of %d keys, %d violations", len(arrivals), inputs, len(want), len(violations))
 
 	// longestStall returns the longest gap in as (sorted by arrival) over
 	// [from, from+8s), up to the window's end: a partition with no output
