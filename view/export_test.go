@@ -2,10 +2,6 @@ package view
 
 import "time"
 
-// SetIncarnationCheck sets how often a running view checks its changelog's
-// topic ID, until the returned func restores it.
-func SetIncarnationCheck(d time.Duration) func() {
-	was := incarnationCheck
-	incarnationCheck = d
-	return func() { incarnationCheck = was }
-}
+// SetIncarnationCheck sets how often v, once running, checks its
+// changelog's topic ID. Call it before Run.
+func SetIncarnationCheck[K, S any](v *View[K, S], d time.Duration) { v.incarnationEvery = d }

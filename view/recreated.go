@@ -37,8 +37,9 @@ func (e *RecreatedError) Error() string {
 func (e *RecreatedError) Unwrap() error { return ErrChangelogRecreated }
 
 // incarnationCheck is how often a running view asks the brokers whether
-// its changelog is still the topic it started on; tests shorten it.
-var incarnationCheck = 2 * time.Second
+// its changelog is still the topic it started on (View.incarnationEvery;
+// tests shorten a view's own).
+const incarnationCheck = 2 * time.Second
 
 // recreated compares the changelog's incarnation now with was: a
 // *RecreatedError if the topic is gone or another one, nil if it is the
@@ -56,11 +57,10 @@ func recreated(ctx context.Context, adm *kadm.Client, topic string, was state.In
 	return nil
 }
 
-// watchIncarnation checks the changelog's incarnation every
-// incarnationCheck until ctx ends, and cancels ctx with the
-// *RecreatedError when it changed.
-func watchIncarnation(ctx context.Context, cancel context.CancelCauseFunc, adm *kadm.Client, topic string, was state.Incarnation) {
-	t := time.NewTicker(incarnationCheck)
+// watchIncarnation checks the changelog's incarnation every period until
+// ctx ends, and cancels ctx with the *RecreatedError when it changed.
+func watchIncarnation(ctx context.Context, cancel context.CancelCauseFunc, period time.Duration, adm *kadm.Client, topic string, was state.Incarnation) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {

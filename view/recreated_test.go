@@ -40,7 +40,6 @@ func commitState(ctx context.Context, t *testing.T, f *fixture, key string, n in
 // for the next Run; the next Run starts over from the new topic instead of
 // applying its offsets to the old one's state.
 func TestChangelogRecreatedWhileRunning(t *testing.T) {
-	defer view.SetIncarnationCheck(50 * time.Millisecond)()
 	ctx := testCtx(t)
 	f := newFixture(t, 1)
 	topic := stage.ChangelogTopic(f.app, stageName)
@@ -53,6 +52,7 @@ func TestChangelogRecreatedWhileRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	view.SetIncarnationCheck(v, 50*time.Millisecond)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)

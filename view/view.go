@@ -74,6 +74,9 @@ type View[K, S any] struct {
 	// inc is the changelog incarnation the replicas mirror (zero before
 	// the first Run).
 	inc state.Incarnation
+	// incarnationEvery is how often Run checks inc against the brokers'
+	// (incarnationCheck; tests shorten it before Run).
+	incarnationEvery time.Duration
 }
 
 // replica is one changelog partition's committed state.
@@ -117,6 +120,7 @@ func New[K, S any](cfg Config, keys stage.Codec[K], states stage.Codec[S]) (*Vie
 	return &View[K, S]{
 		cfg: cfg, topic: stage.ChangelogTopic(cfg.ApplicationID, cfg.Stage),
 		keys: keys, states: states, parts: map[int32]*replica{}, changed: make(chan struct{}),
+		incarnationEvery: incarnationCheck,
 	}, nil
 }
 
@@ -239,7 +243,7 @@ func (v *View[K, S]) Run(ctx context.Context) error {
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		watchIncarnation(pollCtx, stopPoll, adm, v.topic, inc)
+		watchIncarnation(pollCtx, stopPoll, v.incarnationEvery, adm, v.topic, inc)
 	}()
 	defer func() { stopPoll(nil); <-watched }()
 	for {
