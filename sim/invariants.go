@@ -116,8 +116,10 @@ func (n *SimNode) checkInvariants(op string) {
 			return
 		}
 		n.inv.frontier[s.Channel] = s.Frontier
-		if (s.Held == 0) != (s.Head == -1) {
-			bad("queue on %v holds %d records with head %d", s.Channel, s.Held, s.Head)
+		// Head and Tail are -1 for an empty queue; held offsets rise, so a
+		// queue of Held records spans at least Held offsets.
+		if (s.Held == 0) != (s.Head == -1) || (s.Held == 0) != (s.Tail == -1) || s.Held > 0 && s.Tail < s.Head+int64(s.Held)-1 {
+			bad("queue on %v holds %d records with head %d and tail %d", s.Channel, s.Held, s.Head, s.Tail)
 			return
 		}
 		if s.Held > 0 && (s.Frontier < s.Head-1 || s.Frontier >= s.Head) {

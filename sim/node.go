@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/protocol"
@@ -321,8 +322,8 @@ func (n *SimNode) handle(ds []protocol.Delivery) error {
 			(d.Key == nil) != (e.Key == nil) || (d.Value == nil) != (e.Value == nil) {
 			// V10 in the simulator: what reaches user logic at a
 			// coordinate is the record fetched there, byte for byte.
-			n.w.Oracle.violate(Payload, n.spec.Name, fmt.Sprintf("%v delivered with key %q value %q timestamp %d, fetched as key %q value %q timestamp %d",
-				d.Coordinate, d.Key, d.Value, d.Timestamp, e.Key, e.Value, e.Timestamp))
+			n.w.Oracle.violate(Payload, n.spec.Name, fmt.Sprintf("%v delivered with key %#v value %#v timestamp %d headers %s, fetched as key %#v value %#v timestamp %d headers %s",
+				d.Coordinate, d.Key, d.Value, d.Timestamp, headerShape(d.Headers), e.Key, e.Value, e.Timestamp, headerShape(e.Headers)))
 		}
 		var st headers.Stamp
 		if err := headers.ReadStamp(&st, e.Headers); err != nil {
@@ -839,14 +840,38 @@ func (e emptyEnds) EndOffsets(ctx context.Context, t headers.TopicID) ([]int64, 
 	return ends, ok, err
 }
 
+// sameHeaders reports whether a and b are the same headers byte for byte,
+// a nil slice or value told apart from an empty one.
 func sameHeaders(a, b []headers.Header) bool {
-	if len(a) != len(b) {
+	if len(a) != len(b) || (a == nil) != (b == nil) {
 		return false
 	}
 	for i := range a {
-		if a[i].Key != b[i].Key || !bytes.Equal(a[i].Value, b[i].Value) {
+		if a[i].Key != b[i].Key || !bytes.Equal(a[i].Value, b[i].Value) || (a[i].Value == nil) != (b[i].Value == nil) {
 			return false
 		}
 	}
 	return true
+}
+
+// headerShape describes headers for a payload violation: each name, and
+// its value's length, nil told apart.
+func headerShape(hs []headers.Header) string {
+	if hs == nil {
+		return "nil"
+	}
+	var b strings.Builder
+	b.WriteString("[")
+	for i, h := range hs {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		if h.Value == nil {
+			fmt.Fprintf(&b, "%q:nil", h.Key)
+		} else {
+			fmt.Fprintf(&b, "%q:%d", h.Key, len(h.Value))
+		}
+	}
+	b.WriteString("]")
+	return b.String()
 }

@@ -131,12 +131,15 @@ type World struct {
 	Nodes     []*SimNode
 	Producers []*EdgeProducer
 
-	spec  Spec
-	opts  Options
-	rng   *rand.Rand
-	stats Stats
-	hash  hash.Hash64
-	step  int
+	spec Spec
+	opts Options
+	// shapes: edge producers shape their records when its low bit is 0
+	// (EdgeProducer.shape).
+	shapes uint64
+	rng    *rand.Rand
+	stats  Stats
+	hash   hash.Hash64
+	step   int
 
 	crashes, retention, truncations, storeFaults int
 	redeployEnds                                 map[headers.Channel]int64
@@ -172,6 +175,10 @@ func NewWorld(spec Spec, seed uint64, opts Options) (*World, error) {
 		deletedAt: map[headers.TopicID]int{}, recreatedIDs: map[headers.TopicID]bool{}}
 	// Topic IDs with and without the sign bit, drawn per seed (issue 34).
 	w.Broker.IDSalt = splitmix(seed ^ 0x1d5a17)
+	// Record shapes a real host's records have and a stamping producer's
+	// do not (empty keys, tiny and empty user headers, unstamped records),
+	// on half the seeds, drawn apart from the scheduler's source (issue 34).
+	w.shapes = splitmix(seed ^ 0x5a9e5)
 	for _, t := range spec.Topics {
 		w.Broker.CreateTopic(t.Name, t.Partitions)
 	}
