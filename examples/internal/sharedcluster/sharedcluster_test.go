@@ -62,10 +62,7 @@ func TestEveryExampleOnASharedCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	before, err := snapshot(ctx, c.Admin())
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := settledSnapshot(ctx, t, c.Admin())
 	brokers := strings.Join(c.Addrs(), ",")
 
 	// One go build for all, so the links run side by side.
@@ -105,6 +102,7 @@ func TestEveryExampleOnASharedCluster(t *testing.T) {
 			// A deleted topic may linger in the metadata for a moment.
 			var after map[string]int64
 			var groups []string
+			var err error
 			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 				after, err = snapshot(ctx, c.Admin())
 				if err == nil {
@@ -168,6 +166,28 @@ func snapshot(ctx context.Context, adm *kadm.Client) (map[string]int64, error) {
 	return snap, errors.Join(errs...)
 }
 
+// settledSnapshot is snapshot once the cluster answers for every topic it
+// lists: right after an earlier test deleted its topics, a broker may still
+// list them and answer UNKNOWN_TOPIC_OR_PARTITION for their offsets (the
+// real-Kafka tier met it for every topic at once), so it asks again for up
+// to 30 seconds before failing the test.
+func settledSnapshot(ctx context.Context, t *testing.T, adm *kadm.Client) map[string]int64 {
+	t.Helper()
+	for tries, deadline := 1, time.Now().Add(30*time.Second); ; tries++ {
+		snap, err := snapshot(ctx, adm)
+		if err == nil {
+			if tries > 1 {
+				t.Logf("the cluster answered for every topic it lists at try %d", tries)
+			}
+			return snap
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("the cluster's topics before the run: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func moduleRoot(t *testing.T) string {
 	t.Helper()
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
@@ -193,10 +213,7 @@ func TestReadYourWritesOnASharedCluster(t *testing.T) {
 	c := broker.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	before, err := snapshot(ctx, c.Admin())
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := settledSnapshot(ctx, t, c.Admin())
 	bin := filepath.Join(t.TempDir(), "read-your-writes")
 	build := exec.Command("go", "build", "-o", bin, "./examples/read-your-writes")
 	build.Dir = moduleRoot(t)
