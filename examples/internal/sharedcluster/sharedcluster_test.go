@@ -99,21 +99,7 @@ func TestEveryExampleOnASharedCluster(t *testing.T) {
 					t.Errorf("round %d, %s: output lacks %q:\n%s", round, ex.name, want, out)
 				}
 			}
-			// A deleted topic may linger in the metadata for a moment.
-			var after map[string]int64
-			var groups []string
-			var err error
-			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-				after, err = snapshot(ctx, c.Admin())
-				if err == nil {
-					var listed kadm.ListedGroups
-					listed, err = c.Admin().ListGroups(ctx)
-					groups = listed.Groups()
-				}
-				if err == nil && maps.Equal(after, before) && len(groups) == 0 || time.Now().After(deadline) {
-					break
-				}
-			}
+			after, groups, err := asBefore(ctx, c.Admin(), before)
 			if !maps.Equal(after, before) || len(groups) > 0 {
 				t.Fatalf("round %d, %s (prefix %s) changed the cluster (%v):\ntopics before %v\ntopics after  %v\ngroups after %q\n%s",
 					round, ex.name, m[1], err, before, after, groups, out)
@@ -164,6 +150,24 @@ func snapshot(ctx context.Context, adm *kadm.Client) (map[string]int64, error) {
 		snap[o.Topic] += o.Offset
 	})
 	return snap, errors.Join(errs...)
+}
+
+// asBefore waits up to 30 seconds for the cluster to be as before was
+// (the same topics, each at the same end offsets) with no consumer group
+// left, since a deleted topic may linger in the metadata for a moment, and
+// returns what it saw last and the error of the last look.
+func asBefore(ctx context.Context, adm *kadm.Client, before map[string]int64) (after map[string]int64, groups []string, err error) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		after, err = snapshot(ctx, adm)
+		if err == nil {
+			var listed kadm.ListedGroups
+			listed, err = adm.ListGroups(ctx)
+			groups = listed.Groups()
+		}
+		if err == nil && maps.Equal(after, before) && len(groups) == 0 || time.Now().After(deadline) {
+			return after, groups, err
+		}
+	}
 }
 
 // settledSnapshot is snapshot once the cluster answers for every topic it
@@ -239,19 +243,7 @@ func TestReadYourWritesOnASharedCluster(t *testing.T) {
 	if !strings.Contains(out, "deleted this run's ") || prefixLine.FindStringSubmatch(out) == nil {
 		t.Errorf("no run prefix or no clean-up in the output:\n%s", out)
 	}
-	var after map[string]int64
-	var groups []string
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		after, err = snapshot(ctx, c.Admin())
-		if err == nil {
-			var listed kadm.ListedGroups
-			listed, err = c.Admin().ListGroups(ctx)
-			groups = listed.Groups()
-		}
-		if err == nil && maps.Equal(after, before) && len(groups) == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
+	after, groups, err := asBefore(ctx, c.Admin(), before)
 	if !maps.Equal(after, before) || len(groups) > 0 {
 		t.Fatalf("read-your-writes changed the cluster (%v):\ntopics before %v\ntopics after  %v\ngroups after %q\n%s", err, before, after, groups, out)
 	}
