@@ -61,18 +61,28 @@ func TestChanKeyRoundTripAndOrder(t *testing.T) {
 	}
 }
 
-// TestStoreLayoutGolden pins the store keys and value bytes of a small
-// state, so a change to the layout cannot pass silently (it must bump the
-// format version).
-func TestStoreLayoutGolden(t *testing.T) {
+// goldenState is the small state TestStoreLayoutGolden pins and
+// TestStateReaderReadsWhatTheNodeWrote reads back: a tagged record
+// from sender s delivered on a0, and one on b0 held for a0's offset 7,
+// committed.
+func goldenState(t *testing.T) (e *env, s headers.SenderID) {
+	t.Helper()
 	S := chn(31, 0)
-	e := newEnv(t, []headers.Channel{a0, b0}, []headers.TopicID{S.Topic})
+	e = newEnv(t, []headers.Channel{a0, b0}, []headers.TopicID{S.Topic})
 	n := e.node()
-	s := headers.SenderID{0xee}
+	s = headers.SenderID{0xee}
 	feed(t, n, rec(t, a0, 1, st{sender: &s, seq: 2}))
 	feed(t, n, &Record{Coordinate: at(b0, 0), Timestamp: 5, Key: []byte("k"), Headers: st{offs: []headers.OffsetEntry{off(a0, 7)}}.headers(t)})
 	prepare(t, n, S)
 	flush(t, n)
+	return e, s
+}
+
+// TestStoreLayoutGolden pins the store keys and value bytes of a small
+// state, so a change to the layout cannot pass silently (it must bump the
+// format version).
+func TestStoreLayoutGolden(t *testing.T) {
+	e, _ := goldenState(t)
 	ca, cb := "10000000-0000-0000-0000-000000000001:0000000000", "10000000-0000-0000-0000-000000000002:0000000000"
 	vcB := "01" + "00000001" + "10000000000000000000000000000001" + "00000000" + "0000000000000007" + "00000000"
 	want := map[string]string{

@@ -3,8 +3,6 @@ package protocol
 import (
 	"errors"
 	"testing"
-
-	"github.com/parsley-go/parsley/headers"
 )
 
 // StateReader reads back what a Node wrote: the state of
@@ -13,14 +11,7 @@ import (
 // codecs, so a layout change moves writer and reader together, while the
 // golden test pins the layout itself.
 func TestStateReaderReadsWhatTheNodeWrote(t *testing.T) {
-	S := chn(31, 0)
-	e := newEnv(t, []headers.Channel{a0, b0}, []headers.TopicID{S.Topic})
-	n := e.node()
-	s := headers.SenderID{0xee}
-	feed(t, n, rec(t, a0, 1, st{sender: &s, seq: 2}))
-	feed(t, n, &Record{Coordinate: at(b0, 0), Timestamp: 5, Key: []byte("k"), Headers: st{offs: []headers.OffsetEntry{off(a0, 7)}}.headers(t)})
-	prepare(t, n, S)
-	flush(t, n)
+	e, s := goldenState(t)
 	kv := map[string][]byte{}
 	for _, m := range e.store.Entries() {
 		kv[m.Key] = m.Value
