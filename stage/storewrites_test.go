@@ -63,6 +63,27 @@ func TestCommittedWritesReachTheFileInGroups(t *testing.T) {
 		if got := storeContents(t, protocol.NewBatch(tk.unwritten())); !maps.Equal(got, model) {
 			t.Fatalf("step %d: reads see %v, want every committed step: %v", step, got, model)
 		}
+		// A step's prefetch reads the file's values of its keys into the
+		// cache, among them keys whose newer values are still unwritten:
+		// reads must go on seeing every committed step, and once those
+		// writes reach the file, the cache must hold them, not the value
+		// prefetched before.
+		keys := make([]string, 0, 40)
+		for i := range 40 {
+			if rng.IntN(2) == 0 {
+				keys = append(keys, fmt.Sprintf("k%02d", i))
+			}
+		}
+		if err := kv.Prefetch(ctx, keys); err != nil {
+			t.Fatalf("step %d: prefetch: %v", step, err)
+		}
+		for i := range 40 {
+			k := fmt.Sprintf("k%02d", i)
+			v, ok, err := tk.committed().Get(k)
+			if want, has := model[k]; err != nil || ok != has || string(v) != want {
+				t.Fatalf("step %d: committed read of %s after a prefetch = %q, %v, %v; want %q, %v", step, k, v, ok, err, want, has)
+			}
+		}
 		if tk.pendingSteps >= storeEvery {
 			t.Fatalf("step %d: %d steps unwritten, want fewer than %d", step, tk.pendingSteps, storeEvery)
 		}
@@ -73,6 +94,13 @@ func TestCommittedWritesReachTheFileInGroups(t *testing.T) {
 		}
 		if got := storeContents(t, kv); !maps.Equal(got, want) {
 			t.Fatalf("step %d: file at checkpoint %d holds %v, want %v", step, cp, got, want)
+		}
+		for i := range 40 {
+			k := fmt.Sprintf("k%02d", i)
+			v, ok, err := kv.Get(k) // through the cache
+			if w, has := want[k]; err != nil || ok != has || string(v) != w {
+				t.Fatalf("step %d: the store's read of %s = %q, %v, %v; want the file's %q, %v", step, k, v, ok, err, w, has)
+			}
 		}
 	}
 	tk.closeStore()
