@@ -144,6 +144,11 @@ func (c *Clock) Begin() *Txn {
 	return t
 }
 
+// Txn returns the transaction c is the clock of (Txn.Clock), or nil for a
+// shared clock. Adapters use it to keep plain sends off a transaction's
+// clock.
+func (c *Clock) Txn() *Txn { return c.txn }
+
 // Clock returns the transaction's clock. Stamp and fold through it what
 // the transactional producer sends; observe through it or through the
 // shared clock alike. Once the transaction has ended, everything done
