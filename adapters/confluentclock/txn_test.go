@@ -53,11 +53,10 @@ func TestProduceWritesTheReportBack(t *testing.T) {
 	addrs, cl := cluster(t, "payments")
 	conf := kfakeConf(addrs)
 	p := producer(t, conf)
-	clk, err := confluentclock.New(&conf)
+	clk, err := confluentclock.New(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer clk.Close()
 	topic := "payments"
 	for want := int64(0); want < 2; want++ {
 		msg := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Value: []byte("v")}
@@ -70,13 +69,12 @@ func TestProduceWritesTheReportBack(t *testing.T) {
 		}
 	}
 
-	failing, err := confluentclock.New(&conf,
+	failing, err := confluentclock.New(p,
 		clock.TopicIDs(adaptertest.FailLookupsAfter(1, clock.AdminLookup(kadm.NewClient(cl)))),
 		clock.TopicIDMaxAge(time.Nanosecond)) // every resolve asks the lookup
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer failing.Close()
 	msg := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Value: []byte("v")}
 	partition, offset, err := confluentclock.Produce(ctx, failing, p, msg)
 	var nf *clock.NotFoldedError
@@ -92,9 +90,11 @@ func TestProduceWritesTheReportBack(t *testing.T) {
 }
 
 // TestTxnAbortIsNeverClaimed: a transactional producer and a plain one
-// share a clock. The aborted transaction's send is never claimed, the plain
-// send made while it was open stays claimed, and a committed transaction's
-// send is claimed once it commits.
+// share a clock. The plain send made while the transaction is open but
+// before it sent anything is claimed by the transaction's send and stays
+// claimed after the abort; once the transaction holds a send, a plain send
+// is refused; the aborted send is never claimed, and a committed
+// transaction's send is claimed once it commits.
 func TestTxnAbortIsNeverClaimed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -106,38 +106,48 @@ func TestTxnAbortIsNeverClaimed(t *testing.T) {
 	if err := transactional.InitTransactions(ctx); err != nil {
 		t.Fatal(err)
 	}
-	clk, err := confluentclock.New(&tconf) // the transactional producer's config: New leaves transactional.id out
+	clk, err := confluentclock.New(transactional) // lookups through the transactional producer
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer clk.Close()
 
 	send := func(topic string) *kafka.Message {
 		return &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Value: []byte(topic)}
 	}
-	claims := func(topic string) (int64, bool) {
+	claimsOf := func(c *clock.Clock, topic string) (int64, bool) {
 		t.Helper()
 		id, ok := clk.Resolver().Cached(topic)
 		if !ok {
 			t.Fatalf("topic %q not resolved", topic)
 		}
-		return clk.Snapshot().Offset(headers.Channel{Topic: id})
+		return c.Snapshot().Offset(headers.Channel{Topic: id})
 	}
+	claims := func(topic string) (int64, bool) { t.Helper(); return claimsOf(clk, topic) }
 
 	tx, err := confluentclock.BeginTransaction(clk, transactional)
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, plainAt, err := confluentclock.Produce(ctx, clk, plain, send("audit"))
+	if err != nil {
+		t.Fatalf("a plain send while the transaction holds nothing: %v", err)
+	}
 	_, aborted, err := tx.Produce(ctx, send("ledger"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o, ok := claimsOf(tx.Clock(), "audit"); !ok || o != plainAt {
+		t.Fatalf("the transaction's clock claims audit@%d (%v); want the plain send at %d, made after it began", o, ok, plainAt)
+	}
 	if o, ok := claims("ledger"); ok {
 		t.Fatalf("while the transaction is open the clock claims ledger@%d", o)
 	}
-	_, plainAt, err := confluentclock.Produce(ctx, clk, plain, send("audit"))
-	if err != nil {
-		t.Fatal(err)
+	refused := send("audit")
+	if _, _, err := confluentclock.Produce(ctx, clk, plain, refused); !errors.Is(err, clock.ErrOpenTxn) || len(refused.Headers) != 0 {
+		t.Fatalf("a plain send while the transaction holds ledger@%d: %v, headers %v; want ErrOpenTxn and the message untouched", aborted, err, refused.Headers)
+	}
+	if _, _, err := confluentclock.Produce(ctx, tx.Clock(), transactional, send("ledger")); !errors.Is(err, clock.ErrTxnClock) {
+		t.Fatalf("Produce through the transaction's clock: %v; want ErrTxnClock", err)
 	}
 	if err := tx.Abort(ctx); err != nil {
 		t.Fatal(err)
