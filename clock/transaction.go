@@ -71,7 +71,7 @@ func (t *Transaction) ProduceSync(ctx context.Context, rec *kgo.Record) error {
 // to abort (Abort), as it advises after a commit whose outcome is
 // unknown.
 func (t *Transaction) Commit(ctx context.Context) error {
-	if t.done {
+	if t.done || t.txn.Ended() { // ended, or an abort was attempted
 		return ErrTxnEnded
 	}
 	if err := t.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {

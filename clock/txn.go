@@ -155,6 +155,12 @@ func (c *Clock) Txn() *Txn { return c.txn }
 // through it fails with ErrTxnEnded.
 func (t *Txn) Clock() *Clock { return t.view }
 
+// Ended says whether the transaction has committed or aborted (Committed,
+// Aborted). A wrapper that aborted refuses a later commit by it: once
+// Aborted, the transaction's sends are forgotten, and a commit of the
+// client's transaction after it would go unclaimed.
+func (t *Txn) Ended() bool { return t.usable() != nil }
+
 // Sends returns the transaction's acknowledged sends so far.
 func (t *Txn) Sends() []TxnSend {
 	t.view.mu.RLock()

@@ -194,8 +194,14 @@ func TestEndedTxnClock(t *testing.T) {
 	if err := v.Restore(new(headers.Clock)); !errors.Is(err, clock.ErrTxnClock) {
 		t.Errorf("Restore of a transaction's clock: %v; want ErrTxnClock", err)
 	}
+	if tx.Ended() {
+		t.Fatal("an open transaction says it ended")
+	}
 	if err := tx.Committed(); err != nil {
 		t.Fatal(err)
+	}
+	if !tx.Ended() {
+		t.Fatal("a committed transaction says it is open")
 	}
 	if err := tx.Committed(); !errors.Is(err, clock.ErrTxnEnded) {
 		t.Errorf("a second Committed: %v; want ErrTxnEnded", err)

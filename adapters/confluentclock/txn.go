@@ -71,7 +71,7 @@ func (t *Txn) Produce(ctx context.Context, msg *kafka.Message) (partition int32,
 // transaction open (plain sends stay refused): librdkafka's error says
 // whether to retry the commit, abort (Abort) or close the producer.
 func (t *Txn) Commit(ctx context.Context) error {
-	if t.done {
+	if t.done || t.txn.Ended() { // ended, or an abort was attempted
 		return ErrTxnDone
 	}
 	if err := t.p.CommitTransaction(ctx); err != nil {

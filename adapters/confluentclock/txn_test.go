@@ -196,3 +196,49 @@ func TestTxnAbortIsNeverClaimed(t *testing.T) {
 		t.Fatalf("read_committed the ledger holds %d records; want only the committed one at %d", len(recs), committed)
 	}
 }
+
+// fakeTxnProducer is a transactional producer whose abort fails, counting
+// commits.
+type fakeTxnProducer struct {
+	swallow
+	commits int
+}
+
+func (*fakeTxnProducer) BeginTransaction() error { return nil }
+func (f *fakeTxnProducer) CommitTransaction(context.Context) error {
+	f.commits++
+	return nil
+}
+func (*fakeTxnProducer) AbortTransaction(context.Context) error {
+	return kafka.NewError(kafka.ErrTimedOut, "abort timed out", false)
+}
+
+// TestCommitAfterAFailedAbortIsRefused: an abort drops the transaction's
+// sends from the clock even when the client's abort fails, so a commit
+// after it would commit sends no stamp claims; it is refused without
+// reaching the client, and Abort may be retried.
+func TestCommitAfterAFailedAbortIsRefused(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.New(nil, clock.TopicIDs(func(context.Context, string) (headers.TopicID, error) { return headers.TopicID{9}, nil }))
+	p := &fakeTxnProducer{swallow: swallow{deliver: true}}
+	tx, err := confluentclock.BeginTransaction(clk, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic := "ledger"
+	if _, _, err := tx.Produce(ctx, &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Abort(ctx); err == nil {
+		t.Fatal("the failing abort reported success")
+	}
+	if err := tx.Commit(ctx); !errors.Is(err, confluentclock.ErrTxnDone) || p.commits != 0 {
+		t.Fatalf("Commit after a failed abort: %v, %d commits sent; want ErrTxnDone and none", err, p.commits)
+	}
+	if err := confluentclock.Stamp(ctx, clk, &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic}}); err != nil {
+		t.Fatalf("a plain stamp after the abort: %v", err)
+	}
+	if !clk.Snapshot().IsEmpty() {
+		t.Fatalf("the clock claims %v of an aborted transaction", clk.Snapshot())
+	}
+}

@@ -65,7 +65,7 @@ func (t *Txn) SendMessage(ctx context.Context, msg *sarama.ProducerMessage) (par
 // open (plain sends stay refused): sarama's error says whether it can
 // still be aborted (Abort) or the producer must be closed.
 func (t *Txn) Commit() error {
-	if t.done {
+	if t.done || t.txn.Ended() { // ended, or an abort was attempted
 		return ErrTxnDone
 	}
 	if err := t.p.CommitTxn(); err != nil {
