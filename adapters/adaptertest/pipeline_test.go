@@ -117,17 +117,25 @@ func placeOrders(ctx context.Context, brokers []string, ids [][]byte) error {
 
 // docs:end franz-go
 
+// clients opens placeOrders' two clients, for the variants of it below.
+func clients(brokers []string) (payments, orders *kgo.Client, err error) {
+	if payments, err = kgo.NewClient(kgo.SeedBrokers(brokers...)); err != nil {
+		return nil, nil, err
+	}
+	if orders, err = kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID("order-writer")); err != nil {
+		payments.Close()
+		return nil, nil, err
+	}
+	return payments, orders, nil
+}
+
 // placeOrdersUnstamped is placeOrders without the clock.
 func placeOrdersUnstamped(ctx context.Context, brokers []string, ids [][]byte) error {
-	payments, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	payments, orders, err := clients(brokers)
 	if err != nil {
 		return err
 	}
 	defer payments.Close()
-	orders, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID("order-writer"))
-	if err != nil {
-		return err
-	}
 	defer orders.Close()
 	for _, id := range ids {
 		if err := orders.BeginTransaction(); err != nil {
@@ -161,15 +169,11 @@ func TestTxnPaymentWhileOrderOpenIsRefusedWithFranzGo(t *testing.T) {
 		t.Skip("runs a stage on the embedded broker")
 	}
 	adaptertest.TestRefused(t, 20, func(ctx context.Context, brokers []string, ids [][]byte) error {
-		payments, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+		payments, orders, err := clients(brokers)
 		if err != nil {
 			return err
 		}
 		defer payments.Close()
-		orders, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID("order-writer"))
-		if err != nil {
-			return err
-		}
 		defer orders.Close()
 		clk := clock.New(kadm.NewClient(payments))
 		for _, id := range ids {

@@ -72,31 +72,45 @@ func placeOrders(ctx context.Context, brokers []string, ids [][]byte) error {
 
 // docs:end confluent-kafka-go
 
-// placeOrdersUnstamped is placeOrders without the clock.
-func placeOrdersUnstamped(ctx context.Context, brokers []string, ids [][]byte) error {
+// producers opens placeOrders' two producers, for the variants of it
+// below: the plain one and the transactional one, its transactions
+// initialized.
+func producers(ctx context.Context, brokers []string) (payments, orders *kafka.Producer, closeAll func(), err error) {
 	conf := kfakeConf(brokers)
 	conf["partitioner"] = "murmur2_random"
 	conf["acks"] = "all"
-	payments, err := kafka.NewProducer(&conf)
-	if err != nil {
-		return err
+	if payments, err = kafka.NewProducer(&conf); err != nil {
+		return nil, nil, nil, err
 	}
-	defer payments.Close()
 	go drainEvents(payments)
 	conf["transactional.id"] = "order-writer"
-	orders, err := kafka.NewProducer(&conf)
+	if orders, err = kafka.NewProducer(&conf); err != nil {
+		payments.Close()
+		return nil, nil, nil, err
+	}
+	go drainEvents(orders)
+	closeAll = func() { orders.Close(); payments.Close() }
+	if err := orders.InitTransactions(ctx); err != nil {
+		closeAll()
+		return nil, nil, nil, err
+	}
+	return payments, orders, closeAll, nil
+}
+
+func message(topic string, id []byte) *kafka.Message {
+	return &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Key: id, Value: []byte(topic)}
+}
+
+// placeOrdersUnstamped is placeOrders without the clock.
+func placeOrdersUnstamped(ctx context.Context, brokers []string, ids [][]byte) error {
+	payments, orders, closeAll, err := producers(ctx, brokers)
 	if err != nil {
 		return err
 	}
-	defer orders.Close()
-	go drainEvents(orders)
-	if err := orders.InitTransactions(ctx); err != nil {
-		return err
-	}
-	orderTopic, paymentTopic := "orders", "payments"
-	send := func(p *kafka.Producer, topic *string, id []byte) error {
+	defer closeAll()
+	send := func(p *kafka.Producer, msg *kafka.Message) error {
 		reports := make(chan kafka.Event, 1)
-		if err := p.Produce(&kafka.Message{TopicPartition: kafka.TopicPartition{Topic: topic, Partition: kafka.PartitionAny}, Key: id}, reports); err != nil {
+		if err := p.Produce(msg, reports); err != nil {
 			return err
 		}
 		select {
@@ -110,13 +124,13 @@ func placeOrdersUnstamped(ctx context.Context, brokers []string, ids [][]byte) e
 		if err := orders.BeginTransaction(); err != nil {
 			return err
 		}
-		if err := send(orders, &orderTopic, id); err != nil {
+		if err := send(orders, message("orders", id)); err != nil {
 			return err
 		}
 		if err := orders.CommitTransaction(ctx); err != nil {
 			return err
 		}
-		if err := send(payments, &paymentTopic, id); err != nil {
+		if err := send(payments, message("payments", id)); err != nil {
 			return err
 		}
 	}
@@ -135,40 +149,24 @@ func TestTxnDocsPipeline(t *testing.T) {
 // order's transaction is open is refused, naming the order.
 func TestTxnPaymentWhileOrderOpenIsRefused(t *testing.T) {
 	adaptertest.TestRefused(t, 20, func(ctx context.Context, brokers []string, ids [][]byte) error {
-		conf := kfakeConf(brokers)
-		conf["partitioner"] = "murmur2_random"
-		conf["acks"] = "all"
-		payments, err := kafka.NewProducer(&conf)
+		payments, orders, closeAll, err := producers(ctx, brokers)
 		if err != nil {
 			return err
 		}
-		defer payments.Close()
-		go drainEvents(payments)
-		conf["transactional.id"] = "order-writer"
-		orders, err := kafka.NewProducer(&conf)
-		if err != nil {
-			return err
-		}
-		defer orders.Close()
-		go drainEvents(orders)
-		if err := orders.InitTransactions(ctx); err != nil {
-			return err
-		}
+		defer closeAll()
 		clk, err := confluentclock.New(payments)
 		if err != nil {
 			return err
 		}
-		orderTopic, paymentTopic := "orders", "payments"
 		for _, id := range ids {
 			tx, err := confluentclock.BeginTransaction(clk, orders)
 			if err != nil {
 				return err
 			}
-			if _, _, err := tx.Produce(ctx, &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &orderTopic, Partition: kafka.PartitionAny}, Key: id}); err != nil {
+			if _, _, err := tx.Produce(ctx, message("orders", id)); err != nil {
 				return err
 			}
-			payment := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &paymentTopic, Partition: kafka.PartitionAny}, Key: id}
-			if _, _, err := confluentclock.Produce(ctx, clk, payments, payment); err != nil {
+			if _, _, err := confluentclock.Produce(ctx, clk, payments, message("payments", id)); err != nil {
 				return errors.Join(err, tx.Abort(ctx))
 			}
 			if err := tx.Commit(ctx); err != nil {

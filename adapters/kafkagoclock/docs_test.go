@@ -60,15 +60,24 @@ func placeOrders(ctx context.Context, brokers []string, ids [][]byte) error {
 
 // docs:end kafka-go
 
+// writers opens placeOrders' kafka-go writer and franz-go transactional
+// client, for the variants of it below.
+func writers(brokers []string) (payments *kafka.Writer, orders *kgo.Client, closeAll func(), err error) {
+	orders, err = kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID("order-writer"))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	payments = &kafka.Writer{Addr: kafka.TCP(brokers...), Balancer: &kafka.Murmur2Balancer{}, BatchSize: 1, RequiredAcks: kafka.RequireAll}
+	return payments, orders, func() { payments.Close(); orders.Close() }, nil
+}
+
 // placeOrdersUnstamped is placeOrders without the clock.
 func placeOrdersUnstamped(ctx context.Context, brokers []string, ids [][]byte) error {
-	payments := &kafka.Writer{Addr: kafka.TCP(brokers...), Balancer: &kafka.Murmur2Balancer{}, BatchSize: 1, RequiredAcks: kafka.RequireAll}
-	defer payments.Close()
-	orders, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID("order-writer"))
+	payments, orders, closeAll, err := writers(brokers)
 	if err != nil {
 		return err
 	}
-	defer orders.Close()
+	defer closeAll()
 	for _, id := range ids {
 		if err := orders.BeginTransaction(); err != nil {
 			return err
@@ -102,13 +111,11 @@ func TestTxnPaymentWhileOrderOpenIsRefused(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		payments := &kafka.Writer{Addr: kafka.TCP(brokers...), Balancer: &kafka.Murmur2Balancer{}, BatchSize: 1, RequiredAcks: kafka.RequireAll}
-		defer payments.Close()
-		orders, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID("order-writer"))
+		payments, orders, closeAll, err := writers(brokers)
 		if err != nil {
 			return err
 		}
-		defer orders.Close()
+		defer closeAll()
 		for _, id := range ids {
 			tx, err := clock.BeginTransaction(clk, orders)
 			if err != nil {

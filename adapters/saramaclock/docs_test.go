@@ -64,35 +64,47 @@ func placeOrders(ctx context.Context, brokers []string, ids [][]byte) error {
 
 // docs:end sarama
 
-// placeOrdersUnstamped is placeOrders without the clock: the control that
-// proves the pipeline's check can fail.
-func placeOrdersUnstamped(ctx context.Context, brokers []string, ids [][]byte) error {
+// producers opens placeOrders' two producers, for the variants of it
+// below: the plain one and the transactional one.
+func producers(brokers []string) (payments, orders sarama.SyncProducer, closeAll func(), err error) {
 	cfg := producerConfig()
-	payments, err := sarama.NewSyncProducer(brokers, cfg)
-	if err != nil {
-		return err
+	if payments, err = sarama.NewSyncProducer(brokers, cfg); err != nil {
+		return nil, nil, nil, err
 	}
-	defer payments.Close()
 	txCfg := *cfg
 	txCfg.Producer.Idempotent = true
 	txCfg.Producer.Transaction.ID = "order-writer"
 	txCfg.Net.MaxOpenRequests = 1
-	orders, err := sarama.NewSyncProducer(brokers, &txCfg)
+	if orders, err = sarama.NewSyncProducer(brokers, &txCfg); err != nil {
+		payments.Close()
+		return nil, nil, nil, err
+	}
+	return payments, orders, func() { orders.Close(); payments.Close() }, nil
+}
+
+func message(topic string, id []byte) *sarama.ProducerMessage {
+	return &sarama.ProducerMessage{Topic: topic, Key: sarama.ByteEncoder(id), Value: sarama.StringEncoder(topic)}
+}
+
+// placeOrdersUnstamped is placeOrders without the clock: the control that
+// proves the pipeline's check can fail.
+func placeOrdersUnstamped(ctx context.Context, brokers []string, ids [][]byte) error {
+	payments, orders, closeAll, err := producers(brokers)
 	if err != nil {
 		return err
 	}
-	defer orders.Close()
+	defer closeAll()
 	for _, id := range ids {
 		if err := orders.BeginTxn(); err != nil {
 			return err
 		}
-		if _, _, err := orders.SendMessage(&sarama.ProducerMessage{Topic: "orders", Key: sarama.ByteEncoder(id), Value: sarama.StringEncoder("order")}); err != nil {
+		if _, _, err := orders.SendMessage(message("orders", id)); err != nil {
 			return err
 		}
 		if err := orders.CommitTxn(); err != nil {
 			return err
 		}
-		if _, _, err := payments.SendMessage(&sarama.ProducerMessage{Topic: "payments", Key: sarama.ByteEncoder(id), Value: sarama.StringEncoder("payment")}); err != nil {
+		if _, _, err := payments.SendMessage(message("payments", id)); err != nil {
 			return err
 		}
 	}
@@ -112,36 +124,25 @@ func TestTxnDocsPipeline(t *testing.T) {
 // still open. Through the shared clock it could not claim the order, so it
 // is refused, naming the order, and nothing is sent.
 func TestTxnPaymentWhileOrderOpenIsRefused(t *testing.T) {
-	early := func(ctx context.Context, brokers []string, ids [][]byte) error {
-		cfg := producerConfig()
-		clk, err := saramaclock.New(brokers, cfg)
+	adaptertest.TestRefused(t, 20, func(ctx context.Context, brokers []string, ids [][]byte) error {
+		clk, err := saramaclock.New(brokers, producerConfig())
 		if err != nil {
 			return err
 		}
-		payments, err := sarama.NewSyncProducer(brokers, cfg)
+		payments, orders, closeAll, err := producers(brokers)
 		if err != nil {
 			return err
 		}
-		defer payments.Close()
-		txCfg := *cfg
-		txCfg.Producer.Idempotent = true
-		txCfg.Producer.Transaction.ID = "order-writer"
-		txCfg.Net.MaxOpenRequests = 1
-		orders, err := sarama.NewSyncProducer(brokers, &txCfg)
-		if err != nil {
-			return err
-		}
-		defer orders.Close()
+		defer closeAll()
 		for _, id := range ids {
 			tx, err := saramaclock.BeginTxn(clk, orders)
 			if err != nil {
 				return err
 			}
-			if _, _, err := tx.SendMessage(ctx, &sarama.ProducerMessage{Topic: "orders", Key: sarama.ByteEncoder(id), Value: sarama.StringEncoder("order")}); err != nil {
+			if _, _, err := tx.SendMessage(ctx, message("orders", id)); err != nil {
 				return err
 			}
-			payment := &sarama.ProducerMessage{Topic: "payments", Key: sarama.ByteEncoder(id), Value: sarama.StringEncoder("payment")}
-			if _, _, err := saramaclock.SendMessage(ctx, clk, payments, payment); err != nil {
+			if _, _, err := saramaclock.SendMessage(ctx, clk, payments, message("payments", id)); err != nil {
 				return errors.Join(err, tx.Abort())
 			}
 			if err := tx.Commit(); err != nil {
@@ -149,6 +150,5 @@ func TestTxnPaymentWhileOrderOpenIsRefused(t *testing.T) {
 			}
 		}
 		return nil
-	}
-	adaptertest.TestRefused(t, 20, early)
+	})
 }
