@@ -165,13 +165,19 @@ func TestReadsBeforeRunAndAfterClose(t *testing.T) {
 }
 
 // Close stops a running Run, which returns ErrClosed, and returns only
-// once it did.
+// once Run released what it held: another view can take its state file at
+// once.
 func TestCloseStopsRun(t *testing.T) {
 	f := newFixture(t, 1)
-	v, err := view.New(view.Config{ApplicationID: f.app, Stage: stageName, Brokers: f.c.Addrs(), StateDir: t.TempDir()}, stage.String(), stage.Int64())
-	if err != nil {
-		t.Fatal(err)
+	dir := t.TempDir()
+	newView := func() *view.View[string, int64] {
+		v, err := view.New(view.Config{ApplicationID: f.app, Stage: stageName, Brokers: f.c.Addrs(), StateDir: dir}, stage.String(), stage.Int64())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
 	}
+	v := newView()
 	done := make(chan error, 1)
 	go func() { done <- v.Run(context.Background()) }()
 	ctx := testCtx(t)
@@ -181,13 +187,26 @@ func TestCloseStopsRun(t *testing.T) {
 	if err := v.Close(); err != nil {
 		t.Fatal(err)
 	}
+	next := newView()
+	defer next.Close()
+	nextErr := make(chan error, 1)
+	go func() { nextErr <- next.Run(ctx) }()
+	for !next.Ready() {
+		select {
+		case err := <-nextErr:
+			t.Fatalf("a view on the closed view's StateDir: Run = %v; Close returned before Run released its file", err)
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	select {
 	case err := <-done:
 		if !errors.Is(err, view.ErrClosed) {
 			t.Fatalf("Run after Close = %v; want ErrClosed", err)
 		}
-	default:
-		t.Fatal("Close returned before Run did")
+	case <-ctx.Done():
+		t.Fatal("Run did not return after Close")
 	}
 	if err := v.WaitReady(ctx); !errors.Is(err, view.ErrClosed) {
 		t.Fatalf("WaitReady after Close: %v; want ErrClosed", err)
