@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
@@ -49,8 +50,29 @@ type Clock struct {
 	// shares it; a fold drops it and the next stamp encodes anew.
 	enc   []byte
 	encOK bool
+	// gen counts changes to clk, so a transaction's clock knows when its
+	// encoding of the shared clock's claims and its own is stale (encGen
+	// is the shared clock's gen that enc was made from).
+	gen    atomic.Uint64
+	encGen uint64
+
+	// txn is set on a transaction's clock (Txn.Clock): clk then holds the
+	// transaction's own acknowledged sends only.
+	txn *Txn
+	// The transactions begun on this clock and not yet ended, and how
+	// many of them hold acknowledged sends (the stamp path's fast check).
+	txMu    sync.Mutex
+	open    []*Txn
+	pending atomic.Int32
 
 	stamps sync.Pool // *headers.Stamp, decode buffers for Observe
+}
+
+// changed drops the cached encoding after a change to clk. Called with
+// c.mu held for writing.
+func (c *Clock) changed() {
+	c.enc, c.encOK = nil, false
+	c.gen.Add(1)
 }
 
 type config struct {
@@ -136,8 +158,17 @@ func (c *Clock) Close() error {
 // Resolver returns the resolver the clock names topics with.
 func (c *Clock) Resolver() *Resolver { return c.res }
 
-// Snapshot returns a copy of the clock's current claims.
+// Snapshot returns a copy of the clock's current claims. Those of a
+// transaction's clock are the shared clock's and the transaction's own
+// sends.
 func (c *Clock) Snapshot() *headers.Clock {
+	if c.txn != nil {
+		out := c.txn.root.Snapshot()
+		c.mu.RLock()
+		out.Merge(&c.clk)
+		c.mu.RUnlock()
+		return out
+	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.clk.Clone()
@@ -150,6 +181,10 @@ func (c *Clock) Snapshot() *headers.Clock {
 // already carries a reserved header name (vc, vc-sender, vc-seq, or any
 // parsley. prefix) is refused with an error wrapping
 // headers.ErrReservedHeader. On error rec is unchanged.
+//
+// While a transaction begun on the clock (Begin) holds acknowledged sends,
+// a stamp through the clock is refused with an *OpenTxnError: the record
+// would follow those sends but could not claim them.
 //
 // An empty clock is still written: the record is stamped, claiming nothing.
 // Records stamped between two folds share one header value, which must
@@ -173,14 +208,32 @@ func AppendStamp[H headers.HeaderLike](ctx context.Context, c *Clock, topic stri
 	if err := headers.CheckReserved(hs); err != nil {
 		return hs, fmt.Errorf("clock: stamp record for topic %q: %w", topic, err)
 	}
-	if _, err := c.res.TopicID(ctx, topic); err != nil {
+	key, buf, err := c.stampFor(ctx, topic)
+	if err != nil {
 		return hs, err
+	}
+	return append(hs, H(headers.Header{Key: key, Value: buf})), nil
+}
+
+// stampFor resolves topic and returns the stamp for a record bound for it,
+// unless an open transaction forbids it.
+func (c *Clock) stampFor(ctx context.Context, topic string) (string, []byte, error) {
+	if c.txn != nil {
+		if err := c.txn.usable(); err != nil {
+			return "", nil, err
+		}
+	}
+	if _, err := c.res.TopicID(ctx, topic); err != nil {
+		return "", nil, err
+	}
+	if err := c.checkOpen(topic); err != nil {
+		return "", nil, err
 	}
 	key, buf, err := c.encoded()
 	if err != nil {
-		return hs, fmt.Errorf("clock: stamp record for topic %q: %w", topic, err)
+		return "", nil, fmt.Errorf("clock: stamp record for topic %q: %w", topic, err)
 	}
-	return append(hs, H(headers.Header{Key: key, Value: buf})), nil
+	return key, buf, nil
 }
 
 // encoded returns the header key and value that stamp the clock as it is
@@ -189,6 +242,9 @@ func (c *Clock) encoded() (string, []byte, error) {
 	key := headers.HeaderVC
 	if c.dialect == headers.DialectCauses {
 		key = headers.HeaderCauses
+	}
+	if c.txn != nil {
+		return c.viewEncoded(key)
 	}
 	c.mu.RLock()
 	buf, ok := c.enc, c.encOK
@@ -201,20 +257,54 @@ func (c *Clock) encoded() (string, []byte, error) {
 	if c.encOK {
 		return key, c.enc, nil
 	}
-	var err error
-	switch c.dialect {
-	case headers.DialectVC:
-		buf, err = headers.AppendVC(make([]byte, 0, headers.VCSize(&c.clk)), &c.clk)
-	case headers.DialectCauses:
-		buf, err = headers.EncodeCauses(&c.clk)
-	default:
-		err = &headers.EncodeError{Dialect: c.dialect.String(), Reason: "unknown dialect"}
-	}
+	buf, err := encode(c.dialect, &c.clk)
 	if err != nil {
 		return "", nil, err
 	}
-	c.enc, c.encOK = buf[:len(buf):len(buf)], true
+	c.enc, c.encOK = buf, true
 	return key, c.enc, nil
+}
+
+// viewEncoded is encoded for a transaction's clock: the shared clock's
+// claims and the transaction's own, encoded again only when either changed.
+func (c *Clock) viewEncoded(key string) (string, []byte, error) {
+	root := c.txn.root
+	c.mu.RLock()
+	buf, ok := c.enc, c.encOK && c.encGen == root.gen.Load()
+	c.mu.RUnlock()
+	if ok {
+		return key, buf, nil
+	}
+	root.mu.RLock()
+	merged := root.clk.Clone()
+	gen := root.gen.Load() // changed only under root.mu
+	root.mu.RUnlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	merged.Merge(&c.clk)
+	buf, err := encode(c.dialect, merged)
+	if err != nil {
+		return "", nil, err
+	}
+	c.enc, c.encOK, c.encGen = buf, true, gen
+	return key, buf, nil
+}
+
+func encode(d headers.Dialect, clk *headers.Clock) ([]byte, error) {
+	var buf []byte
+	var err error
+	switch d {
+	case headers.DialectVC:
+		buf, err = headers.AppendVC(make([]byte, 0, headers.VCSize(clk)), clk)
+	case headers.DialectCauses:
+		buf, err = headers.EncodeCauses(clk)
+	default:
+		err = &headers.EncodeError{Dialect: d.String(), Reason: "unknown dialect"}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return buf[:len(buf):len(buf)], nil
 }
 
 // Observe folds a consumed record into the clock: its coordinate and the
@@ -247,7 +337,10 @@ func (c *Clock) Observe(rec *kgo.Record) error {
 // answer, since the topic was recreated. It stops at the first record it
 // cannot fold and returns that error; the records before it stay folded.
 func (c *Clock) ObserveFetches(ctx context.Context, fs kgo.Fetches) error {
-	var err error
+	c, err := c.folder()
+	if err != nil {
+		return err
+	}
 	fs.EachTopic(func(t kgo.FetchTopic) {
 		if err != nil {
 			return
@@ -306,10 +399,14 @@ func observeHeaders[H headers.HeaderLike](c *Clock, at headers.Coordinate, topic
 			}
 		}
 	}
+	c, err := c.folder()
+	if err != nil {
+		return err
+	}
 	c.mu.Lock()
 	c.clk.SetOffset(at.Channel, at.Offset)
 	c.clk.Merge(&st.Clock)
-	c.enc, c.encOK = nil, false
+	c.changed()
 	c.mu.Unlock()
 	return nil
 }
@@ -324,10 +421,14 @@ func (c *Clock) ObserveStamp(at headers.Coordinate, s *headers.Stamp) error {
 	if err := checkClock(&s.Clock); err != nil {
 		return fmt.Errorf("clock: observe %s: %w", at, err)
 	}
+	c, err := c.folder()
+	if err != nil {
+		return err
+	}
 	c.mu.Lock()
 	c.clk.SetOffset(at.Channel, at.Offset)
 	c.clk.Merge(&s.Clock)
-	c.enc, c.encOK = nil, false
+	c.changed()
 	c.mu.Unlock()
 	return nil
 }
@@ -336,12 +437,28 @@ func (c *Clock) ObserveStamp(at headers.Coordinate, s *headers.Stamp) error {
 // promise returned without error, with its partition and offset set, so
 // the next stamp claims it. Never call it for a failed produce; Promise
 // wraps a promise so that only acknowledged records are folded.
+//
+// Through a transaction's clock (Txn.Clock), a record the client wrote
+// outside any transaction (its attributes say so) is folded into the shared
+// clock instead, so the transaction's abort cannot drop its claim, and the
+// call returns a *PlainSendError: plain sends are stamped and folded
+// through the shared clock.
 func (c *Clock) RecordProduced(rec *kgo.Record) error {
 	id, err := c.topicID(rec.Context, rec.Topic)
 	if err != nil {
 		return err
 	}
-	return c.producedAt(headers.Coordinate{Channel: headers.Channel{Topic: id, Partition: rec.Partition}, Offset: rec.Offset}, rec.Topic)
+	at := headers.Coordinate{Channel: headers.Channel{Topic: id, Partition: rec.Partition}, Offset: rec.Offset}
+	if c.txn != nil && plainRecord(rec) {
+		if err := c.txn.usable(); err != nil {
+			return err
+		}
+		if err := c.txn.root.producedAt(at, rec.Topic); err != nil {
+			return err
+		}
+		return &PlainSendError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
+	}
+	return c.producedAt(at, rec.Topic)
 }
 
 // Produced folds an acknowledged send given by topic name, partition and
@@ -362,9 +479,12 @@ func (c *Clock) producedAt(at headers.Coordinate, topic string) error {
 	if err := checkCoordinate(at, topic); err != nil {
 		return err
 	}
+	if c.txn != nil {
+		return c.txn.produced(at, topic)
+	}
 	c.mu.Lock()
 	c.clk.SetOffset(at.Channel, at.Offset)
-	c.enc, c.encOK = nil, false
+	c.changed()
 	c.mu.Unlock()
 	return nil
 }

@@ -27,10 +27,14 @@
 // nothing, and its records deliver immediately everywhere: stamp the
 // producers whose order matters, one at a time.
 //
-// A transactional producer stamps and folds through a Fork of its clock
-// and, when the transaction commits, Merges the fork back; an aborted
-// transaction's fork is dropped, so no stamp claims an aborted record, and
-// sends another producer folded into the clock meanwhile stay claimed.
+// A clock is one thread of causality. A transactional producer stamps and
+// folds through a transaction's view of it (Begin, or BeginTransaction for
+// a franz-go client): the transaction's stamps claim the shared clock and
+// its own sends; when it commits its sends become the shared clock's, and
+// when it aborts they are dropped, so no stamp claims an aborted record.
+// While it holds sends, a stamp through the shared clock is refused with an
+// *OpenTxnError instead of going out without them: a plain send that
+// follows a transactional one goes within the transaction or after it.
 //
 // Plain consumers need nothing. ReadSender and ReadRecordStamp read a
 // record's metadata for observability.

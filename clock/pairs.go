@@ -33,20 +33,14 @@ func CheckReservedKeys(hs iter.Seq2[string, []byte]) error {
 // the caller to append after the record's own headers, own (nil if it has
 // none). It is Clock.Stamp for any client library: it refuses own headers
 // with reserved keys (an error wrapping headers.ErrReservedHeader) and an
-// unknown topic (an *UnknownTopicError). The value is shared by every stamp
-// until the clock next folds something and must not be modified.
+// unknown topic (an *UnknownTopicError), and a stamp an open transaction
+// forbids (an *OpenTxnError). The value is shared by every stamp until the
+// clock next folds something and must not be modified.
 func (c *Clock) StampHeader(ctx context.Context, topic string, own iter.Seq2[string, []byte]) (key string, value []byte, err error) {
 	if err := CheckReservedKeys(own); err != nil {
 		return "", nil, fmt.Errorf("clock: stamp record for topic %q: %w", topic, err)
 	}
-	if _, err := c.res.TopicID(ctx, topic); err != nil {
-		return "", nil, err
-	}
-	key, value, err = c.encoded()
-	if err != nil {
-		return "", nil, fmt.Errorf("clock: stamp record for topic %q: %w", topic, err)
-	}
-	return key, value, nil
+	return c.stampFor(ctx, topic)
 }
 
 // ObserveSeq folds a consumed record given by topic name, partition,

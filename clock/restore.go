@@ -9,60 +9,68 @@ import (
 )
 
 // Restore replaces the clock's claims with snapshot, a Snapshot taken
-// earlier, for a transactional producer whose transaction aborted: take a
-// Snapshot when the transaction begins and Restore it on abort. The sends
-// folded in between (RecordProduced inside the transaction) are aborted
-// records, and a writer names only committed records (parsley.causes
-// constraint 8): a later stamp claiming one would hold readers that follow
-// the newest Java rules until another record arrives on its channel.
-// Within a transaction, claiming its earlier sends is fine: they commit or
-// abort with the claiming record.
+// earlier. Anything folded since the snapshot is forgotten, including the
+// committed sends of another producer sharing the clock.
 //
-// Anything folded since the snapshot is forgotten too, including the
-// committed sends of another producer sharing the clock. A clock that
-// anything else folds into while the transaction is open should use Fork
-// and Merge instead.
+// It was the way a transactional producer dropped an aborted transaction's
+// sends (a writer names only committed records, parsley.causes constraint
+// 8). Begin replaces that: a transaction's sends are dropped on abort
+// without forgetting anything else, and a stamp that would miss them while
+// they are undecided is refused.
 //
-// A snapshot naming the zero topic ID is refused and changes nothing.
+// A snapshot naming the zero topic ID is refused and changes nothing, and
+// so is a transaction's clock (ErrTxnClock).
 func (c *Clock) Restore(snapshot *headers.Clock) error {
+	if c.txn != nil {
+		return fmt.Errorf("clock: restore: %w", ErrTxnClock)
+	}
 	if err := checkClock(snapshot); err != nil {
 		return fmt.Errorf("clock: restore: %w", err)
 	}
 	c.mu.Lock()
 	c.clk.CopyFrom(snapshot)
-	c.enc, c.encOK = nil, false
+	c.changed()
 	c.mu.Unlock()
 	return nil
 }
 
 // Fork returns a new clock holding c's current claims, with c's resolver,
-// dialect and lookup timeout, that folds independently of c: the view of
-// one producer transaction. Stamp and fold the transaction's sends (and
-// what it consumes) through the fork; when the transaction commits, Merge
-// the fork's Snapshot into c, and when it aborts, drop the fork. Sends
-// folded into c meanwhile, by a plain producer sharing c, stay claimed
-// either way, and no stamp made through c names a record of a
-// transaction that may still abort.
+// dialect and lookup timeout, that folds independently of c: neither sees
+// what the other folds afterwards.
+//
+// For a producer transaction use Begin instead: its clock also claims what
+// the shared clock folds while the transaction is open, and the shared
+// clock refuses stamps that would miss the transaction's sends, where a
+// fork leaves them to go out unclaimed. A fork of a transaction's clock
+// holds that transaction's sends too: use it only for the transaction.
 //
 // The fork owns nothing: its Close does nothing.
 func (c *Clock) Fork() *Clock {
+	f := &Clock{res: c.res, dialect: c.dialect, timeout: c.timeout}
+	if c.txn != nil {
+		f.clk.CopyFrom(c.Snapshot())
+		return f
+	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	f := &Clock{res: c.res, dialect: c.dialect, timeout: c.timeout}
 	f.clk.CopyFrom(&c.clk)
 	return f
 }
 
-// Merge folds claims, a Snapshot of another clock (a committed
-// transaction's Fork), into c: each claim of c is raised to the higher of
-// the two. Claims naming the zero topic ID are refused and change nothing.
+// Merge folds claims, a Snapshot of another clock, into c: each claim of c
+// is raised to the higher of the two. Claims naming the zero topic ID are
+// refused and change nothing, and so is a transaction's clock
+// (ErrTxnClock): merge into the shared clock.
 func (c *Clock) Merge(claims *headers.Clock) error {
+	if c.txn != nil {
+		return fmt.Errorf("clock: merge: %w", ErrTxnClock)
+	}
 	if err := checkClock(claims); err != nil {
 		return fmt.Errorf("clock: merge: %w", err)
 	}
 	c.mu.Lock()
 	c.clk.Merge(claims)
-	c.enc, c.encOK = nil, false
+	c.changed()
 	c.mu.Unlock()
 	return nil
 }

@@ -52,17 +52,34 @@ func (a Awaited) String() string {
 }
 
 // WaitError is GetAfter's error when its context ended first: which task
-// and what of the token it still waits for. It wraps ErrNotYet and the
-// context's error.
+// and what of the token it still waits for, or that the view's Run was not
+// running. It wraps ErrNotYet and the context's error; when NotRunning, also
+// ErrNotRunning and what the last Run returned.
 type WaitError struct {
-	Topic     string
+	Topic string
+	// Partition is the task partition that owns the key, or -1 when the
+	// view has not listed the changelog's partitions yet.
 	Partition int32
 	Key       []byte
-	Awaiting  []Awaited
-	Err       error
+	// Awaiting are the token's claims the task had not delivered (none
+	// when NotRunning).
+	Awaiting []Awaited
+	// NotRunning: the view's Run was not running when the wait ended —
+	// it had not started, or had returned (Stopped says with what) — so
+	// the view could not tell.
+	NotRunning bool
+	Stopped    error
+	Err        error // the context's error
 }
 
 func (e *WaitError) Error() string {
+	if e.NotRunning {
+		why := "Run has not started"
+		if e.Stopped != nil {
+			why = "Run returned: " + e.Stopped.Error()
+		}
+		return fmt.Sprintf("view: key %q of %s waits for the view to run (%s): %v", e.Key, e.Topic, why, e.Err)
+	}
 	parts := make([]string, len(e.Awaiting))
 	for i, a := range e.Awaiting {
 		parts[i] = a.String()
@@ -70,8 +87,18 @@ func (e *WaitError) Error() string {
 	return fmt.Sprintf("view: key %q (%s[%d]) waits for %s: %v", e.Key, e.Topic, e.Partition, strings.Join(parts, "; "), e.Err)
 }
 
-// Unwrap returns ErrNotYet and the context's error.
-func (e *WaitError) Unwrap() []error { return []error{ErrNotYet, e.Err} }
+// Unwrap returns ErrNotYet, the context's error and, when NotRunning,
+// ErrNotRunning and what the last Run returned.
+func (e *WaitError) Unwrap() []error {
+	errs := []error{ErrNotYet, e.Err}
+	if e.NotRunning {
+		errs = append(errs, ErrNotRunning)
+		if e.Stopped != nil {
+			errs = append(errs, e.Stopped)
+		}
+	}
+	return errs
+}
 
 // GetAfter returns the key's state once the task that owns the key has
 // delivered every claim of tok on a channel it consumes: an offset entry
@@ -81,6 +108,12 @@ func (e *WaitError) Unwrap() []error { return []error{ErrNotYet, e.Err} }
 // returns is that of a committed step at or after the one that delivered
 // the token, never an older one. When ctx ends first it returns a
 // *WaitError naming what it still waits for.
+//
+// A token read needs Run: while Run is not running (not started yet, or
+// returned and not run again) GetAfter waits for it, and if ctx ends first
+// the *WaitError says so (NotRunning, wrapping ErrNotRunning and what Run
+// returned). A closed view fails at once with ErrClosed, also for the calls
+// waiting when Close is called.
 func (v *View[K, S]) GetAfter(ctx context.Context, tok Token, key K) (S, bool, error) {
 	var zero S
 	kb, err := v.keys.Encode(key)
@@ -90,7 +123,7 @@ func (v *View[K, S]) GetAfter(ctx context.Context, tok Token, key K) (S, bool, e
 	for {
 		v.mu.RLock()
 		ch := v.changed
-		running := v.running
+		running, closed, stopped := v.running, v.closed, v.stopped
 		p := v.owner(kb)
 		r := v.parts[p]
 		var (
@@ -106,8 +139,11 @@ func (v *View[K, S]) GetAfter(ctx context.Context, tok Token, key K) (S, bool, e
 		}
 		v.mu.RUnlock()
 		switch {
+		case closed:
+			return zero, false, fmt.Errorf("view: key %q: %w", kb, ErrClosed)
 		case !running:
-			// Before Run lists the changelog the owner is unknown.
+			// Wait for Run: until it lists the changelog the owner is
+			// unknown, and a stopped view follows nothing.
 		case r == nil:
 			return zero, false, fmt.Errorf("%w: key %q is owned by %s[%d]", ErrNotReplicated, kb, v.topic, p)
 		case err != nil:
@@ -118,7 +154,7 @@ func (v *View[K, S]) GetAfter(ctx context.Context, tok Token, key K) (S, bool, e
 		select {
 		case <-ctx.Done():
 			if !running {
-				return zero, false, fmt.Errorf("%w: key %q: %w", ErrNotRunning, kb, ctx.Err())
+				return zero, false, &WaitError{Topic: v.topic, Partition: p, Key: kb, NotRunning: true, Stopped: stopped, Err: ctx.Err()}
 			}
 			return zero, false, &WaitError{Topic: v.topic, Partition: p, Key: kb, Awaiting: awaiting, Err: ctx.Err()}
 		case <-ch:

@@ -14,7 +14,7 @@ func TestReadsDoNotAliasTheReplica(t *testing.T) {
 	kb := []byte("k")
 	v := &View[string, []byte]{
 		keys: stage.String(), states: stage.Bytes(), nparts: 1,
-		parts: map[int32]*replica{0: {kv: map[string][]byte{foldKey(kb): []byte("committed")}}},
+		parts: map[int32]*replica{0: {kv: map[string][]byte{foldKey(kb): []byte("committed")}, ready: true}},
 	}
 	got, ok, err := v.Get("k")
 	if err != nil || !ok {

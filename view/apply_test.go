@@ -1,6 +1,7 @@
 package view
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/parsley-go/parsley/stage"
@@ -11,7 +12,7 @@ import (
 // a fetch that ends inside a transaction (its frontier written, its fold
 // state not yet fetched) must not expose the half it has.
 func TestApplyOnlyAtMarkers(t *testing.T) {
-	v, err := New(Config{ApplicationID: "a", Stage: "s"}, stage.String(), stage.Int64())
+	v, err := New(Config{ApplicationID: "a", Stage: "s", Brokers: []string{"localhost:9092"}}, stage.String(), stage.Int64())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,8 +26,8 @@ func TestApplyOnlyAtMarkers(t *testing.T) {
 	}
 
 	fetch(&kgo.Record{Key: []byte("\x02k"), Value: enc(7), Offset: 0})
-	if _, ok, _ := v.Get("k"); ok {
-		t.Fatal("a record before its transaction's marker is visible")
+	if _, ok, err := v.Get("k"); ok || !errors.Is(err, ErrNotReady) {
+		t.Fatalf("a record before its transaction's marker is visible (ok %v, err %v); want the replica not ready", ok, err)
 	}
 	fetch(&kgo.Record{Key: []byte("\x02j"), Value: enc(8), Offset: 1}, &ctrl)
 	for k, want := range map[string]int64{"k": 7, "j": 8} {

@@ -14,4 +14,8 @@
 // them); GetAfter returns a key's state only once the task that owns the
 // key has delivered every record of the token on a channel it consumes,
 // and, when its context ends first, says what it still waits for.
+//
+// Run fills the view and follows the changelog; Get answers once the key's
+// partition is ready (a *NotReadyError before), token reads wait for Run
+// when it is not running, and Close stops the view for good.
 package view

@@ -26,11 +26,19 @@ type HandlerOptions[K any] struct {
 	MaxWait time.Duration
 }
 
+// RetryAfter is the Retry-After the Handler sends with a 503: a view
+// catches up, or its Run restarts, in about that many seconds.
+const RetryAfter = "1"
+
 // Handler returns an HTTP handler for key lookups:
 //
 //   - GET /state/{key} answers 200 with the key's state as JSON
 //     (encoding/json of the value the stage's state codec decodes), 404
-//     when the key has no state. With a Parsley-Token header the read is
+//     when the key has no state, 400 for a key ParseKey refuses, 421 for a
+//     key of a partition the view does not replicate (ErrNotReplicated),
+//     and 503 with Retry-After while the key's partition is not ready
+//     (a *NotReadyError), the view is closed, or — for a token read —
+//     its Run is not running. With a Parsley-Token header the read is
 //     GetAfter's: 400 for a token that does not parse, 504 with what it
 //     still waits for when MaxWait or the request ends first.
 //   - /livez answers 200 while Run runs; /readyz 200 once the view caught
@@ -65,24 +73,29 @@ func Handler[K, S any](v *View[K, S], o HandlerOptions[K]) (http.Handler, error)
 			ok bool
 		)
 		if text := r.Header.Get(TokenHeader); text != "" {
-			tok, err := ParseToken(text)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
+			tok, perr := ParseToken(text)
+			if perr != nil {
+				http.Error(w, perr.Error(), http.StatusBadRequest)
 				return
 			}
 			ctx, cancel := context.WithTimeout(r.Context(), wait)
 			s, ok, err = v.GetAfter(ctx, tok, key)
 			cancel()
-			if err != nil {
-				code := http.StatusInternalServerError
-				if errors.Is(err, ErrNotYet) || errors.Is(err, ErrNotRunning) {
-					code = http.StatusGatewayTimeout
-				}
-				http.Error(w, err.Error(), code)
-				return
+		} else {
+			s, ok, err = v.Get(key)
+		}
+		if err != nil {
+			code := http.StatusInternalServerError
+			switch {
+			case errors.Is(err, ErrNotRunning), errors.Is(err, ErrNotReady), errors.Is(err, ErrClosed):
+				code = http.StatusServiceUnavailable
+				w.Header().Set("Retry-After", RetryAfter)
+			case errors.Is(err, ErrNotYet):
+				code = http.StatusGatewayTimeout
+			case errors.Is(err, ErrNotReplicated):
+				code = http.StatusMisdirectedRequest
 			}
-		} else if s, ok, err = v.Get(key); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
+			http.Error(w, err.Error(), code)
 			return
 		}
 		if !ok {

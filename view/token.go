@@ -4,11 +4,13 @@ package view
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
 
+	"github.com/parsley-go/parsley/clock"
 	"github.com/parsley-go/parsley/headers"
 )
 
@@ -48,11 +50,32 @@ func TokenOf(c *headers.Clock) Token {
 }
 
 // TokenAt returns the token of one record: it names every record at or
-// below at.Offset on at's channel.
+// below at.Offset on at's channel, so a read with it waits until the owning
+// task delivered that record (if it consumes the channel). A channel is
+// named by topic ID, not name: a stage handler has the coordinate of the
+// message it was given (stage.Message.Coordinate); a franz-go consumer
+// finds the ID in its fetch (kgo.FetchTopic.TopicID); otherwise TokenFor
+// looks it up.
 func TokenAt(at headers.Coordinate) Token {
 	c := new(headers.Clock)
 	c.SetOffset(at.Channel, at.Offset)
 	return Token{clk: c}
+}
+
+// TokenFor is TokenAt for a record known by topic name, partition and
+// offset: it resolves the topic's current ID through r (a clock's
+// Resolver, clk.Resolver(), or clock.NewResolver over an admin client). An
+// unknown topic is a *clock.UnknownTopicError; a negative partition or
+// offset is an error wrapping clock.ErrInvalidCoordinate.
+func TokenFor(ctx context.Context, r *clock.Resolver, topic string, partition int32, offset int64) (Token, error) {
+	id, err := r.TopicID(ctx, topic)
+	if err != nil {
+		return Token{}, err
+	}
+	if partition < 0 || offset < 0 {
+		return Token{}, fmt.Errorf("view: token for %q/%d@%d: %w", topic, partition, offset, clock.ErrInvalidCoordinate)
+	}
+	return TokenAt(headers.Coordinate{Channel: headers.Channel{Topic: id, Partition: partition}, Offset: offset}), nil
 }
 
 // Clock returns a copy of the token's clock.

@@ -1,11 +1,13 @@
 package view_test
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
 
+	"github.com/parsley-go/parsley/clock"
 	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/view"
 )
@@ -87,4 +89,31 @@ func FuzzParseToken(f *testing.F) {
 			t.Fatalf("ParseToken(%q) accepted a text that is not its token's %q", s, tok.String())
 		}
 	})
+}
+
+// TokenFor names a record by topic name through a resolver: the token is
+// TokenAt of its coordinate under the topic's ID.
+func TestTokenFor(t *testing.T) {
+	ctx := context.Background()
+	r := clock.NewLookupResolver(func(_ context.Context, topic string) (headers.TopicID, error) {
+		if topic == "orders" {
+			return headers.TopicID{7}, nil
+		}
+		return headers.TopicID{}, &clock.UnknownTopicError{Topic: topic}
+	}, 0)
+	tok, err := view.TokenFor(ctx, r, "orders", 2, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := view.TokenAt(headers.Coordinate{Channel: headers.Channel{Topic: headers.TopicID{7}, Partition: 2}, Offset: 40})
+	if tok.String() != want.String() {
+		t.Fatalf("TokenFor = %s; want %s", tok, want)
+	}
+	var ute *clock.UnknownTopicError
+	if _, err := view.TokenFor(ctx, r, "gone", 0, 1); !errors.As(err, &ute) {
+		t.Fatalf("TokenFor of an unknown topic: %v; want an *UnknownTopicError", err)
+	}
+	if _, err := view.TokenFor(ctx, r, "orders", 0, -1); !errors.Is(err, clock.ErrInvalidCoordinate) {
+		t.Fatalf("TokenFor of offset -1: %v; want ErrInvalidCoordinate", err)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,17 +23,22 @@ import (
 )
 
 // Config says which stage's state a view replicates and how to reach the
-// brokers.
+// brokers. New refuses a Config with an error wrapping ErrInvalidConfig
+// for each field at fault.
 type Config struct {
 	// ApplicationID and Stage name the stage whose changelog
-	// (stage.ChangelogTopic) the view reads.
+	// (stage.ChangelogTopic) the view reads. Both are required, and are
+	// names as a stage's are: letters, digits, '.', '_' and '-'.
 	ApplicationID, Stage string
-	// Brokers are the seed brokers; ClientOpts are added to every client
-	// the view makes (TLS, SASL, ...).
-	Brokers    []string
+	// Brokers are the seed brokers (required, none empty).
+	Brokers []string
+	// ClientOpts are added to every client the view makes (TLS, SASL,
+	// ...); the view's own consume settings come after them. Default:
+	// none.
 	ClientOpts []kgo.Opt
-	// Partitions, when set, limits the view to these tasks' partitions;
-	// otherwise it replicates every partition of the changelog.
+	// Partitions, when set, limits the view to these tasks' partitions
+	// (each at least 0, none twice); a key another task owns is then
+	// ErrNotReplicated. Default: every partition of the changelog.
 	Partitions []int32
 	// StateDir, when set, keeps each partition's replica in a SQLite file
 	// too, <StateDir>/<ApplicationID>/<Stage>-view-<partition>.db, with the
@@ -43,17 +49,66 @@ type Config struct {
 	// than the changelog's delete.retention.ms allows, is wiped and
 	// rebuilt; one whose changelog ends before its checkpoint (the brokers
 	// lost committed records) stops Run with an error naming the file, and
-	// leaves the file alone. Without it the view replays the whole
-	// changelog at every Run.
+	// leaves the file alone.
+	//
+	// Views, and stage instances, may share a StateDir: each file is one
+	// application's, stage's and partition's. Two views that replicate the
+	// same partition of the same stage may not: while one's Run holds a
+	// file, another's Run fails at once with ErrStateInUse naming it (on
+	// systems with flock; elsewhere nothing stops them).
+	//
+	// Default: none; the replicas are in memory only, and every Run
+	// replays the whole changelog.
 	StateDir string
 }
+
+// ErrInvalidConfig is wrapped by New's errors for a Config it refuses.
+var ErrInvalidConfig = errors.New("view: invalid configuration")
 
 // ErrNotReplicated: the key's owning partition is not among the view's
 // Config.Partitions.
 var ErrNotReplicated = errors.New("view: partition not replicated by this view")
 
-// ErrNotRunning: a token read needs Run to have started.
+// ErrNotRunning is wrapped by GetAfter's *WaitError when the view's Run was
+// not running when the wait ended: it had not started, or had returned.
 var ErrNotRunning = errors.New("view: not running")
+
+// ErrClosed is returned by a View's methods, and by its Run, once Close was
+// called.
+var ErrClosed = errors.New("view: closed")
+
+// ErrStateInUse is wrapped when Run cannot lock a file under
+// Config.StateDir because another view holds it.
+var ErrStateInUse = errors.New("view: state file in use by another view")
+
+// ErrNotReady is wrapped by a *NotReadyError.
+var ErrNotReady = errors.New("view: not ready")
+
+// NotReadyError is Get's error for a key whose owning partition's replica
+// has not caught up with the changelog as it was when Run started (the
+// partition's Ready in Status), or before Run has listed the changelog's
+// partitions at all. Retry later, or wait with WaitReady. It wraps
+// ErrNotReady.
+type NotReadyError struct {
+	Topic string
+	// Partition is the task partition that owns the key, or -1 before Run
+	// has listed the changelog's partitions.
+	Partition int32
+	Key       []byte
+	// Lag is how many offsets the replica trails the partition's high
+	// watermark by (0 when unknown).
+	Lag int64
+}
+
+func (e *NotReadyError) Error() string {
+	if e.Partition < 0 {
+		return fmt.Sprintf("view: key %q: %s is not loaded yet (Run has not listed its partitions)", e.Key, e.Topic)
+	}
+	return fmt.Sprintf("view: key %q: %s[%d] is still catching up (lag %d)", e.Key, e.Topic, e.Partition, e.Lag)
+}
+
+// Unwrap returns ErrNotReady.
+func (e *NotReadyError) Unwrap() error { return ErrNotReady }
 
 // A View is a read-only replica of one stage's state, typed with the
 // stage's key and state codecs. Its methods are safe for concurrent use;
@@ -70,6 +125,10 @@ type View[K, S any] struct {
 	changed   chan struct{}
 	running   bool // the replicas are loaded and being followed
 	runCalled bool
+	stopped   error // what the last Run returned, until another starts
+	closed    bool
+	stopRun   context.CancelCauseFunc // ends the Run in progress
+	runDone   chan struct{}           // closed when the Run in progress returns
 	stats     stats
 	// inc is the changelog incarnation the replicas mirror (zero before
 	// the first Run).
@@ -97,9 +156,11 @@ type replica struct {
 	folds   int // fold-state keys in kv
 
 	// store is the replica's file when Config.StateDir is set; only Run's
-	// goroutine uses it. restored is what opening it cost.
+	// goroutine uses it. restored is what opening it cost; unlock releases
+	// the file's lock.
 	store    *state.Store
 	restored state.Restored
+	unlock   func()
 	// unsaved are the applied writes not yet in store, last per key.
 	unsaved map[string]protocol.Mutation
 }
@@ -109,19 +170,72 @@ type stats struct {
 }
 
 // New returns a view of the stage named by cfg, decoding keys and states
-// with the stage's codecs. Run fills it.
+// with the stage's codecs. Run fills it. A Config it refuses is an error
+// wrapping ErrInvalidConfig, naming each field at fault.
 func New[K, S any](cfg Config, keys stage.Codec[K], states stage.Codec[S]) (*View[K, S], error) {
-	switch {
-	case cfg.ApplicationID == "" || cfg.Stage == "":
-		return nil, errors.New("view: Config.ApplicationID and Config.Stage are required")
-	case keys == nil || states == nil:
-		return nil, errors.New("view: a key codec and a state codec are required")
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
+	if keys == nil || states == nil {
+		return nil, fmt.Errorf("%w: a key codec and a state codec are required", ErrInvalidConfig)
+	}
+	cfg.Brokers = slices.Clone(cfg.Brokers)
+	cfg.Partitions = slices.Clone(cfg.Partitions)
 	return &View[K, S]{
 		cfg: cfg, topic: stage.ChangelogTopic(cfg.ApplicationID, cfg.Stage),
 		keys: keys, states: states, parts: map[int32]*replica{}, changed: make(chan struct{}),
 		incarnationEvery: incarnationCheck,
 	}, nil
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	for _, f := range []struct{ field, name string }{{"ApplicationID", c.ApplicationID}, {"Stage", c.Stage}} {
+		if err := checkName(f.name); err != nil {
+			bad("%s: %v", f.field, err)
+		}
+	}
+	if len(c.Brokers) == 0 {
+		bad("no Brokers")
+	}
+	for i, b := range c.Brokers {
+		if strings.TrimSpace(b) == "" {
+			bad("Brokers[%d] is empty", i)
+		}
+	}
+	seen := map[int32]bool{}
+	for _, p := range c.Partitions {
+		switch {
+		case p < 0:
+			bad("Partitions: %d is negative", p)
+		case seen[p]:
+			bad("Partitions: %d appears twice", p)
+		}
+		seen[p] = true
+	}
+	return errors.Join(errs...)
+}
+
+// checkName holds an application or stage name to the stage runtime's
+// rule, so that it names a changelog topic and a directory under StateDir.
+func checkName(s string) error {
+	switch {
+	case s == "":
+		return errors.New("empty")
+	case s == "." || s == "..":
+		return fmt.Errorf("%q names a directory", s)
+	case len(s) > 200:
+		return fmt.Errorf("%q is longer than 200 characters", s)
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%q has character %q; names use letters, digits, '.', '_' and '-'", s, c)
+		}
+	}
+	return nil
 }
 
 // Topic returns the changelog topic the view reads.
@@ -133,12 +247,13 @@ func (v *View[K, S]) newClient(opts ...kgo.Opt) (*kgo.Client, error) {
 }
 
 // Run replicates the changelog until ctx ends, and returns ctx's error or
-// the error that stopped it (a fetch error, a file the restore refuses).
-// Run it on a goroutine of the caller's; after it returned it may be run
-// again, and goes on from what the view holds — a view without a
-// StateDir from its replicas' offsets, one with a StateDir from its files,
-// restored up to the changelog's end — so the state it serves never goes
-// back. Two Runs at once are refused.
+// the error that stopped it (a fetch error, a file the restore refuses), or
+// ErrClosed once Close stopped it. Run it on a goroutine of the caller's;
+// after it returned it may be run again, and goes on from what the view
+// holds — a view without a StateDir from its replicas' offsets, one with a
+// StateDir from its files, restored up to the changelog's end — so the
+// state it serves never goes back. Two Runs at once are refused, and so is
+// a Run after Close.
 //
 // A changelog deleted, or deleted and created again, while Run runs stops
 // it with a *RecreatedError (ErrChangelogRecreated) naming the topic: a
@@ -148,7 +263,37 @@ func (v *View[K, S]) newClient(opts ...kgo.Opt) (*kgo.Client, error) {
 // topic starts over from its start (a view with a StateDir wipes its
 // files, as a task does): there, and only there, the state it serves may
 // go back, since the stage's own state was recreated too.
-func (v *View[K, S]) Run(ctx context.Context) error {
+func (v *View[K, S]) Run(ctx context.Context) (err error) {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	v.mu.Lock()
+	switch {
+	case v.closed:
+		v.mu.Unlock()
+		return ErrClosed
+	case v.runCalled:
+		v.mu.Unlock()
+		return errors.New("view: Run is already running")
+	}
+	done := make(chan struct{})
+	v.runCalled, v.stopRun, v.runDone, v.stopped = true, stop, done, nil
+	v.mu.Unlock()
+	// Registered first, so it runs last: Close returns only once every
+	// client and file of this Run is released.
+	defer func() {
+		if errors.Is(context.Cause(ctx), ErrClosed) {
+			err = ErrClosed
+		}
+		v.mu.Lock()
+		v.runCalled, v.running, v.stopRun, v.stopped = false, false, nil, err
+		v.wake()
+		v.mu.Unlock()
+		close(done)
+	}()
+	return v.run(ctx)
+}
+
+func (v *View[K, S]) run(ctx context.Context) error {
 	admin, err := v.newClient()
 	if err != nil {
 		return fmt.Errorf("view: %s: %w", v.topic, err)
@@ -165,11 +310,6 @@ func (v *View[K, S]) Run(ctx context.Context) error {
 	}
 	offs := map[int32]kgo.Offset{}
 	v.mu.Lock()
-	if v.runCalled {
-		v.mu.Unlock()
-		return errors.New("view: Run is already running")
-	}
-	v.runCalled = true
 	old := maps.Clone(v.parts)
 	if v.inc != (state.Incarnation{}) && v.inc != inc {
 		// The replicas mirror a changelog that is gone: its offsets mean
@@ -179,17 +319,16 @@ func (v *View[K, S]) Run(ctx context.Context) error {
 	}
 	v.inc = inc
 	v.mu.Unlock()
-	defer func() {
-		v.mu.Lock()
-		v.runCalled, v.running = false, false
-		v.wake()
-		v.mu.Unlock()
-	}()
 	reps := map[int32]*replica{}
 	defer func() {
 		for _, r := range reps {
 			if r.store != nil {
 				r.store.Close()
+				r.store = nil
+			}
+			if r.unlock != nil {
+				r.unlock()
+				r.unlock = nil
 			}
 		}
 	}()
@@ -286,7 +425,13 @@ func (v *View[K, S]) openStore(ctx context.Context, adm *kadm.Client, p int32, r
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("view: %w", err)
 	}
-	st, err := state.Open(ctx, filepath.Join(dir, fmt.Sprintf("%s-view-%d.db", v.cfg.Stage, p)))
+	path := filepath.Join(dir, fmt.Sprintf("%s-view-%d.db", v.cfg.Stage, p))
+	unlock, err := lockFile(path + ".lock")
+	if err != nil {
+		return fmt.Errorf("view: %s[%d]: %w", v.topic, p, err)
+	}
+	r.unlock = unlock
+	st, err := state.Open(ctx, path)
 	if err != nil {
 		return fmt.Errorf("view: %s[%d]: %w", v.topic, p, err)
 	}
@@ -442,17 +587,30 @@ func foldKey(key []byte) string {
 
 // owner returns the partition of the task that owns an encoded key: Kafka's
 // default partitioner, as the stage's inputs must be partitioned for their
-// keys' state to live in one task. Called with v.mu held.
+// keys' state to live in one task. It is -1 before Run has listed the
+// changelog's partitions. Called with v.mu held.
 func (v *View[K, S]) owner(key []byte) int32 {
-	if key == nil || v.nparts == 0 {
+	switch {
+	case v.nparts == 0:
+		return -1
+	case key == nil:
 		return 0
 	}
 	return kafkahash.Partition(key, v.nparts)
 }
 
+// replicates says whether the view replicates partition p.
+func (v *View[K, S]) replicates(p int32) bool {
+	return len(v.cfg.Partitions) == 0 || slices.Contains(v.cfg.Partitions, p)
+}
+
 // Get returns the key's state as the replica holds it now, and whether the
-// key has state. A key of a partition the view does not replicate fails
-// with ErrNotReplicated.
+// key has state. Until the owning partition's replica is ready — it has
+// applied what the changelog held when Run started, as Status and Ready
+// report — Get fails with a *NotReadyError naming the partition (-1
+// before Run has listed the changelog's partitions), and a key of a
+// partition the view does not replicate fails with ErrNotReplicated.
+// Once ready, a replica answers until Close, also after Run returned.
 func (v *View[K, S]) Get(key K) (S, bool, error) {
 	var zero S
 	kb, err := v.keys.Encode(key)
@@ -460,16 +618,28 @@ func (v *View[K, S]) Get(key K) (S, bool, error) {
 		return zero, false, fmt.Errorf("view: encode key: %w", err)
 	}
 	v.mu.RLock()
+	closed := v.closed
 	p := v.owner(kb)
 	r := v.parts[p]
-	var b []byte
-	var ok bool
+	replicated := p >= 0 && v.replicates(p)
+	var (
+		b     []byte
+		ok    bool
+		ready bool
+		lag   int64
+	)
 	if r != nil {
+		ready, lag = r.ready, max(r.hwm-r.applied, 0)
 		b, ok = r.kv[foldKey(kb)]
 	}
 	v.mu.RUnlock()
-	if r == nil {
+	switch {
+	case closed:
+		return zero, false, ErrClosed
+	case p >= 0 && !replicated:
 		return zero, false, fmt.Errorf("%w: key %q is owned by %s[%d]", ErrNotReplicated, kb, v.topic, p)
+	case r == nil || !ready:
+		return zero, false, &NotReadyError{Topic: v.topic, Partition: p, Key: kb, Lag: lag}
 	}
 	return v.decode(kb, b, ok)
 }
@@ -495,6 +665,11 @@ func (v *View[K, S]) decode(kb, b []byte, ok bool) (S, bool, error) {
 func (v *View[K, S]) All() iter.Seq2[Entry[K, S], error] {
 	return func(yield func(Entry[K, S], error) bool) {
 		v.mu.RLock()
+		if v.closed {
+			v.mu.RUnlock()
+			yield(Entry[K, S]{}, ErrClosed)
+			return
+		}
 		ps := make([]int32, 0, len(v.parts))
 		for p := range v.parts {
 			ps = append(ps, p)
@@ -508,7 +683,13 @@ func (v *View[K, S]) All() iter.Seq2[Entry[K, S], error] {
 			}
 			var snap []kvp
 			v.mu.RLock()
-			for k, b := range v.parts[p].kv {
+			r := v.parts[p]
+			if r == nil { // closed meanwhile
+				v.mu.RUnlock()
+				yield(Entry[K, S]{}, ErrClosed)
+				return
+			}
+			for k, b := range r.kv {
 				if isFoldKey(k) {
 					snap = append(snap, kvp{k, b})
 				}
@@ -599,12 +780,12 @@ func (v *View[K, S]) Status() []PartitionStatus {
 	return out
 }
 
-// Ready says whether Run has started and every replica has caught up with
+// Ready says whether Run is running and every replica has caught up with
 // what the changelog held when it started.
 func (v *View[K, S]) Ready() bool {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	if !v.running || len(v.parts) == 0 {
+	if v.closed || !v.running || len(v.parts) == 0 {
 		return false
 	}
 	for _, r := range v.parts {
@@ -615,12 +796,16 @@ func (v *View[K, S]) Ready() bool {
 	return true
 }
 
-// WaitReady blocks until Ready or ctx ends.
+// WaitReady blocks until Ready or ctx ends, or the view is closed
+// (ErrClosed).
 func (v *View[K, S]) WaitReady(ctx context.Context) error {
 	for {
 		v.mu.RLock()
-		ch := v.changed
+		ch, closed := v.changed, v.closed
 		v.mu.RUnlock()
+		if closed {
+			return ErrClosed
+		}
 		if v.Ready() {
 			return nil
 		}
@@ -631,4 +816,34 @@ func (v *View[K, S]) WaitReady(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// Close stops the view for good: a Run in progress returns ErrClosed (Close
+// waits for it, so every client and file of the view is released when
+// Close returns), a later Run returns ErrClosed at once, GetAfter calls
+// waiting return ErrClosed, and every read after it fails with ErrClosed.
+// The replicas' memory is let go. Close is safe to call more than once and
+// concurrently with everything else; it returns nil.
+//
+// To replace a view by another (a new StateDir, other Partitions), build
+// the new one, Run it, WaitReady, switch the readers to it, then Close the
+// old one.
+func (v *View[K, S]) Close() error {
+	v.mu.Lock()
+	if v.closed {
+		v.mu.Unlock()
+		return nil
+	}
+	v.closed = true
+	stop, done := v.stopRun, v.runDone
+	v.wake()
+	v.mu.Unlock()
+	if stop != nil {
+		stop(ErrClosed)
+		<-done
+	}
+	v.mu.Lock()
+	v.parts = map[int32]*replica{}
+	v.mu.Unlock()
+	return nil
 }

@@ -17,6 +17,14 @@
 // already visible: an unstamped payment is delivered early, a stamped one
 // is held until the transaction aborts and its order is delivered.
 //
+// A Service instead writes both orders and payments itself, as one service
+// would: each order in a transaction and, after it, the payment from a
+// plain producer sharing the clock (TestService). TestRefused checks that a
+// payment sent while its order's transaction is open is refused. The
+// broker is the real-Kafka tier's cluster when PARSLEY_TEST_BROKERS names
+// one (docs/testing.md), so the transactions of sarama and librdkafka run
+// against Apache Kafka there.
+//
 // Run reports the early, lost, duplicated and unexpected deliveries,
 // judged by the verification kit's shared oracle (internal/rig/oracle) as
 // the soaks judge theirs. With stamping on an adapter must give 0 of each;
@@ -37,10 +45,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parsley-go/parsley/clock"
+	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/parsley-go/parsley/internal/rig/oracle"
 	"github.com/parsley-go/parsley/stage"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -69,12 +78,22 @@ type Client interface {
 	Close() error
 }
 
+// A Service writes every pair itself, as one service does: for each key,
+// in order, the order to Orders and then the order's payment to Payments —
+// the orders in transactions and the payments from a plain producer, say,
+// sharing one clock. It returns once every payment is acknowledged.
+type Service func(ctx context.Context, brokers []string, keys [][]byte) error
+
 // Config shapes a run.
 type Config struct {
 	Pairs      int   // order/payment pairs (default 50)
 	Partitions int32 // partitions of every topic (default 2)
-	// NewClient builds the client under test against the seed brokers.
+	// NewClient builds the client under test against the seed brokers:
+	// an order producer, and a payment service that reads the orders.
 	NewClient func(ctx context.Context, brokers []string) (Client, error)
+	// Service, instead of NewClient, writes the orders and payments
+	// itself.
+	Service Service
 	// Logger receives the stage's log (default: discarded).
 	Logger *slog.Logger
 }
@@ -122,39 +141,27 @@ func run(ctx context.Context, fail context.CancelCauseFunc, cfg Config) (Result,
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = 2
 	}
-	if cfg.NewClient == nil {
-		return Result{}, errors.New("adaptertest: no NewClient")
+	if (cfg.NewClient == nil) == (cfg.Service == nil) {
+		return Result{}, errors.New("adaptertest: set one of NewClient and Service")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	fake, err := kfake.NewCluster(kfake.NumBrokers(1))
+	// The embedded broker, or the real-Kafka tier's cluster when
+	// PARSLEY_TEST_BROKERS names one (docs/testing.md).
+	compact := "compact"
+	topics := []broker.Topic{{Name: Orders}, {Name: Payments}, {Name: Settlements},
+		{Name: stage.ChangelogTopic(appID, "settlement"), Configs: map[string]*string{"cleanup.policy": &compact}}}
+	for i := range topics {
+		topics[i].Partitions = cfg.Partitions
+	}
+	cluster, err := broker.Start(ctx, broker.Topics(topics...))
 	if err != nil {
 		return Result{}, fmt.Errorf("adaptertest: start broker: %w", err)
 	}
-	defer fake.Close()
-	addrs := fake.ListenAddrs()
-	admin, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		return Result{}, err
-	}
-	defer admin.Close()
-	adm := kadm.NewClient(admin)
-	compact := "compact"
-	changelog := stage.ChangelogTopic(appID, "settlement")
-	for _, t := range []string{Orders, Payments, Settlements, changelog} {
-		var configs map[string]*string
-		if t == changelog {
-			configs = map[string]*string{"cleanup.policy": &compact}
-		}
-		resp, err := adm.CreateTopic(ctx, cfg.Partitions, 1, configs, t)
-		if err == nil {
-			err = resp.Err
-		}
-		if err != nil {
-			return Result{}, fmt.Errorf("adaptertest: create topic %q: %w", t, err)
-		}
-	}
+	defer cluster.Close()
+	addrs := cluster.Addrs()
+	adm := cluster.Admin()
 
 	dir, err := os.MkdirTemp("", "parsley-adaptertest-")
 	if err != nil {
@@ -196,7 +203,15 @@ func run(ctx context.Context, fail context.CancelCauseFunc, cfg Config) (Result,
 	}
 	defer blocker.Close()
 
-	if err := drive(ctx, cfg, addrs); err != nil {
+	if cfg.Service != nil {
+		keys := make([][]byte, cfg.Pairs)
+		for i := range keys {
+			keys[i] = key(i)
+		}
+		if err := cfg.Service(ctx, addrs, keys); err != nil {
+			return Result{}, fmt.Errorf("adaptertest: service: %w", err)
+		}
+	} else if err := drive(ctx, cfg, addrs); err != nil {
 		return Result{}, err
 	}
 	// Every partition's payments are now either held by the stage or
@@ -491,25 +506,58 @@ func Test(t *testing.T, pairs int, newClient func(stamp bool) func(ctx context.C
 	for _, stamp := range []bool{true, false} {
 		name := map[bool]string{true: "stamped", false: "unstamped"}[stamp]
 		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			res, err := Run(ctx, Config{Pairs: pairs, NewClient: newClient(stamp)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Log(res)
-			if res.Lost != 0 || res.Duplicated != 0 || res.Unexpected != 0 || res.Misplaced != 0 {
-				t.Fatalf("%s: %v; want none lost, duplicated, unexpected or misplaced", name, res)
-			}
-			if res.OutOfOrder != res.Early {
-				t.Fatalf("%s: %v; the settlements' order and the stage's EARLY marks disagree", name, res)
-			}
-			if stamp && res.Early != 0 {
-				t.Fatalf("stamped: %v; want 0 early", res)
-			}
-			if !stamp && res.Early == 0 {
-				t.Fatalf("unstamped: %v; want early deliveries, or the check cannot fail", res)
-			}
+			check(t, name, stamp, Config{Pairs: pairs, NewClient: newClient(stamp)})
 		})
+	}
+}
+
+// TestService is Test for services: stamped is written from the docs and
+// must deliver no payment early and lose nothing; unstamped is the same
+// service with the clock left out, and must deliver payments early.
+func TestService(t *testing.T, pairs int, stamped, unstamped Service) {
+	t.Run("stamped", func(t *testing.T) { check(t, "stamped", true, Config{Pairs: pairs, Service: stamped}) })
+	t.Run("unstamped", func(t *testing.T) { check(t, "unstamped", false, Config{Pairs: pairs, Service: unstamped}) })
+}
+
+// TestRefused runs the pipeline with a service that sends a payment while
+// its order's transaction is still open, through the clock the transaction
+// was begun on. The payment's stamp could not claim the order, so the run
+// must fail with a *clock.OpenTxnError naming an order; a run that goes
+// through instead reports its early and lost payments in the failure.
+func TestRefused(t *testing.T, pairs int, svc Service) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Config{Pairs: pairs, Service: svc})
+	var ote *clock.OpenTxnError
+	if !errors.As(err, &ote) {
+		t.Fatalf("a payment sent while its order's transaction is open: run ended with %v (%v); want an *OpenTxnError", err, res)
+	}
+	if ote.Topic != Payments || len(ote.Sends) == 0 || ote.Sends[0].Topic != Orders {
+		t.Fatalf("refused with %v; want the payment refused, naming the open order", err)
+	}
+	t.Log(err)
+}
+
+func check(t *testing.T, name string, stamp bool, cfg Config) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(res)
+	if res.Lost != 0 || res.Duplicated != 0 || res.Unexpected != 0 || res.Misplaced != 0 {
+		t.Fatalf("%s: %v; want none lost, duplicated, unexpected or misplaced", name, res)
+	}
+	if res.OutOfOrder != res.Early {
+		t.Fatalf("%s: %v; the settlements' order and the stage's EARLY marks disagree", name, res)
+	}
+	if stamp && res.Early != 0 {
+		t.Fatalf("stamped: %v; want 0 early", res)
+	}
+	if !stamp && res.Early == 0 {
+		t.Fatalf("unstamped: %v; want early deliveries, or the check cannot fail", res)
 	}
 }

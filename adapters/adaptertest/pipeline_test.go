@@ -2,6 +2,7 @@ package adaptertest_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/parsley-go/parsley/adapters/adaptertest"
@@ -70,4 +71,130 @@ func TestPipelineWithFranzGo(t *testing.T) {
 		t.Skip("runs a stage on the embedded broker")
 	}
 	adaptertest.Test(t, 40, newFranz)
+}
+
+// docs:begin franz-go
+// placeOrders writes each order in a transaction and, once it committed,
+// the order's payment from a plain client sharing the clock.
+func placeOrders(ctx context.Context, brokers []string, ids [][]byte) error {
+	payments, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer payments.Close()
+	orders, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID("order-writer"))
+	if err != nil {
+		return err
+	}
+	defer orders.Close()
+	clk := clock.New(kadm.NewClient(payments))
+
+	for _, id := range ids {
+		tx, err := clock.BeginTransaction(clk, orders)
+		if err != nil {
+			return err
+		}
+		order := &kgo.Record{Topic: "orders", Key: id, Value: []byte("order")}
+		if err := tx.ProduceSync(ctx, order); err != nil {
+			return errors.Join(err, tx.Abort(ctx)) // nothing of it is claimed
+		}
+		if err := tx.Commit(ctx); err != nil { // the clock claims the order from here on
+			return errors.Join(err, tx.Abort(ctx))
+		}
+		payment := &kgo.Record{Topic: "payments", Key: id, Value: []byte("payment")}
+		if err := clk.Stamp(ctx, payment); err != nil { // claims the order
+			return err
+		}
+		if err := payments.ProduceSync(ctx, payment).FirstErr(); err != nil {
+			return err
+		}
+		if err := clk.RecordProduced(payment); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// docs:end franz-go
+
+// clients opens placeOrders' two clients, for the variants of it below.
+func clients(brokers []string) (payments, orders *kgo.Client, err error) {
+	if payments, err = kgo.NewClient(kgo.SeedBrokers(brokers...)); err != nil {
+		return nil, nil, err
+	}
+	if orders, err = kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID("order-writer")); err != nil {
+		payments.Close()
+		return nil, nil, err
+	}
+	return payments, orders, nil
+}
+
+// placeOrdersUnstamped is placeOrders without the clock.
+func placeOrdersUnstamped(ctx context.Context, brokers []string, ids [][]byte) error {
+	payments, orders, err := clients(brokers)
+	if err != nil {
+		return err
+	}
+	defer payments.Close()
+	defer orders.Close()
+	for _, id := range ids {
+		if err := orders.BeginTransaction(); err != nil {
+			return err
+		}
+		if err := orders.ProduceSync(ctx, &kgo.Record{Topic: "orders", Key: id, Value: []byte("order")}).FirstErr(); err != nil {
+			return err
+		}
+		if err := orders.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			return err
+		}
+		if err := payments.ProduceSync(ctx, &kgo.Record{Topic: "payments", Key: id, Value: []byte("payment")}).FirstErr(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func TestTxnDocsPipelineWithFranzGo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a stage on the embedded broker")
+	}
+	adaptertest.TestService(t, 200, placeOrders, placeOrdersUnstamped)
+}
+
+// TestTxnPaymentWhileOrderOpenIsRefusedWithFranzGo: the payment stamped
+// through the shared clock while its order's transaction is open is
+// refused.
+func TestTxnPaymentWhileOrderOpenIsRefusedWithFranzGo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a stage on the embedded broker")
+	}
+	adaptertest.TestRefused(t, 20, func(ctx context.Context, brokers []string, ids [][]byte) error {
+		payments, orders, err := clients(brokers)
+		if err != nil {
+			return err
+		}
+		defer payments.Close()
+		defer orders.Close()
+		clk := clock.New(kadm.NewClient(payments))
+		for _, id := range ids {
+			tx, err := clock.BeginTransaction(clk, orders)
+			if err != nil {
+				return err
+			}
+			if err := tx.ProduceSync(ctx, &kgo.Record{Topic: "orders", Key: id}); err != nil {
+				return err
+			}
+			payment := &kgo.Record{Topic: "payments", Key: id}
+			if err := clk.Stamp(ctx, payment); err != nil {
+				return errors.Join(err, tx.Abort(ctx))
+			}
+			if err := payments.ProduceSync(ctx, payment).FirstErr(); err != nil {
+				return err
+			}
+			if err := tx.Commit(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

@@ -3,25 +3,27 @@
 // producer writes the same stamps a franz-go producer or a Parsley stage
 // writes.
 //
-// New takes the producer's ConfigMap and makes an AdminClient of its own
-// for topic-ID lookups (DescribeTopics); the clock's Close closes it.
-// Stamp and Observe take confluent's header type as it is. Produce is the
-// send-await-fold pattern in one call: it returns the partition and offset
-// and writes the delivery report into the message, and fails when the
-// delivery or the fold fails. Delivered folds a delivery report of a
+// New takes the client the program already has — its Producer (or
+// Consumer) — and looks topic IDs up through it (an AdminClient derived
+// from the client, which holds nothing of its own): the clock needs no
+// Close. Stamp and Observe take confluent's header type as it is. Produce
+// is the send-await-fold pattern in one call: it returns the partition and
+// offset and writes the delivery report into the message, and fails when
+// the delivery or the fold fails. Delivered folds a delivery report of a
 // pipelined send.
 //
 //	conf := &kafka.ConfigMap{"bootstrap.servers": brokers, "partitioner": "murmur2_random", "acks": "all"}
 //	p, err := kafka.NewProducer(conf)
-//	clk, err := confluentclock.New(conf)
-//	defer clk.Close()
+//	clk, err := confluentclock.New(p)
 //	...
 //	if err := confluentclock.Observe(ctx, clk, consumed); err != nil { ... }
 //	msg := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Key: id, Value: v}
 //	partition, offset, err := confluentclock.Produce(ctx, clk, p, msg)
 //
 // A transactional producer sends through BeginTransaction's Txn, so that an
-// aborted transaction is never claimed.
+// aborted transaction is never claimed; while a Txn holds sends, plain
+// sends through the same clock are refused (*clock.OpenTxnError) until it
+// commits or aborts.
 //
 // This package is its own Go module and needs cgo (confluent-kafka-go
 // links its bundled librdkafka); the main Parsley module needs neither.
@@ -32,7 +34,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/parsley-go/parsley/clock"
@@ -84,34 +85,40 @@ func unknownTopic(code kafka.ErrorCode) bool {
 	return code == kafka.ErrUnknownTopicOrPart || code == kafka.ErrUnknownTopic || code == kafka.ErrUnknownTopicID
 }
 
-// New returns an empty clock that resolves topic names through an
-// AdminClient it makes from conf, typically the producer's own ConfigMap.
-// The clock owns that client: its Close closes it. conf is not modified;
-// the admin client leaves out the settings that would make it a producer
-// of its own (transactional.id, enable.idempotence,
-// transaction.timeout.ms) and the Go client's go.* settings. opts are those
-// of clock.New.
-//
-// To look topics up through an admin client of your own instead (one
-// derived with kafka.NewAdminClientFromProducer, say), use
-// clock.New(nil, clock.TopicIDs(confluentclock.Lookup(admin))).
-func New(conf *kafka.ConfigMap, opts ...clock.Option) (*clock.Clock, error) {
-	ac := kafka.ConfigMap{}
-	if conf != nil {
-		for k, v := range *conf {
-			switch {
-			case strings.HasPrefix(k, "go."), k == "transactional.id", k == "enable.idempotence", k == "transaction.timeout.ms":
-				continue
-			}
-			ac[k] = v
+// ErrNoClient is wrapped when New is given no client, or a closed one.
+var ErrNoClient = errors.New("confluentclock: no open Producer, Consumer or AdminClient")
+
+// New returns an empty clock that resolves topic names through client: a
+// *kafka.Producer or *kafka.Consumer (through an AdminClient derived from
+// it, which opens nothing of its own), or an *kafka.AdminClient. The clock
+// borrows client and needs no Close; once client is closed, lookups fail.
+// opts are those of clock.New.
+func New(client kafka.Handle, opts ...clock.Option) (*clock.Clock, error) {
+	var admin *kafka.AdminClient
+	var err error
+	switch c := client.(type) {
+	case *kafka.Producer:
+		if c == nil || c.IsClosed() {
+			return nil, ErrNoClient
 		}
+		admin, err = kafka.NewAdminClientFromProducer(c)
+	case *kafka.Consumer:
+		if c == nil || c.IsClosed() {
+			return nil, ErrNoClient
+		}
+		admin, err = kafka.NewAdminClientFromConsumer(c)
+	case *kafka.AdminClient:
+		if c == nil || c.IsClosed() {
+			return nil, ErrNoClient
+		}
+		admin = c
+	default:
+		return nil, fmt.Errorf("%w: got %T", ErrNoClient, client)
 	}
-	admin, err := kafka.NewAdminClient(&ac)
 	if err != nil {
-		return nil, fmt.Errorf("confluentclock: admin client for %v: %w", ac["bootstrap.servers"], err)
+		return nil, fmt.Errorf("confluentclock: admin client from %T: %w", client, err)
 	}
-	release := func() error { admin.Close(); return nil }
-	return clock.New(nil, append([]clock.Option{clock.TopicIDs(Lookup(admin)), clock.OnClose(release)}, opts...)...), nil
+	return clock.New(nil, append([]clock.Option{clock.TopicIDs(Lookup(admin))}, opts...)...), nil
 }
 
 // Stamp appends clk's stamp to msg.Headers, after the message's own
@@ -177,19 +184,41 @@ type Producer interface {
 	Produce(msg *kafka.Message, deliveryChan chan kafka.Event) error
 }
 
+// ErrUnconfirmed is wrapped, with the context's error, when Produce's
+// context ends before the delivery report: the message may still be
+// delivered, and is not folded.
+var ErrUnconfirmed = errors.New("confluentclock: delivery not confirmed")
+
 // Produce stamps msg, sends it through p, waits for its delivery report and
 // folds it, so the next stamp claims it: the sequential pattern that
 // orders a producer's sends across topics. It returns the partition and
 // offset of the delivery and writes the report into msg (TopicPartition,
 // Timestamp), as librdkafka writes it into the report.
 //
+// clk is the shared clock: a send within a transaction goes through the
+// Txn's Produce, and a transaction's clock is refused here (an error
+// wrapping clock.ErrTxnClock). While a Txn on clk holds sends, the stamp is
+// refused with a *clock.OpenTxnError and nothing is sent: produce the
+// message after the transaction commits (it then claims the transaction's
+// sends), or within it.
+//
 // A failed delivery is its error (also in msg.TopicPartition.Error), folds
 // nothing and leaves msg unstamped, so it can be produced again. A
 // delivered message that cannot be folded returns its partition and
 // offset with a *clock.NotFoldedError: the message is written; do not send
-// it again. If ctx ends first the message may still be delivered,
-// unfolded.
+// it again. If ctx ends before the delivery report, the error wraps
+// ErrUnconfirmed and the context's error, and msg is left unstamped too:
+// the message may still be delivered, unfolded, and producing it again
+// may write it twice.
 func Produce(ctx context.Context, clk *clock.Clock, p Producer, msg *kafka.Message) (partition int32, offset int64, err error) {
+	if clk.Txn() != nil {
+		topic, _ := topicOf(msg)
+		return -1, -1, fmt.Errorf("confluentclock: Produce to %q: %w: produce within the transaction with Txn.Produce", topic, clock.ErrTxnClock)
+	}
+	return produce(ctx, clk, p, msg)
+}
+
+func produce(ctx context.Context, clk *clock.Clock, p Producer, msg *kafka.Message) (partition int32, offset int64, err error) {
 	own := msg.Headers
 	if err := Stamp(ctx, clk, msg); err != nil {
 		return -1, -1, err
@@ -202,7 +231,8 @@ func Produce(ctx context.Context, clk *clock.Clock, p Producer, msg *kafka.Messa
 	for {
 		select {
 		case <-ctx.Done():
-			return -1, -1, ctx.Err()
+			msg.Headers = own // as a failed send leaves it
+			return -1, -1, fmt.Errorf("confluentclock: produce to %q: %w: %w", *msg.TopicPartition.Topic, ErrUnconfirmed, ctx.Err())
 		case e := <-reports:
 			m, ok := e.(*kafka.Message)
 			if !ok {

@@ -44,7 +44,7 @@ func newClient(stamp bool) func(context.Context, []string) (adaptertest.Client, 
 			return nil, err
 		}
 		go drainEvents(p) // logs and errors not tied to one message
-		clk, err := confluentclock.New(&conf)
+		clk, err := confluentclock.New(p)
 		if err != nil {
 			p.Close()
 			return nil, err
@@ -128,7 +128,7 @@ func (c *client) Consume(ctx context.Context, topic string, n int, handle func(k
 func (c *client) Close() error {
 	c.producer.Flush(1000)
 	c.producer.Close()
-	return c.clk.Close()
+	return nil
 }
 
 func TestPipeline(t *testing.T) {
@@ -221,5 +221,85 @@ func TestDeliveredFoldsOnlyAcknowledgedSends(t *testing.T) {
 	}
 	if err := confluentclock.Stamp(ctx, clk, &kafka.Message{}); !errors.Is(err, confluentclock.ErrNoTopic) {
 		t.Fatalf("stamp without a topic: %v; want ErrNoTopic", err)
+	}
+}
+
+// swallow is a Producer whose sends are never reported, or reported
+// delivered at a fixed offset.
+type swallow struct{ deliver bool }
+
+func (s swallow) Produce(msg *kafka.Message, reports chan kafka.Event) error {
+	if s.deliver {
+		m := *msg
+		m.TopicPartition.Partition, m.TopicPartition.Offset = 0, 5
+		reports <- &m
+	}
+	return nil
+}
+
+// TestProduceWithoutAReportLeavesTheMessageUnstamped: a Produce whose
+// context ends before the delivery report says the delivery is unconfirmed
+// and leaves the message as it was, so producing it again does not fail on
+// its own stamp.
+func TestProduceWithoutAReportLeavesTheMessageUnstamped(t *testing.T) {
+	clk := clock.New(nil, clock.TopicIDs(func(context.Context, string) (headers.TopicID, error) { return headers.TopicID{9}, nil }))
+	topic := "payments"
+	msg := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny},
+		Headers: []kafka.Header{{Key: "trace", Value: []byte("1")}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, _, err := confluentclock.Produce(ctx, clk, swallow{}, msg)
+	if !errors.Is(err, confluentclock.ErrUnconfirmed) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Produce whose report never came: %v; want ErrUnconfirmed and the context's error", err)
+	}
+	if len(msg.Headers) != 1 || msg.Headers[0].Key != "trace" {
+		t.Fatalf("after an unconfirmed Produce the message carries %v; want its own header only", msg.Headers)
+	}
+	if !clk.Snapshot().IsEmpty() {
+		t.Fatalf("an unconfirmed send was folded: %v", clk.Snapshot())
+	}
+	partition, offset, err := confluentclock.Produce(context.Background(), clk, swallow{deliver: true}, msg)
+	if err != nil || partition != 0 || offset != 5 {
+		t.Fatalf("producing it again: %d@%d, %v; want payments/0@5", partition, offset, err)
+	}
+	if len(msg.Headers) != 2 || msg.Headers[1].Key != headers.HeaderVC {
+		t.Fatalf("after the retry the message carries %v; want its own header and one stamp", msg.Headers)
+	}
+}
+
+// TestNewBorrowsTheClient: New looks topics up through the client it is
+// given — a Producer, or a Consumer with its consumer-only settings —
+// and refuses no client, a closed one, or another kind.
+func TestNewBorrowsTheClient(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	conf := kfakeConf(fake.ListenAddrs())
+	conf["group.id"] = "payment-service"
+	conf["auto.offset.reset"] = "earliest"
+	c, err := kafka.NewConsumer(&conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk, err := confluentclock.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic := "orders"
+	if err := confluentclock.Stamp(ctx, clk, &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic}}); err != nil {
+		t.Fatalf("a stamp through a consumer's clock: %v", err)
+	}
+	if _, ok := clk.Resolver().Cached("orders"); !ok {
+		t.Fatal("the stamp resolved nothing")
+	}
+	c.Close()
+	for name, client := range map[string]kafka.Handle{"closed": c, "nil": (*kafka.Producer)(nil), "none": nil} {
+		if _, err := confluentclock.New(client); !errors.Is(err, confluentclock.ErrNoClient) {
+			t.Errorf("New with a %s client: %v; want ErrNoClient", name, err)
+		}
 	}
 }

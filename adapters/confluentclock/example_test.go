@@ -26,11 +26,10 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer p.Close()
-	clk, err := confluentclock.New(conf) // looks topic IDs up; Close closes its admin client
+	clk, err := confluentclock.New(p) // looks topic IDs up through the producer
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer clk.Close()
 	c, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": "localhost:9092", "group.id": "payments"})
 	if err != nil {
 		log.Fatal(err)
@@ -60,9 +59,11 @@ func Example() {
 	}
 }
 
-// A transactional producer sharing its clock: the transaction stamps and
-// folds through its own view, which joins the clock on commit and is
-// dropped on abort. (Not run: it needs a cluster.)
+// A transactional producer: the transaction stamps and folds through its
+// own view of the clock, which joins the clock on commit and is dropped on
+// abort. A plain producer sharing the clock sends what follows the entry
+// once the transaction committed (while it is open such a send is refused
+// with a *clock.OpenTxnError). (Not run: it needs a cluster.)
 func ExampleBeginTransaction() {
 	ctx := context.Background()
 	conf := &kafka.ConfigMap{
@@ -78,11 +79,10 @@ func ExampleBeginTransaction() {
 	if err := p.InitTransactions(ctx); err != nil {
 		log.Fatal(err)
 	}
-	clk, err := confluentclock.New(conf) // the admin client leaves transactional.id out
+	clk, err := confluentclock.New(p)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer clk.Close()
 
 	tx, err := confluentclock.BeginTransaction(clk, p)
 	if err != nil {

@@ -22,66 +22,73 @@ type TxnProducer interface {
 }
 
 // Txn is one transaction of a transactional producer (transactional.id
-// set, InitTransactions called once), with its own view of the clock: a
-// fork (clock.Clock.Fork) that claims the transaction's own sends. Commit
-// folds them into the clock; Abort drops them, so no stamp ever claims an
-// aborted send. A plain producer may share the clock meanwhile: its
-// committed sends stay claimed whatever the transaction does.
+// set, InitTransactions called once), with its own view of the clock
+// (clock.Clock.Begin): its stamps claim the clock and the transaction's own
+// sends. Commit makes its sends the clock's; Abort drops them, so no stamp
+// ever claims an aborted send.
+//
+// A plain producer may share the clock. Its sends before and during the
+// transaction are claimed by the transaction's later ones, and stay
+// claimed whatever the transaction does. While the transaction holds
+// sends, a plain send through the clock is refused with a
+// *clock.OpenTxnError: it could not claim them. Produce it after Commit,
+// when it claims them, or within the transaction.
 //
 // A Txn is not safe for concurrent use.
 type Txn struct {
-	parent *clock.Clock
-	clk    *clock.Clock
-	p      TxnProducer
-	done   bool
+	txn  *clock.Txn
+	p    TxnProducer
+	done bool
 }
 
 // BeginTransaction begins a transaction on p (p.BeginTransaction) whose
-// sends fold into a fork of clk.
+// sends fold into a transaction of clk.
 func BeginTransaction(clk *clock.Clock, p TxnProducer) (*Txn, error) {
 	if err := p.BeginTransaction(); err != nil {
 		return nil, fmt.Errorf("confluentclock: begin transaction: %w", err)
 	}
-	return &Txn{parent: clk, clk: clk.Fork(), p: p}, nil
+	return &Txn{txn: clk.Begin(), p: p}, nil
 }
 
-// Clock is the transaction's view of the clock: Stamp, Observe and
-// Delivered through it what belongs to the transaction (a consumed message
-// whose offset the transaction commits with SendOffsetsToTransaction, for
-// one).
-func (t *Txn) Clock() *clock.Clock { return t.clk }
+// Clock is the transaction's clock: Stamp and Delivered through it only
+// what this producer sends in the transaction (pipelined sends, say).
+// Observing through it folds into the shared clock, as through the clock
+// itself.
+func (t *Txn) Clock() *clock.Clock { return t.txn.Clock() }
 
 // Produce is Produce within the transaction: the message claims what the
-// clock claimed when the transaction began, what the transaction observed
-// and its earlier sends.
+// clock claims, the transaction's earlier sends, and nothing of another
+// open transaction (whose sends make it fail with a *clock.OpenTxnError).
 func (t *Txn) Produce(ctx context.Context, msg *kafka.Message) (partition int32, offset int64, err error) {
 	if t.done {
 		return -1, -1, ErrTxnDone
 	}
-	return Produce(ctx, t.clk, t.p, msg)
+	return produce(ctx, t.txn.Clock(), t.p, msg)
 }
 
 // Commit commits the transaction (p.CommitTransaction) and then folds its
-// sends into the clock. A failed commit folds nothing: librdkafka's error
-// says whether to retry the commit, abort (Abort) or close the producer.
+// sends into the clock. A failed commit folds nothing and leaves the
+// transaction open (plain sends stay refused): librdkafka's error says
+// whether to retry the commit, abort (Abort) or close the producer.
 func (t *Txn) Commit(ctx context.Context) error {
-	if t.done {
+	if t.done || t.txn.Ended() { // ended, or an abort was attempted
 		return ErrTxnDone
 	}
 	if err := t.p.CommitTransaction(ctx); err != nil {
 		return fmt.Errorf("confluentclock: commit transaction: %w", err)
 	}
 	t.done = true
-	return t.parent.Merge(t.clk.Snapshot())
+	return t.txn.Committed()
 }
 
-// Abort aborts the transaction (p.AbortTransaction) and drops its view of
-// the clock: nothing it sent or observed is claimed, even when the abort
-// itself fails (it may be retried).
+// Abort aborts the transaction (p.AbortTransaction) and drops its sends
+// from the clock: nothing it sent is claimed, even when the abort itself
+// fails (it may be retried).
 func (t *Txn) Abort(ctx context.Context) error {
 	if t.done {
 		return ErrTxnDone
 	}
+	t.txn.Aborted()
 	if err := t.p.AbortTransaction(ctx); err != nil {
 		return fmt.Errorf("confluentclock: abort transaction: %w", err)
 	}

@@ -53,11 +53,10 @@ func TestProduceWritesTheReportBack(t *testing.T) {
 	addrs, cl := cluster(t, "payments")
 	conf := kfakeConf(addrs)
 	p := producer(t, conf)
-	clk, err := confluentclock.New(&conf)
+	clk, err := confluentclock.New(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer clk.Close()
 	topic := "payments"
 	for want := int64(0); want < 2; want++ {
 		msg := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Value: []byte("v")}
@@ -70,13 +69,12 @@ func TestProduceWritesTheReportBack(t *testing.T) {
 		}
 	}
 
-	failing, err := confluentclock.New(&conf,
+	failing, err := confluentclock.New(p,
 		clock.TopicIDs(adaptertest.FailLookupsAfter(1, clock.AdminLookup(kadm.NewClient(cl)))),
 		clock.TopicIDMaxAge(time.Nanosecond)) // every resolve asks the lookup
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer failing.Close()
 	msg := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Value: []byte("v")}
 	partition, offset, err := confluentclock.Produce(ctx, failing, p, msg)
 	var nf *clock.NotFoldedError
@@ -92,9 +90,11 @@ func TestProduceWritesTheReportBack(t *testing.T) {
 }
 
 // TestTxnAbortIsNeverClaimed: a transactional producer and a plain one
-// share a clock. The aborted transaction's send is never claimed, the plain
-// send made while it was open stays claimed, and a committed transaction's
-// send is claimed once it commits.
+// share a clock. The plain send made while the transaction is open but
+// before it sent anything is claimed by the transaction's send and stays
+// claimed after the abort; once the transaction holds a send, a plain send
+// is refused; the aborted send is never claimed, and a committed
+// transaction's send is claimed once it commits.
 func TestTxnAbortIsNeverClaimed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -106,38 +106,48 @@ func TestTxnAbortIsNeverClaimed(t *testing.T) {
 	if err := transactional.InitTransactions(ctx); err != nil {
 		t.Fatal(err)
 	}
-	clk, err := confluentclock.New(&tconf) // the transactional producer's config: New leaves transactional.id out
+	clk, err := confluentclock.New(transactional) // lookups through the transactional producer
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer clk.Close()
 
 	send := func(topic string) *kafka.Message {
 		return &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Value: []byte(topic)}
 	}
-	claims := func(topic string) (int64, bool) {
+	claimsOf := func(c *clock.Clock, topic string) (int64, bool) {
 		t.Helper()
 		id, ok := clk.Resolver().Cached(topic)
 		if !ok {
 			t.Fatalf("topic %q not resolved", topic)
 		}
-		return clk.Snapshot().Offset(headers.Channel{Topic: id})
+		return c.Snapshot().Offset(headers.Channel{Topic: id})
 	}
+	claims := func(topic string) (int64, bool) { t.Helper(); return claimsOf(clk, topic) }
 
 	tx, err := confluentclock.BeginTransaction(clk, transactional)
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, plainAt, err := confluentclock.Produce(ctx, clk, plain, send("audit"))
+	if err != nil {
+		t.Fatalf("a plain send while the transaction holds nothing: %v", err)
+	}
 	_, aborted, err := tx.Produce(ctx, send("ledger"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o, ok := claimsOf(tx.Clock(), "audit"); !ok || o != plainAt {
+		t.Fatalf("the transaction's clock claims audit@%d (%v); want the plain send at %d, made after it began", o, ok, plainAt)
+	}
 	if o, ok := claims("ledger"); ok {
 		t.Fatalf("while the transaction is open the clock claims ledger@%d", o)
 	}
-	_, plainAt, err := confluentclock.Produce(ctx, clk, plain, send("audit"))
-	if err != nil {
-		t.Fatal(err)
+	refused := send("audit")
+	if _, _, err := confluentclock.Produce(ctx, clk, plain, refused); !errors.Is(err, clock.ErrOpenTxn) || len(refused.Headers) != 0 {
+		t.Fatalf("a plain send while the transaction holds ledger@%d: %v, headers %v; want ErrOpenTxn and the message untouched", aborted, err, refused.Headers)
+	}
+	if _, _, err := confluentclock.Produce(ctx, tx.Clock(), transactional, send("ledger")); !errors.Is(err, clock.ErrTxnClock) {
+		t.Fatalf("Produce through the transaction's clock: %v; want ErrTxnClock", err)
 	}
 	if err := tx.Abort(ctx); err != nil {
 		t.Fatal(err)
@@ -184,5 +194,51 @@ func TestTxnAbortIsNeverClaimed(t *testing.T) {
 	}
 	if recs := fs.Records(); len(recs) != 1 || recs[0].Offset != committed {
 		t.Fatalf("read_committed the ledger holds %d records; want only the committed one at %d", len(recs), committed)
+	}
+}
+
+// fakeTxnProducer is a transactional producer whose abort fails, counting
+// commits.
+type fakeTxnProducer struct {
+	swallow
+	commits int
+}
+
+func (*fakeTxnProducer) BeginTransaction() error { return nil }
+func (f *fakeTxnProducer) CommitTransaction(context.Context) error {
+	f.commits++
+	return nil
+}
+func (*fakeTxnProducer) AbortTransaction(context.Context) error {
+	return kafka.NewError(kafka.ErrTimedOut, "abort timed out", false)
+}
+
+// TestCommitAfterAFailedAbortIsRefused: an abort drops the transaction's
+// sends from the clock even when the client's abort fails, so a commit
+// after it would commit sends no stamp claims; it is refused without
+// reaching the client, and Abort may be retried.
+func TestCommitAfterAFailedAbortIsRefused(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.New(nil, clock.TopicIDs(func(context.Context, string) (headers.TopicID, error) { return headers.TopicID{9}, nil }))
+	p := &fakeTxnProducer{swallow: swallow{deliver: true}}
+	tx, err := confluentclock.BeginTransaction(clk, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic := "ledger"
+	if _, _, err := tx.Produce(ctx, &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Abort(ctx); err == nil {
+		t.Fatal("the failing abort reported success")
+	}
+	if err := tx.Commit(ctx); !errors.Is(err, confluentclock.ErrTxnDone) || p.commits != 0 {
+		t.Fatalf("Commit after a failed abort: %v, %d commits sent; want ErrTxnDone and none", err, p.commits)
+	}
+	if err := confluentclock.Stamp(ctx, clk, &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic}}); err != nil {
+		t.Fatalf("a plain stamp after the abort: %v", err)
+	}
+	if !clk.Snapshot().IsEmpty() {
+		t.Fatalf("the clock claims %v of an aborted transaction", clk.Snapshot())
 	}
 }

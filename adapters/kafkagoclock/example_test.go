@@ -15,17 +15,15 @@ import (
 func Example() {
 	ctx := context.Background()
 	brokers := []string{"localhost:9092"}
-	clk, err := kafkagoclock.New(brokers) // topic IDs through franz-go's kadm; Close closes it
+	clk, err := kafkagoclock.New(brokers) // topic IDs through franz-go's kadm, opened when needed
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer clk.Close()
 	w := &kafka.Writer{
 		Addr:         kafka.TCP(brokers...),
 		Balancer:     &kafka.Murmur2Balancer{}, // co-partitioned with Kafka's default
 		BatchSize:    1,                        // send-await-fold without waiting for a batch
 		RequiredAcks: kafka.RequireAll,
-		Completion:   kafkagoclock.Completion(nil), // hands offsets back to WriteMessage
 	}
 	defer w.Close()
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: "orders", Partition: 0})

@@ -3,27 +3,31 @@
 // same stamps a franz-go producer or a Parsley stage writes.
 //
 // kafka-go cannot learn topic IDs: its Metadata requests stop at version 8,
-// and IDs arrived in version 10. New therefore makes a franz-go admin
-// client (kadm) from the seed brokers, which shares nothing with the
-// kafka-go Writer and Reader; the clock's Close closes it.
+// and IDs arrived in version 10. New therefore looks them up through a
+// franz-go admin client (kadm) for the seed brokers, which shares nothing
+// with the kafka-go Writer and Reader; it is opened at the first lookup and
+// closed once lookups stop for clock.DefaultLookupIdle, so the clock needs
+// no Close.
 //
 // kafka-go's WriteMessages returns no offsets; only the Writer's Completion
 // callback sees them. WriteMessage stamps a message, writes it, and folds
 // it in the caller's goroutine, returning its partition and offset, or the
-// error of the write or of the fold. The Writer's Completion must be
-// Completion(next), which does no folding of its own: it hands each
-// result back to the WriteMessage call waiting for it.
+// error of the write or of the fold. It sets the Writer's Completion to
+// Completion(nil) the first time it writes through a Writer without one;
+// a Writer with a callback of its own sets Completion(itsCallback).
 //
 //	clk, err := kafkagoclock.New(brokers)
-//	defer clk.Close()
 //	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Balancer: &kafka.Murmur2Balancer{},
-//		BatchSize: 1, RequiredAcks: kafka.RequireAll, Completion: kafkagoclock.Completion(nil)}
+//		BatchSize: 1, RequiredAcks: kafka.RequireAll}
 //	...
 //	if err := kafkagoclock.Observe(ctx, clk, &consumed); err != nil { ... }
 //	msg := kafka.Message{Topic: "payments", Key: id, Value: v}
 //	partition, offset, err := kafkagoclock.WriteMessage(ctx, clk, w, &msg)
 //
-// kafka-go has no transactional producer, so there is no Txn here.
+// kafka-go has no transactional producer. A service whose transactions run
+// on another client (franz-go's, through clock.BeginTransaction) shares the
+// clock with its kafka-go writes: while such a transaction holds sends,
+// WriteMessage is refused with a *clock.OpenTxnError.
 //
 // This package is its own Go module, so the main Parsley module does not
 // depend on kafka-go.
@@ -33,6 +37,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"sync"
 
 	"github.com/parsley-go/parsley/clock"
 	"github.com/parsley-go/parsley/headers"
@@ -48,31 +54,37 @@ var ErrNoTopic = errors.New("kafkagoclock: message has no topic")
 // ErrWriter is wrapped when WriteMessage is given a Writer it cannot fold
 // the writes of: an Async one (WriteMessages returns before the
 // acknowledgement), one with RequiredAcks: RequireNone (no offsets come
-// back), or one without a Completion callback.
+// back), or one whose Completion callback is not one Completion returned.
 var ErrWriter = errors.New("kafkagoclock: writer cannot report what it wrote")
 
-// ErrNoReport is wrapped, in a *clock.NotFoldedError, when a write succeeded
-// but its Completion never reported it: the Writer's Completion is not one
-// that Completion returned.
-var ErrNoReport = errors.New("kafkagoclock: write not reported: set Writer.Completion to kafkagoclock.Completion(next)")
-
 // New returns an empty clock that resolves topic names through a franz-go
-// admin client it makes for brokers. The clock owns that client: its Close
-// closes it. opts are those of clock.New.
+// admin client for brokers, opened at the first lookup and closed once
+// lookups stop for clock.DefaultLookupIdle (the clock's Close closes it at
+// once): the clock needs no Close. opts are those of clock.New; an empty
+// brokers list is an error.
 func New(brokers []string, opts ...clock.Option) (*clock.Clock, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		return nil, fmt.Errorf("kafkagoclock: admin client for %v: %w", brokers, err)
+	if len(brokers) == 0 {
+		return nil, errors.New("kafkagoclock: no seed brokers")
 	}
-	release := func() error { cl.Close(); return nil }
-	return clock.New(kadm.NewClient(cl), append([]clock.Option{clock.OnClose(release)}, opts...)...), nil
+	brokers = append([]string(nil), brokers...)
+	lookup, release := clock.IdleLookup(func(context.Context) (clock.TopicIDLookup, func() error, error) {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+		if err != nil {
+			return nil, nil, fmt.Errorf("kafkagoclock: admin client for %v: %w", brokers, err)
+		}
+		return clock.AdminLookup(kadm.NewClient(cl)), func() error { cl.Close(); return nil }, nil
+	}, 0)
+	return clock.New(nil, append([]clock.Option{clock.TopicIDs(lookup), clock.OnClose(release)}, opts...)...), nil
 }
 
 // Stamp appends clk's stamp to msg.Headers, after the message's own
 // headers. msg.Topic must be set (ErrNoTopic otherwise). A message that
 // already carries a reserved header (vc, vc-sender, vc-seq, parsley.*) is
 // refused with an error wrapping headers.ErrReservedHeader; an unknown
-// topic is a *clock.UnknownTopicError. On error msg is unchanged.
+// topic is a *clock.UnknownTopicError; a transaction's clock is refused
+// (clock.ErrTxnClock: a kafka-go write is never in a transaction), and so
+// is a stamp an open transaction forbids (*clock.OpenTxnError). On error
+// msg is unchanged.
 //
 // A message stamped with Stamp and written with the Writer's own
 // WriteMessages is not folded: use WriteMessage for the sends the next
@@ -84,6 +96,9 @@ func Stamp(ctx context.Context, clk *clock.Clock, msg *kafka.Message) error {
 func stamp(ctx context.Context, clk *clock.Clock, topic string, msg *kafka.Message) error {
 	if topic == "" {
 		return ErrNoTopic
+	}
+	if clk.Txn() != nil {
+		return fmt.Errorf("kafkagoclock: stamp for %q: %w: kafka-go writes are never in a transaction; stamp through the shared clock", topic, clock.ErrTxnClock)
 	}
 	// Clipped, so the stamp never lands in spare capacity another message
 	// shares.
@@ -106,10 +121,17 @@ type report struct {
 }
 
 // Completion returns the kafka.Writer Completion callback WriteMessage
-// needs. For each message WriteMessage wrote it hands the write's
-// partition, offset and error back to that call, which folds it; it folds
-// nothing itself, so no error stops here. It then calls next (which may be
-// nil) with every message, each carrying its own WriterData again.
+// needs; WriteMessage sets Completion(nil) on a Writer without one, so set
+// it yourself only to keep a callback of your own, next. For each message
+// WriteMessage wrote it hands the write's partition, offset and error back
+// to that call, which folds it; it folds nothing itself, so no error stops
+// here. It then calls next (which may be nil) with every message, each
+// carrying its own WriterData again.
+//
+// Never inlined: an inlined copy would make its callbacks' code another
+// function's, and WriteMessage tells the adapter's callbacks by their code.
+//
+//go:noinline
 func Completion(next func([]kafka.Message, error)) func([]kafka.Message, error) {
 	return func(msgs []kafka.Message, err error) {
 		for i := range msgs {
@@ -127,14 +149,47 @@ func Completion(next func([]kafka.Message, error)) func([]kafka.Message, error) 
 	}
 }
 
+// completionCode is the code of every callback Completion returns: closures
+// of one function literal share it, so a Writer's Completion can be told
+// to be the adapter's. It is set once, at init, and only read.
+var completionCode = reflect.ValueOf(Completion(nil)).Pointer()
+
+// completionMu serializes WriteMessage's setting of a Writer's Completion
+// (one package-wide lock, since a Writer has none the adapter could use).
+var completionMu sync.Mutex
+
+// useCompletion makes w report its writes to WriteMessage: it sets
+// Completion(nil) on a Writer without a Completion, and refuses one with a
+// callback of its own.
+func useCompletion(w *kafka.Writer) error {
+	completionMu.Lock()
+	defer completionMu.Unlock()
+	switch {
+	case w.Completion == nil:
+		w.Completion = Completion(nil)
+	case reflect.ValueOf(w.Completion).Pointer() != completionCode:
+		return fmt.Errorf("%w: its Completion is a callback of its own; keep it with Completion: kafkagoclock.Completion(yours)", ErrWriter)
+	}
+	return nil
+}
+
 // WriteMessage stamps msg, writes it through w, waits for the
 // acknowledgement and folds it, so the next stamp claims it: the
 // sequential pattern that orders a producer's sends across topics. It
 // returns the partition and offset the message was written at, and sets
 // them and the stamp in msg; a failed write leaves msg as it was, so it can
-// be written again. w must be synchronous (not Async), ask for acknowledgements
-// (not RequireNone) and have Completion(next) as its Completion; set
-// BatchSize: 1, or each write waits up to BatchTimeout for others.
+// be written again. w must be synchronous (not Async) and ask for
+// acknowledgements (not RequireNone); set BatchSize: 1, or each write waits
+// up to BatchTimeout for others. The first WriteMessage through a Writer
+// without a Completion sets it to Completion(nil), which hands each write's
+// offset back here; one with a callback of its own is refused (ErrWriter)
+// unless that callback is wrapped, Completion(yours). Set up a Writer before
+// anything writes through it concurrently: WriteMessage may set a field.
+//
+// clk is a shared clock (kafka-go has no transactions, so a transaction's
+// clock is refused, wrapping clock.ErrTxnClock). While a transaction
+// begun on clk holds sends, the stamp is refused with a
+// *clock.OpenTxnError and nothing is written.
 //
 // A failed write is its error and folds nothing; when the broker did not
 // know the topic or its ID, clk forgets the topic's cached ID, so the next
@@ -148,8 +203,11 @@ func WriteMessage(ctx context.Context, clk *clock.Clock, w *kafka.Writer, msg *k
 		return -1, -1, fmt.Errorf("%w: Async is set", ErrWriter)
 	case w.RequiredAcks == kafka.RequireNone:
 		return -1, -1, fmt.Errorf("%w: RequiredAcks is RequireNone", ErrWriter)
-	case w.Completion == nil:
-		return -1, -1, fmt.Errorf("%w: no Completion; set it to kafkagoclock.Completion(nil)", ErrWriter)
+	case clk.Txn() != nil:
+		return -1, -1, fmt.Errorf("kafkagoclock: WriteMessage: %w: kafka-go writes are never in a transaction; write through the shared clock", clock.ErrTxnClock)
+	}
+	if err := useCompletion(w); err != nil {
+		return -1, -1, err
 	}
 	topic := msg.Topic
 	if topic == "" {
@@ -174,7 +232,9 @@ func WriteMessage(ctx context.Context, clk *clock.Clock, w *kafka.Writer, msg *k
 	select {
 	case <-r.done:
 	default:
-		return -1, -1, &clock.NotFoldedError{Topic: topic, Partition: -1, Offset: -1, Err: ErrNoReport}
+		// Only a Completion replaced during the write gets here.
+		return -1, -1, &clock.NotFoldedError{Topic: topic, Partition: -1, Offset: -1,
+			Err: fmt.Errorf("%w: the write was not reported; its Completion was replaced", ErrWriter)}
 	}
 	msg.Headers, msg.Partition, msg.Offset = out.Headers, int(r.partition), r.offset
 	if err := clk.Produced(ctx, topic, r.partition, r.offset); err != nil {

@@ -33,7 +33,6 @@ func newClient(stamp bool) func(context.Context, []string) (adaptertest.Client, 
 			Balancer:     &kafka.Murmur2Balancer{},
 			BatchSize:    1, // send-await-fold without waiting for a batch to fill
 			RequiredAcks: kafka.RequireAll,
-			Completion:   kafkagoclock.Completion(nil),
 		}
 		return &client{brokers: brokers, writer: w, clk: clk, stamp: stamp}, nil
 	}

@@ -64,7 +64,6 @@ func TestWriteMessageFolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer clk.Close()
 	var seen atomic.Int32
 	w := writer(brokers, func(msgs []kafka.Message, err error) {
 		for _, m := range msgs {
@@ -137,8 +136,8 @@ func TestWriteMessageFailsWhenTheFoldFails(t *testing.T) {
 }
 
 // TestWriteMessageRefusesWritersItCannotFold: a Writer that would write
-// without reporting offsets is refused before anything is written, and one
-// whose Completion is not the adapter's reports the unfolded write.
+// without reporting offsets, or whose Completion is a callback of its own,
+// is refused before anything is written, and so is a transaction's clock.
 func TestWriteMessageRefusesWritersItCannotFold(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -147,14 +146,13 @@ func TestWriteMessageRefusesWritersItCannotFold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer clk.Close()
 	for _, tc := range []struct {
 		setting string
 		set     func(*kafka.Writer)
 	}{
 		{"Async", func(w *kafka.Writer) { w.Async = true }},
 		{"RequireNone", func(w *kafka.Writer) { w.RequiredAcks = kafka.RequireNone }},
-		{"Completion", func(w *kafka.Writer) { w.Completion = nil }},
+		{"Completion", func(w *kafka.Writer) { w.Completion = func([]kafka.Message, error) {} }},
 	} {
 		w := writer(brokers, nil)
 		tc.set(w)
@@ -167,6 +165,14 @@ func TestWriteMessageRefusesWritersItCannotFold(t *testing.T) {
 		}
 		w.Close()
 	}
+	tx := clk.Begin()
+	w := writer(brokers, nil)
+	defer w.Close()
+	msg := kafka.Message{Topic: "payments", Value: []byte("v")}
+	if _, _, err := kafkagoclock.WriteMessage(ctx, tx.Clock(), w, &msg); !errors.Is(err, clock.ErrTxnClock) || len(msg.Headers) != 0 {
+		t.Errorf("WriteMessage through a transaction's clock: %v; want ErrTxnClock, nothing stamped", err)
+	}
+	tx.Aborted()
 	ends, err := adm.ListEndOffsets(ctx, "payments")
 	if err != nil {
 		t.Fatal(err)
@@ -176,14 +182,34 @@ func TestWriteMessageRefusesWritersItCannotFold(t *testing.T) {
 			t.Errorf("a refused writer wrote to payments/%d", o.Partition)
 		}
 	})
+}
 
-	w := writer(brokers, nil)
-	w.Completion = func([]kafka.Message, error) {} // not the adapter's
+// TestWriteMessageSetsTheCompletion: a Writer without a Completion, as the
+// docs build it, gets the adapter's at its first WriteMessage, and the
+// write is folded.
+func TestWriteMessageSetsTheCompletion(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	brokers, _ := cluster(t, "payments")
+	clk, err := kafkagoclock.New(brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Balancer: &kafka.Murmur2Balancer{}, BatchSize: 1, RequiredAcks: kafka.RequireAll}
 	defer w.Close()
-	msg := kafka.Message{Topic: "payments", Value: []byte("v")}
-	_, _, err = kafkagoclock.WriteMessage(ctx, clk, w, &msg)
-	if !errors.Is(err, kafkagoclock.ErrNoReport) || !errors.Is(err, clock.ErrNotFolded) {
-		t.Fatalf("a write whose Completion is not the adapter's: %v; want ErrNoReport, ErrNotFolded", err)
+	for range 2 {
+		msg := kafka.Message{Topic: "payments", Key: []byte("k"), Value: []byte("v")}
+		partition, offset, err := kafkagoclock.WriteMessage(ctx, clk, w, &msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := clk.Resolver().Cached("payments")
+		if o, ok := clk.Snapshot().Offset(headers.Channel{Topic: id, Partition: partition}); !ok || o != offset {
+			t.Fatalf("after writing payments/%d@%d the clock claims %d (%v) there", partition, offset, o, ok)
+		}
+	}
+	if w.Completion == nil {
+		t.Fatal("WriteMessage left the Writer without a Completion")
 	}
 }
 
@@ -198,7 +224,6 @@ func TestFailedWriteLeavesTheMessageUnstamped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer clk.Close()
 	w := writer(brokers, nil)
 	w.BatchBytes = 64
 	defer w.Close()
@@ -251,6 +276,18 @@ func TestStampAndObserve(t *testing.T) {
 	if err := kafkagoclock.Stamp(ctx, clk, &msg); !errors.Is(err, headers.ErrReservedHeader) || len(msg.Headers) != 1 {
 		t.Fatalf("stamp over a reserved header: %v; want ErrReservedHeader and no change", err)
 	}
+	tx := clk.Begin()
+	msg = kafka.Message{Topic: "payments"}
+	if err := kafkagoclock.Stamp(ctx, tx.Clock(), &msg); !errors.Is(err, clock.ErrTxnClock) || len(msg.Headers) != 0 {
+		t.Fatalf("stamp through a transaction's clock: %v; want ErrTxnClock and no change", err)
+	}
+	if err := tx.Clock().Produced(ctx, "orders", 0, 3); err != nil {
+		t.Fatal(err)
+	}
+	var ote *clock.OpenTxnError
+	if err := kafkagoclock.Stamp(ctx, clk, &msg); !errors.As(err, &ote) || len(msg.Headers) != 0 {
+		t.Fatalf("stamp while a transaction holds a send: %v; want an *OpenTxnError and no change", err)
+	}
 }
 
 // TestUnknownTopicWriteForgetsTheTopicID: the broker refuses a write with
@@ -265,7 +302,6 @@ func TestUnknownTopicWriteForgetsTheTopicID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer clk.Close()
 	w := writer(brokers, nil)
 	w.MaxAttempts = 1 // the error is retriable; fail at once
 	defer w.Close()

@@ -35,11 +35,10 @@ func Example() {
 	}
 	defer orders.Close()
 
-	clk, err := saramaclock.New(brokers, cfg) // looks topic IDs up; Close closes its admin client
+	clk, err := saramaclock.New(brokers, cfg) // looks topic IDs up through an admin client it opens when needed
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer clk.Close()
 	for order := range orders.Messages() {
 		if err := saramaclock.Observe(ctx, clk, order); err != nil {
 			log.Fatal(err)
@@ -51,9 +50,11 @@ func Example() {
 	}
 }
 
-// A transactional producer sharing its clock with a plain one: the
-// transaction stamps and folds through its own view, which joins the clock
-// on commit and is dropped on abort. (Not run: it needs a cluster.)
+// A transactional producer sharing its clock with a plain one: the ledger
+// entry is written in a transaction, and the notification that announces
+// it, from the plain producer, once the transaction committed, so that it
+// claims the entry. Sent while the transaction was open, it would be
+// refused (*clock.OpenTxnError). (Not run: it needs a cluster.)
 func ExampleBeginTxn() {
 	ctx := context.Background()
 	brokers := []string{"localhost:9092"}
@@ -61,19 +62,25 @@ func ExampleBeginTxn() {
 	cfg.Producer.Return.Successes = true
 	cfg.Producer.RequiredAcks = sarama.WaitForAll
 	cfg.Producer.Partitioner = sarama.NewMurmur2Partitioner
-	cfg.Producer.Idempotent = true
-	cfg.Producer.Transaction.ID = "ledger-writer"
-	cfg.Net.MaxOpenRequests = 1
-	producer, err := sarama.NewSyncProducer(brokers, cfg)
+	plain, err := sarama.NewSyncProducer(brokers, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer producer.Close()
+	defer plain.Close()
 	clk, err := saramaclock.New(brokers, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer clk.Close()
+
+	txCfg := *cfg
+	txCfg.Producer.Idempotent = true
+	txCfg.Producer.Transaction.ID = "ledger-writer"
+	txCfg.Net.MaxOpenRequests = 1
+	producer, err := sarama.NewSyncProducer(brokers, &txCfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer producer.Close()
 
 	tx, err := saramaclock.BeginTxn(clk, producer)
 	if err != nil {
@@ -87,6 +94,10 @@ func ExampleBeginTxn() {
 		log.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil { // on success the clock claims the entry
+		log.Fatal(err)
+	}
+	note := &sarama.ProducerMessage{Topic: "notifications", Key: sarama.StringEncoder("acct-1"), Value: sarama.StringEncoder("debited")}
+	if _, _, err := saramaclock.SendMessage(ctx, clk, plain, note); err != nil { // claims the entry
 		log.Fatal(err)
 	}
 }

@@ -75,9 +75,11 @@ func TestSendMessageFailsWhenTheFoldFails(t *testing.T) {
 }
 
 // TestTxnAbortIsNeverClaimed: a transactional producer and a plain one
-// share a clock. The aborted transaction's send is never claimed, the plain
-// send made while it was open stays claimed, and a committed transaction's
-// send is claimed once it commits.
+// share a clock. The plain send made while the transaction is open but
+// before it sent anything is claimed by the transaction's send and stays
+// claimed after the abort; once the transaction holds a send, a plain send
+// is refused; the aborted send is never claimed, and a committed
+// transaction's send is claimed once it commits.
 func TestTxnAbortIsNeverClaimed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -86,7 +88,6 @@ func TestTxnAbortIsNeverClaimed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer clk.Close()
 	plain, err := sarama.NewSyncProducer(addrs, producerConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -105,29 +106,40 @@ func TestTxnAbortIsNeverClaimed(t *testing.T) {
 	send := func(topic string) *sarama.ProducerMessage {
 		return &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder("k"), Value: sarama.StringEncoder(topic)}
 	}
-	claims := func(topic string) (int64, bool) {
+	claimsOf := func(c *clock.Clock, topic string) (int64, bool) {
 		t.Helper()
 		id, ok := clk.Resolver().Cached(topic)
 		if !ok {
 			t.Fatalf("topic %q not resolved", topic)
 		}
-		return clk.Snapshot().Offset(headers.Channel{Topic: id})
+		return c.Snapshot().Offset(headers.Channel{Topic: id})
 	}
+	claims := func(topic string) (int64, bool) { t.Helper(); return claimsOf(clk, topic) }
 
 	tx, err := saramaclock.BeginTxn(clk, transactional)
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, plainAt, err := saramaclock.SendMessage(ctx, clk, plain, send("audit"))
+	if err != nil {
+		t.Fatalf("a plain send while the transaction holds nothing: %v", err)
+	}
 	_, aborted, err := tx.SendMessage(ctx, send("ledger"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o, ok := claimsOf(tx.Clock(), "audit"); !ok || o != plainAt {
+		t.Fatalf("the transaction's clock claims audit@%d (%v); want the plain send at %d, made after it began", o, ok, plainAt)
+	}
 	if o, ok := claims("ledger"); ok {
 		t.Fatalf("while the transaction is open the clock claims ledger@%d", o)
 	}
-	_, plainAt, err := saramaclock.SendMessage(ctx, clk, plain, send("audit"))
-	if err != nil {
-		t.Fatal(err)
+	refused := send("audit")
+	if _, _, err := saramaclock.SendMessage(ctx, clk, plain, refused); !errors.Is(err, clock.ErrOpenTxn) || len(refused.Headers) != 0 {
+		t.Fatalf("a plain send while the transaction holds ledger@%d: %v, headers %v; want ErrOpenTxn and the message untouched", aborted, err, refused.Headers)
+	}
+	if _, _, err := saramaclock.SendMessage(ctx, tx.Clock(), transactional, send("ledger")); !errors.Is(err, clock.ErrTxnClock) {
+		t.Fatalf("SendMessage through the transaction's clock: %v; want ErrTxnClock", err)
 	}
 	if err := tx.Abort(); err != nil {
 		t.Fatal(err)
@@ -174,5 +186,51 @@ func TestTxnAbortIsNeverClaimed(t *testing.T) {
 	}
 	if recs := fs.Records(); len(recs) != 1 || recs[0].Offset != committed {
 		t.Fatalf("read_committed the ledger holds %d records; want only the committed one at %d", len(recs), committed)
+	}
+}
+
+// TestNewRefusesConfigsThatLoseOffsets: a config that cannot fold sends is
+// refused by New with a *ConfigError naming the setting; a producer built
+// with RequiredAcks = NoResponse anyway has its send reported as not
+// folded (ErrNoOffset), never folded at a made-up offset 0.
+func TestNewRefusesConfigsThatLoseOffsets(t *testing.T) {
+	noAck := producerConfig()
+	noAck.Producer.RequiredAcks = sarama.NoResponse
+	old := producerConfig()
+	old.Version = sarama.V2_7_0_0
+	for name, tc := range map[string]struct {
+		cfg     *sarama.Config
+		setting string
+	}{
+		"NoResponse": {noAck, "Producer.RequiredAcks = NoResponse"},
+		"Version":    {old, "Version = 2.7.0"},
+	} {
+		_, err := saramaclock.New([]string{"localhost:1"}, tc.cfg)
+		var ce *saramaclock.ConfigError
+		if !errors.As(err, &ce) || !errors.Is(err, saramaclock.ErrConfig) || ce.Setting != tc.setting {
+			t.Errorf("%s: New = %v; want a *ConfigError for %q", name, err, tc.setting)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addrs, _ := cluster(t, "payments")
+	clk, err := saramaclock.New(addrs, producerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := sarama.NewSyncProducer(addrs, noAck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	msg := &sarama.ProducerMessage{Topic: "payments", Key: sarama.StringEncoder("k"), Value: sarama.StringEncoder("v")}
+	_, _, err = saramaclock.SendMessage(ctx, clk, p, msg)
+	var nf *clock.NotFoldedError
+	if !errors.As(err, &nf) || !errors.Is(err, saramaclock.ErrNoOffset) {
+		t.Fatalf("SendMessage through a NoResponse producer: %v; want a *clock.NotFoldedError wrapping ErrNoOffset", err)
+	}
+	if !clk.Snapshot().IsEmpty() {
+		t.Fatalf("the clock claims %v after a send without an offset", clk.Snapshot())
 	}
 }

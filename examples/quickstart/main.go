@@ -1,17 +1,20 @@
 // Command quickstart runs a small causal pipeline end to end on the embedded
 // Kafka broker (or a real cluster with --brokers) and prints what happened.
 //
-// A plain franz-go producer writes orders and, once each order is
-// acknowledged, a payment stamped as caused by it (package clock). The first
-// order is left in an open transaction for a moment, so its payment is
-// visible to consumers first. Two stages follow:
+// An order service writes each order in a transaction and, once it
+// committed, the order's payment from a plain franz-go producer, stamped as
+// caused by it (package clock). Before the first order, a second order
+// writer opens a transaction on every orders partition and holds it a
+// moment: read_committed consumers see no order past it until it ends, so
+// the first payment reaches the pipeline before its order. Two stages
+// follow:
 //
 //	orders ─┐
 //	        ├─► settlement (stateful fold) ─► settlements ─► notify ─► notifications
 //	payments┘
 //
-// The settlement stage holds the early payment until its order commits and
-// is delivered, so no payment is ever settled before its order. Finally the
+// The settlement stage holds the early payment until its order is
+// delivered, so no payment is ever settled before its order. Finally the
 // observer scans every topic's stamps and prints its findings.
 package main
 
@@ -157,10 +160,18 @@ func run(ctx context.Context, out io.Writer, t excli.Target, n int) error {
 	return scan(ctx, out, cl, dir, ordersT.Name(), paymentsT.Name(), settlementsT.Name(), notificationsT.Name())
 }
 
-// produce places n orders. Each payment is stamped with the producer's
-// clock after its order was acknowledged, so it claims the order. The first
-// order stays in an open transaction for a moment, so its payment is
-// visible to the settlement stage first and must be held.
+// produce places n orders, each in a transaction of its own
+// (clock.BeginTransaction), and each order's payment from a plain producer
+// once the order committed: stamped through the shared clock, the payment
+// claims its order. (Sent while the order's transaction was open, it would
+// be refused with a *clock.OpenTxnError: it could not claim the order yet.)
+//
+// Before the first order, another writer opens a transaction on every
+// orders partition, as a second instance of the order service would, and
+// holds it until the settlement stage holds the first payment: a
+// read_committed consumer reads no further than the first offset of an open
+// transaction (Kafka's last stable offset), so the committed first order is
+// invisible while its payment is not. Then that writer aborts.
 func produce(ctx context.Context, out io.Writer, cl *excluster.Cluster, a *stage.App, app, orders, payments string, n int) error {
 	txn, err := cl.NewClient(kgo.TransactionalID(app + "-order-writer"))
 	if err != nil {
@@ -174,20 +185,24 @@ func produce(ctx context.Context, out io.Writer, cl *excluster.Cluster, a *stage
 	defer plain.Close()
 	clk := clock.New(cl.Admin)
 
+	other, err := holdOrders(ctx, cl, app, orders)
+	if err != nil {
+		return err
+	}
+	defer other.Close()
+
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("o-%d", i)
-		if err := txn.BeginTransaction(); err != nil {
+		tx, err := clock.BeginTransaction(clk, txn)
+		if err != nil {
 			return err
 		}
 		order := &kgo.Record{Topic: orders, Key: []byte(id), Value: []byte(fmt.Sprintf("#%d", i))}
-		if err := clk.Stamp(ctx, order); err != nil {
-			return err
+		if err := tx.ProduceSync(ctx, order); err != nil {
+			return errors.Join(err, tx.Abort(ctx))
 		}
-		if err := txn.ProduceSync(ctx, order).FirstErr(); err != nil {
-			return err
-		}
-		if err := clk.RecordProduced(order); err != nil {
-			return err
+		if err := tx.Commit(ctx); err != nil {
+			return errors.Join(err, tx.Abort(ctx))
 		}
 		pay := &kgo.Record{Topic: payments, Key: []byte(id), Value: []byte(fmt.Sprintf("$%d", 10*i))}
 		if err := clk.Stamp(ctx, pay); err != nil {
@@ -200,17 +215,45 @@ func produce(ctx context.Context, out io.Writer, cl *excluster.Cluster, a *stage
 			return err
 		}
 		if i == 1 {
-			fmt.Fprintf(out, "producer: order %s is in an open transaction; its payment (claiming %s/%d@%d) is already visible\n", id, orders, order.Partition, order.Offset)
+			fmt.Fprintf(out, "producer: order %s committed at %s/%d@%d behind another writer's open transaction; its payment, claiming it, is already visible\n", id, orders, order.Partition, order.Offset)
 			if err := waitForHold(ctx, out, a, payments); err != nil {
 				return err
 			}
-		}
-		if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
-			return err
+			if err := other.EndTransaction(ctx, kgo.TryAbort); err != nil {
+				return err
+			}
+			fmt.Fprintln(out, "producer: the other writer aborted; the order is visible")
 		}
 	}
 	fmt.Fprintf(out, "producer: placed %d orders and %d payments\n", n, n)
 	return nil
+}
+
+// holdOrders opens a transaction with a record on every partition of orders
+// and leaves it open.
+func holdOrders(ctx context.Context, cl *excluster.Cluster, app, orders string) (*kgo.Client, error) {
+	other, err := cl.NewClient(kgo.TransactionalID(app+"-other-order-writer"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		return nil, err
+	}
+	parts, err := cl.Admin.ListTopics(ctx, orders)
+	if err == nil {
+		err = parts.Error()
+	}
+	if err == nil {
+		err = other.BeginTransaction()
+	}
+	for _, p := range parts[orders].Partitions.Numbers() {
+		if err != nil {
+			break
+		}
+		err = other.ProduceSync(ctx, &kgo.Record{Topic: orders, Partition: p, Key: []byte("cancelled"), Value: []byte("cancelled")}).FirstErr()
+	}
+	if err != nil {
+		other.Close()
+		return nil, err
+	}
+	return other, nil
 }
 
 // waitForHold polls the application's hold diagnosis until the settlement
