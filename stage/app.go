@@ -98,6 +98,8 @@ type hooks struct {
 	// the group may act meanwhile (taskManager.phase): the host simulator
 	// yields there.
 	phase func(name string)
+	// built runs when Run has built the task manager.
+	built func(*taskManager)
 }
 
 type topicMeta struct {
@@ -250,6 +252,9 @@ func (a *App) build() {
 		},
 		tasks:    make(map[taskID]*task),
 		restores: make(map[taskID]*restoreJob),
+	}
+	if a.hooks.built != nil {
+		a.hooks.built(a.tm)
 	}
 }
 

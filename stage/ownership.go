@@ -24,12 +24,15 @@ import (
 // before is closed and restored again: another member may have processed
 // it in between.
 //
-// The holding continues from one sync to the next only when the member took
-// part in both generations and in none between them: classic group
-// generations are numbered one after the other, every member of a
-// generation syncs it, and a member missing from one left the group (its
-// session expired) or was never in it. A sync whose generation does not
-// follow the last one starts every holding over.
+// The holding continues from one sync to the next only when the member was
+// in the group throughout: both syncs name the same member ID. A member the
+// coordinator removes (its session expired) is forgotten, and comes back
+// under a new ID; while it stays a member, what its joins report it holds
+// is given to nobody else (the balancer moves a partition only once its
+// holder has revoked it: balancer.go), even across a generation whose sync
+// it missed. A sync under another member ID starts every holding over,
+// whatever the callbacks said or did not say (franz-go passes a second loss
+// between two ends of a transaction on to nobody).
 //
 // Nothing is remembered as a mark that a later step must clear: a change
 // that lands while the session loop reconciles an earlier one is a new
@@ -42,31 +45,40 @@ import (
 // returns is a copy.
 type ownership struct {
 	mu sync.Mutex
-	// gen is the group generation of the last sync, -1 when the holding
-	// cannot continue into the next one (a new session, a loss).
-	gen   int32
-	epoch uint64                    // counts the group's words: syncs, losses, revokes, session ends
-	held  map[topicPartition]uint64 // held partition -> the epoch its holding began
+	// member is the member ID of the last sync, "" when the holding cannot
+	// continue into the next one (a new session, a loss).
+	member string
+	epoch  uint64                    // counts the group's words: syncs, losses, revokes, session ends
+	held   map[topicPartition]uint64 // held partition -> the epoch its holding began
 	// version counts every change the session loop must reconcile: the
 	// holding's, and the standby set's (bump).
 	version uint64
 	// revoked: franz-go passed on a revoke since the session loop last
 	// ended a transaction (txnEnder.rearmRevoke).
 	revoked bool
+
+	sab sabotageSet // empty outside verification builds (sabotage.go)
 }
 
 func newOwnership() *ownership {
-	return &ownership{gen: -1, held: make(map[topicPartition]uint64)}
+	return &ownership{held: make(map[topicPartition]uint64)}
 }
 
-// synced takes in the assignment a sync of generation gen handed this
-// member (gen < 0: unknown, which continues nothing).
-func (o *ownership) synced(gen int32, assigned map[string][]int32) {
+// synced takes in the assignment a sync handed this member, whose member
+// ID it names ("": unknown, which continues nothing).
+func (o *ownership) synced(member string, assigned map[string][]int32) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.epoch++
-	continues := gen >= 0 && o.gen >= 0 && (gen == o.gen || gen == o.gen+1)
+	continues := member != "" && member == o.member
+	if o.sab.has(sabIgnoreMembership) {
+		continues = true
+	}
 	held := make(map[topicPartition]uint64)
+	if o.sab.has(sabRevokesFromCallbacks) {
+		held = o.held
+		continues = true
+	}
 	for t, ps := range assigned {
 		for _, p := range ps {
 			tp := topicPartition{t, p}
@@ -77,7 +89,7 @@ func (o *ownership) synced(gen int32, assigned map[string][]int32) {
 			}
 		}
 	}
-	o.held, o.gen = held, gen
+	o.held, o.member = held, member
 	o.version++
 }
 
@@ -100,7 +112,7 @@ func (o *ownership) onLost(_ context.Context, _ *kgo.Client, m map[string][]int3
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.revoked = true
-	o.gen = -1
+	o.member = ""
 	o.drop(m)
 }
 
@@ -117,7 +129,7 @@ func (o *ownership) drop(m map[string][]int32) {
 
 // onAssigned makes sure m is held (OnPartitionsAssigned). The sync before
 // it has already taken m in; a partition it did not (its generation was
-// unknown to the balancer) starts a holding now.
+// member ID was unknown to the balancer) starts a holding now.
 func (o *ownership) onAssigned(m map[string][]int32) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -145,7 +157,7 @@ func (o *ownership) ended() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.epoch++
-	o.gen = -1
+	o.member = ""
 	clear(o.held)
 	o.revoked = false
 	o.version++

@@ -120,17 +120,17 @@ func (a *App) newClient(opts ...kgo.Opt) (*kgo.Client, error) {
 
 // dialKafka builds the session's franz-go client: a transactional group
 // member whose callbacks and balancer report to the App. The balancer
-// learns the generation of each sync from the client, which exists only
+// learns the member ID of each sync from the client, which exists only
 // once the session does: a sync before that (none can come sooner than a
 // round trip) continues no holding (ownership.synced).
 func (a *App) dialKafka(context.Context) (groupSession, error) {
 	var cl atomic.Pointer[kgo.Client]
-	gen := func() int32 {
+	member := func() string {
 		if c := cl.Load(); c != nil {
-			_, g := c.GroupMetadata()
-			return g
+			id, _ := c.GroupMetadata()
+			return id
 		}
-		return -1
+		return ""
 	}
 	var sources []string
 	for t := range a.topo.bySource {
@@ -147,7 +147,7 @@ func (a *App) dialKafka(context.Context) (groupSession, error) {
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
 		kgo.Balancers(coPartitioner{host: a.tm.standby.host, synced: func(assigned map[string][]int32) {
-			a.own.synced(gen(), assigned)
+			a.own.synced(member(), assigned)
 		}}),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.OnPartitionsAssigned(a.onAssigned),
@@ -273,12 +273,13 @@ func (a *App) session(ctx context.Context) error {
 			a.observe()
 			continue
 		}
+		moved := false
 		if fs.NumRecords() > 0 {
-			if fs, err = a.fillStep(ctx, sess, fs, backlog); err != nil {
+			if fs, moved, err = a.fillStep(ctx, sess, fs, backlog); err != nil {
 				return err
 			}
 		}
-		if err := a.step(ctx, sess, fs); err != nil {
+		if err := a.step(ctx, sess, fs, moved); err != nil {
 			return err
 		}
 	}
@@ -317,8 +318,11 @@ const stepPollWait = time.Millisecond
 // assignment changes (a revoke ends the step promptly; reconcile runs
 // before the next one) or ctx ends. Every record polled is in the step: the
 // client marks polled records uncommitted, and End commits or rewinds them
-// all, so the step feeds every one of them.
-func (a *App) fillStep(ctx context.Context, sess groupSession, fs kgo.Fetches, backlog bool) (kgo.Fetches, error) {
+// all, so the step feeds every one of them — unless the assignment changed
+// while a poll waited (moved): the client may then have fetched a
+// partition again from its committed offset, and the step aborts without
+// feeding any (errMovedDuringStep).
+func (a *App) fillStep(ctx context.Context, sess groupSession, fs kgo.Fetches, backlog bool) (_ kgo.Fetches, moved bool, _ error) {
 	deadline := a.cfg.WallClock().Add(a.cfg.CommitInterval)
 	n, polls := fs.NumRecords(), 1
 	defer func() {
@@ -331,10 +335,10 @@ func (a *App) fillStep(ctx context.Context, sess groupSession, fs kgo.Fetches, b
 		more := sess.PollRecords(pctx, min(a.cfg.MaxPollRecords, a.cfg.MaxStepRecords-n))
 		cancel()
 		if more.IsClientClosed() {
-			return nil, errClientClosed
+			return nil, false, errClientClosed
 		}
 		if err := a.fetchErrors(more); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		m := more.NumRecords()
 		if m == 0 {
@@ -343,6 +347,9 @@ func (a *App) fillStep(ctx context.Context, sess groupSession, fs kgo.Fetches, b
 		fs = append(fs, more...)
 		n += m
 		polls++
+		if a.tm.changed() {
+			return fs, true, nil
+		}
 	}
-	return fs, nil
+	return fs, false, nil
 }

@@ -30,7 +30,7 @@ type stepState struct {
 // written; otherwise every task's node is rebuilt from committed state and
 // the client rewinds to the committed offsets. What follows an abort is
 // decided by classifyStep (outcome.go).
-func (a *App) step(ctx context.Context, sess groupSession, fs kgo.Fetches) error {
+func (a *App) step(ctx context.Context, sess groupSession, fs kgo.Fetches, moved bool) error {
 	committed := false
 	defer func(start time.Time) { a.stepEnded(start, committed) }(time.Now())
 	// Taken before the step writes anything: no changelog record past the
@@ -46,7 +46,11 @@ func (a *App) step(ctx context.Context, sess groupSession, fs kgo.Fetches) error
 	a.steps.sent.reset()
 	a.steps.external.begin(sctx)
 
-	end := stepEnd{step: a.positions.explainOutOfOrder(sctx, a.runStep(sctx, sess, fs))}
+	work := errMovedDuringStep
+	if !moved {
+		work = a.runStep(sctx, sess, fs)
+	}
+	end := stepEnd{step: a.positions.explainOutOfOrder(sctx, work)}
 	end.flush = sess.Flush(sctx)
 	end.produce = a.steps.sent.firstErr()
 	commit := end.step == nil && end.flush == nil && end.produce == nil
@@ -109,12 +113,13 @@ func (a *App) step(ctx context.Context, sess groupSession, fs kgo.Fetches) error
 	}
 	switch out.verdict {
 	case stepRetryHost:
-		if taskless := (*tasklessFetchError)(nil); errors.As(out.err, &taskless) && a.steps.tasklessRetries < maxTasklessRetries {
+		taskless := (*tasklessFetchError)(nil)
+		if (errors.As(out.err, &taskless) || errors.Is(out.err, errMovedDuringStep)) && a.steps.tasklessRetries < maxTasklessRetries {
 			// The abort rewound the client, and reconcile has paused the
-			// partition or built its task: the retry will not meet these
-			// records again, so it need not wait.
+			// partition, built its task, or taken in the move: the retry
+			// will not meet these records again, so it need not wait.
 			a.steps.tasklessRetries++
-			a.log.Debug("stage: step aborted for records fetched ahead of their task; retrying at once", "err", out.err)
+			a.log.Debug("stage: step aborted for records fetched across an assignment change; retrying at once", "err", out.err)
 			return nil
 		}
 		a.log.Warn("stage: step aborted; retrying", "err", out.err)
@@ -246,7 +251,15 @@ func (e *tasklessFetchError) Error() string {
 	return fmt.Sprintf("stage: records of %s[%d] without a task", e.topic, e.partition)
 }
 
+// errMovedDuringStep aborts a step during whose polls the group changed
+// what this member holds (fillStep): the client may have fetched a
+// partition again from its committed offset, so the step could hold some
+// of its records twice, and its tasks may no longer be this member's. No
+// record of it is fed; End rewinds them all, and the next step runs once
+// the loop has reconciled.
+var errMovedDuringStep = errors.New("stage: the assignment changed during the step's polls")
+
 // maxTasklessRetries bounds the steps in a row that retry at once after a
-// tasklessFetchError; past it, a retry waits RetryBackoff like any other
+// tasklessFetchError or errMovedDuringStep; past it, a retry waits RetryBackoff like any other
 // host failure, so a cause not foreseen here cannot spin the loop.
 const maxTasklessRetries = 3

@@ -48,6 +48,8 @@ type taskManager struct {
 	tasks    map[taskID]*task
 	restores map[taskID]*restoreJob // restores in progress
 
+	sab sabotageSet // empty outside verification builds (sabotage.go)
+
 	seen     uint64             // the ownership version the last reconcile read
 	repause  bool               // a restore ended: reconcile recomputes what is fetched
 	paused   map[string][]int32 // assigned partitions not fetched
@@ -314,6 +316,14 @@ func (m *taskManager) reconcile(ctx context.Context, fc fetchControl) (ran bool,
 		m.log.Info("stage: assignment holds partitions back; asking the group to rebalance once", "partitions", pause)
 		fc.ForceRebalance()
 	}
+	if m.sab.has(sabAbsorbLateChanges) {
+		version, held = m.own.read()
+		for _, t := range m.tasks {
+			if h, ok := m.holding(t.id, held); ok {
+				t.held = h
+			}
+		}
+	}
 	m.seen = version
 	m.ready = true
 	return true, nil
@@ -330,8 +340,8 @@ func must(held map[topicPartition]uint64, ok bool) map[topicPartition]uint64 {
 // open opens the task's store and its task, which consumes what held
 // holds (the epochs it was opened under).
 func (m *taskManager) open(ctx context.Context, id taskID, held map[topicPartition]uint64) (*task, error) {
-	m.phase("open")
 	st := m.stages[id.stage]
+	m.phase(fmt.Sprintf("open %s/%d", st.name, id.partition))
 	kv, err := m.openStore(ctx, st, id.partition)
 	if err != nil {
 		return nil, err
@@ -356,7 +366,7 @@ func (m *taskManager) close(id taskID) {
 		j.job.stop()
 		delete(m.restores, id)
 	}
-	m.phase("close")
+	m.phase(fmt.Sprintf("close %s/%d", t.st.name, t.partition))
 	t.close()
 	delete(m.tasks, id)
 }
