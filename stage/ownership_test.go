@@ -15,7 +15,9 @@ func TestOwnershipContinuesOnlyUnbroken(t *testing.T) {
 	none := map[string][]int32{}
 	type event func(o *ownership)
 	sync := func(member string, m map[string][]int32) event { return func(o *ownership) { o.synced(member, m) } }
-	revoke := func(m map[string][]int32) event { return func(o *ownership) { o.onRevoked(context.Background(), nil, m) } }
+	revoke := func(m map[string][]int32) event {
+		return func(o *ownership) { o.onRevoked(context.Background(), nil, m) }
+	}
 	lost := func(m map[string][]int32) event { return func(o *ownership) { o.onLost(context.Background(), nil, m) } }
 	assign := func(m map[string][]int32) event { return func(o *ownership) { o.onAssigned(m) } }
 	ended := func(o *ownership) { o.ended() }
