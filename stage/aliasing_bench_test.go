@@ -35,7 +35,7 @@ func BenchmarkFoldStateLoad(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer kv.Close()
-	tk := &task{kv: kv}
+	tk := &taskStore{kv: kv}
 	for _, size := range []int{8, 256} {
 		sd := &stateDecl[[]byte]{codec: Bytes(), nilable: true}
 		step := func(s []byte) (Step[[]byte], error) {

@@ -33,7 +33,12 @@ import (
 // a partition number that lost its owner, and each member's assignment
 // carries its standby partition numbers (standbywire.go). host is this
 // member's side of that (standby.go), nil in tests of the plan alone.
-type coPartitioner struct{ host *standbyHost }
+type coPartitioner struct {
+	host *standbyHost
+	// synced takes in each sync's assignment (ownership.synced); nil in
+	// tests of the plan alone.
+	synced func(assigned map[string][]int32)
+}
 
 // The eager predecessor was "parsley-copartitioned". A group cannot mix
 // eager and cooperative members of one protocol name, so the cooperative
@@ -56,8 +61,15 @@ func (c coPartitioner) JoinGroupMetadata(topics []string, owned map[string][]int
 	return meta.AppendTo(nil)
 }
 
+// ParseSyncAssignment reads this member's assignment from a sync. franz-go
+// calls it for every sync, whatever its transaction session passes on to
+// the revoke callback, so the ownership learns every generation here.
 func (c coPartitioner) ParseSyncAssignment(b []byte) (map[string][]int32, error) {
-	return c.host.parseAssignment(b)
+	assigned, err := c.host.parseAssignment(b)
+	if err == nil && c.synced != nil {
+		c.synced(assigned)
+	}
+	return assigned, err
 }
 
 func (c coPartitioner) MemberBalancer(members []kmsg.JoinGroupResponseMember) (kgo.GroupMemberBalancer, map[string]struct{}, error) {

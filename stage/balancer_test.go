@@ -162,7 +162,8 @@ func TestRunnableTasks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, pause := a.runnable(map[string][]int32{"a": {0}, "b": {0, 1}, "c": {1}})
+	m := &taskManager{stages: a.stages, topo: &a.topo}
+	want, pause := m.runnable(map[string][]int32{"a": {0}, "b": {0, 1}, "c": {1}})
 	wantRun := map[taskID]bool{{0, 0}: true, {1, 0}: true, {2, 1}: true}
 	if !maps.Equal(want, wantRun) {
 		t.Errorf("runnable = %v, want %v", want, wantRun)

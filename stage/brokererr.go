@@ -13,9 +13,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/internal/kclient"
-	"github.com/parsley-go/parsley/internal/wait"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // brokerFailover reports whether err is what a broker that died or moved
@@ -43,14 +41,14 @@ func brokerFailover(err error) bool {
 // same client, which reloads the ID on every call, for up to a
 // transaction timeout, instead of rebuilding the client and rejoining the
 // group once per failed try.
-func (a *App) initProducer(ctx context.Context, cl *kgo.Client) error {
+func (a *App) initProducer(ctx context.Context, sess groupSession) error {
 	limit := a.cfg.TransactionTimeout
 	if limit <= 0 {
 		limit = time.Minute
 	}
 	deadline := time.Now().Add(limit)
 	for fails := 1; ; fails++ {
-		_, _, err := cl.ProducerID(ctx)
+		err := sess.InitProducer(ctx)
 		if err == nil {
 			return nil
 		}
@@ -58,7 +56,7 @@ func (a *App) initProducer(ctx context.Context, cl *kgo.Client) error {
 			return fmt.Errorf("stage: init producer: %w", err)
 		}
 		a.log.Debug("stage: init producer failed during a broker failover; retrying", "err", err)
-		if err := wait.Sleep(ctx, kclient.Backoff(fails)); err != nil {
+		if err := a.sleep(ctx, kclient.Backoff(fails)); err != nil {
 			return err
 		}
 	}

@@ -58,24 +58,24 @@ func (e *DataLossError) Unwrap() []error {
 
 // fetchDataLoss turns the client's report of lost records into a
 // *DataLossError; any other fetch error gives nil.
-func (a *App) fetchDataLoss(topic string, partition int32, err error) *DataLossError {
+func fetchDataLoss(group, topic string, partition int32, err error) *DataLossError {
 	var dl *kgo.ErrDataLoss
 	if !errors.As(err, &dl) {
 		return nil
 	}
-	return &DataLossError{Group: a.cfg.ApplicationID, Topic: topic, Partition: partition, Consumed: dl.ConsumedTo, LogEnd: dl.ResetTo, Err: err}
+	return &DataLossError{Group: group, Topic: topic, Partition: partition, Consumed: dl.ConsumedTo, LogEnd: dl.ResetTo, Err: err}
 }
 
 // committedPastEnd returns a *DataLossError when the group's committed
 // offset of topic[p] lies past the partition's end: under exactly-once the
 // committed offset never passes the high watermark, so the brokers lost
 // what was committed. A failed lookup gives nil and its error.
-func (a *App) committedPastEnd(ctx context.Context, topic string, p int32) (*DataLossError, error) {
-	committed, err := a.topo.admin.FetchOffsets(ctx, a.cfg.ApplicationID)
+func (ps *positions) committedPastEnd(ctx context.Context, topic string, p int32) (*DataLossError, error) {
+	committed, err := ps.cluster.FetchOffsets(ctx, ps.group)
 	if err != nil {
 		return nil, fmt.Errorf("stage: fetch committed offsets: %w", err)
 	}
-	ends, err := a.topo.admin.ListEndOffsets(ctx, topic)
+	ends, err := ps.cluster.ListEndOffsets(ctx, topic)
 	if err != nil {
 		return nil, fmt.Errorf("stage: list end offsets of %s: %w", topic, err)
 	}
@@ -87,15 +87,15 @@ func (a *App) committedPastEnd(ctx context.Context, topic string, p int32) (*Dat
 	if !ok || end.Err != nil {
 		return nil, nil
 	}
-	return a.pastEnd(topic, p, c.At, end.Offset), nil
+	return pastEnd(ps.group, topic, p, c.At, end.Offset), nil
 }
 
 // pastEnd returns a *DataLossError when committed lies past end.
-func (a *App) pastEnd(topic string, p int32, committed, end int64) *DataLossError {
+func pastEnd(group, topic string, p int32, committed, end int64) *DataLossError {
 	if committed <= end {
 		return nil
 	}
-	return &DataLossError{Group: a.cfg.ApplicationID, Topic: topic, Partition: p, Consumed: committed, LogEnd: end}
+	return &DataLossError{Group: group, Topic: topic, Partition: p, Consumed: committed, LogEnd: end}
 }
 
 // explainOutOfOrder looks behind a step that fed a record at or below an
@@ -103,12 +103,12 @@ func (a *App) pastEnd(topic string, p int32, committed, end int64) *DataLossErro
 // broker answered "offset out of range" and its reset policy chose an
 // earlier offset; when the committed offset lies past the partition's end,
 // that is data loss, not a bug in the feed.
-func (a *App) explainOutOfOrder(ctx context.Context, err error) error {
+func (ps *positions) explainOutOfOrder(ctx context.Context, err error) error {
 	var se *StepError
 	if !errors.Is(err, protocol.ErrOutOfOrderFeed) || !errors.As(err, &se) || se.Topic == "" {
 		return err
 	}
-	dl, lerr := a.committedPastEnd(ctx, se.Topic, se.Partition)
+	dl, lerr := ps.committedPastEnd(ctx, se.Topic, se.Partition)
 	if lerr != nil || dl == nil {
 		return err
 	}

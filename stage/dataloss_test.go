@@ -95,19 +95,18 @@ func TestDataLossMidRun(t *testing.T) {
 	e := newEnv(t, broker.Topic{Name: "in"}, broker.Topic{Name: "out"})
 	in, out := NewTopic("in", String(), String()), NewTopic("out", String(), String())
 	st := On(Named("s"), in, func(m Message[string, string]) ([]Emission, error) { return nil, nil }).Into(out).MustBuild()
-	a, err := New(e.config("i1"), st)
-	if err != nil {
+	if _, err := New(e.config("i1"), st); err != nil {
 		t.Fatal(err)
 	}
-	a.topo.admin = e.c.Admin()
+	ps := positions{group: e.app, cluster: &kafkaCluster{Client: e.c.Admin()}}
 	e.produce(rec("in", 0, "k", "a"), rec("in", 0, "k", "b"))
 
 	lossErr := &kgo.ErrDataLoss{Topic: "in", Partition: 0, ConsumedTo: 7, ResetTo: 2}
-	dl := a.fetchDataLoss("in", 0, lossErr)
+	dl := fetchDataLoss(e.app, "in", 0, lossErr)
 	if dl == nil || dl.Consumed != 7 || dl.LogEnd != 2 || !errors.Is(dl, ErrDataLoss) || !errors.Is(dl, lossErr) {
 		t.Errorf("fetchDataLoss = %+v, want in[0] consumed 7, log end 2, wrapping the client's error", dl)
 	}
-	if dl := a.fetchDataLoss("in", 0, errBoom); dl != nil {
+	if dl := fetchDataLoss(e.app, "in", 0, errBoom); dl != nil {
 		t.Errorf("fetchDataLoss(other error) = %v, want nil", dl)
 	}
 
@@ -122,11 +121,11 @@ func TestDataLossMidRun(t *testing.T) {
 		}
 	}
 	commit(2)
-	if got := a.explainOutOfOrder(ctx, feedErr); got != error(feedErr) {
+	if got := ps.explainOutOfOrder(ctx, feedErr); got != error(feedErr) {
 		t.Errorf("committed inside the log: explainOutOfOrder = %v, want the step error itself", got)
 	}
 	commit(9)
-	got := a.explainOutOfOrder(ctx, feedErr)
+	got := ps.explainOutOfOrder(ctx, feedErr)
 	var f *fatal
 	if !errors.As(got, &f) || !errors.As(got, &dl) || dl.Consumed != 9 || dl.LogEnd != 2 || !errors.Is(got, protocol.ErrOutOfOrderFeed) {
 		t.Errorf("committed past the end: explainOutOfOrder = %v, want a fatal *DataLossError (9 past 2) wrapping the feed error", got)

@@ -30,22 +30,6 @@ type taskEnv struct {
 	tracing *tracing                   // nil: off (tracing.go)
 }
 
-func (a *App) newTaskEnv() *taskEnv {
-	return &taskEnv{
-		appID:            a.cfg.ApplicationID,
-		clock:            a.cfg.WallClock,
-		truncateEvery:    a.cfg.TruncateInterval,
-		holdWarningAfter: a.cfg.HoldWarningAfter,
-		log:              a.log,
-		topics:           a.topo.topics,
-		names:            a.topo.idName,
-		offsets:          brokerOffsets{admin: a.topo.admin, names: a.topo.idName},
-		sent:             &a.steps.sent,
-		scope:            &a.scope,
-		tracing:          newTracing(&a.cfg),
-	}
-}
-
 // sendResults collects what the open step's asynchronous produces report:
 // the first failure, and each task's changelog high-water mark. franz-go
 // calls the promises on its own goroutines.

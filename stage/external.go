@@ -53,31 +53,47 @@ func (b *Builder) IntoExternal(xs ...External) *Builder {
 	return b
 }
 
-func (a *App) beginExternal(ctx context.Context) {
-	for _, s := range a.stages {
-		for _, x := range s.externals {
-			x.Begin(ctx)
-		}
+// externals are the external sinks of every stage, in stage and
+// declaration order, and how many steps in a row they failed to settle.
+// Owned by the session loop.
+type externals struct {
+	sinks  []External
+	xfails uint
+}
+
+func newExternals(stages []*Stage) externals {
+	var xs externals
+	for _, s := range stages {
+		xs.sinks = append(xs.sinks, s.externals...)
+	}
+	return xs
+}
+
+// begin tells every external sink a step begins.
+func (xs *externals) begin(ctx context.Context) {
+	for _, x := range xs.sinks {
+		x.Begin(ctx)
 	}
 }
 
-// settleExternal waits for every external sink; the first failure wins.
-func (a *App) settleExternal(ctx context.Context) error {
-	for _, s := range a.stages {
-		for _, x := range s.externals {
-			if err := x.Settle(ctx); err != nil {
-				return err
-			}
+// settle asks every external sink to settle the step's work; the first
+// failure is the step's.
+func (xs *externals) settle(ctx context.Context) error {
+	for _, x := range xs.sinks {
+		if err := x.Settle(ctx); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// externalBackoff is the pause before a step whose external sink did not
-// settle is retried: RetryBackoff, doubling with each consecutive failure
-// up to 32 times RetryBackoff.
-func (a *App) externalBackoff() time.Duration {
-	n := min(a.steps.xfails, 5)
-	a.steps.xfails++
-	return a.cfg.RetryBackoff << n
+// settled forgets the failures after a committed step.
+func (xs *externals) settled() { xs.xfails = 0 }
+
+// backoff returns the wait before a step that did not settle is retried:
+// base, doubled for each failure in a row up to five.
+func (xs *externals) backoff(base time.Duration) time.Duration {
+	n := min(xs.xfails, 5)
+	xs.xfails++
+	return base << n
 }

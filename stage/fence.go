@@ -52,14 +52,12 @@ const fenceTimeout = 5 * time.Second
 // nameCommits sets the metadata of every offset a stage transaction
 // commits to the instance ID, so that the next owner of a partition knows
 // whose transaction may still be open on it.
-func (e *txnEnder) nameCommits(req *kmsg.TxnOffsetCommitRequest) error {
-	inst := &e.instance // not written once Run runs
+func nameCommits(req *kmsg.TxnOffsetCommitRequest, instance string) {
 	for i := range req.Topics {
 		for j := range req.Topics[i].Partitions {
-			req.Topics[i].Partitions[j].Metadata = inst
+			req.Topics[i].Partitions[j].Metadata = &instance
 		}
 	}
-	return nil
 }
 
 // departed returns, sorted, the instances of candidates that are neither
@@ -80,28 +78,28 @@ func departed(candidates map[string]bool, self string, members []string) []strin
 // are no longer in the group. It runs in the assignment callback, before
 // the client fetches the partitions' offsets; a failure is logged, and the
 // takeover then waits for the broker to end the transaction.
-func (a *App) fenceAbandoned(ctx context.Context, added map[string][]int32) {
+func (c *kafkaCluster) fenceAbandoned(ctx context.Context, added map[string][]int32) {
 	ctx, cancel := context.WithTimeout(ctx, fenceTimeout)
 	defer cancel()
-	aborted, err := a.fenceAbandonedTxns(ctx, added)
+	aborted, err := c.fenceAbandonedTxns(ctx, added)
 	for _, id := range aborted {
-		a.log.Info("stage: aborted the transaction a departed instance left open", "transactional_id", id)
+		c.log.Info("stage: aborted the transaction a departed instance left open", "transactional_id", id)
 	}
 	if err != nil {
-		a.log.Warn("stage: could not end a departed instance's open transaction; the takeover waits for the broker to time it out",
+		c.log.Warn("stage: could not end a departed instance's open transaction; the takeover waits for the broker to time it out",
 			"partitions", added, "err", err)
 	}
 }
 
 // fenceAbandonedTxns returns the transactional IDs whose open transaction
 // it aborted.
-func (a *App) fenceAbandonedTxns(ctx context.Context, added map[string][]int32) ([]string, error) {
-	app := a.cfg.ApplicationID
+func (c *kafkaCluster) fenceAbandonedTxns(ctx context.Context, added map[string][]int32) ([]string, error) {
+	app := c.appID
 	owners := make(map[string]bool)
 	var errs []error
 	// Not RequireStable: the fetch should answer with the last committed
 	// offsets' metadata, not wait for the transaction in question.
-	committed, err := a.topo.admin.FetchOffsets(ctx, app)
+	committed, err := c.Client.FetchOffsets(ctx, app)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("fetch committed offsets: %w", err))
 	}
@@ -112,11 +110,11 @@ func (a *App) fenceAbandonedTxns(ctx context.Context, added map[string][]int32) 
 				owners[o.Metadata] = true
 			}
 		}
-		for _, si := range a.topo.bySource[t] {
-			changelogs.Add(ChangelogTopic(app, a.stages[si].name), ps...)
+		for _, si := range c.bySource[t] {
+			changelogs.Add(ChangelogTopic(app, c.stages[si].name), ps...)
 		}
 	}
-	open, err := a.openOnChangelogs(ctx, changelogs)
+	open, err := c.openOnChangelogs(ctx, changelogs)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -125,7 +123,7 @@ func (a *App) fenceAbandonedTxns(ctx context.Context, added map[string][]int32) 
 			owners[inst] = true
 		}
 	}
-	if len(departed(owners, a.cfg.InstanceID, nil)) == 0 {
+	if len(departed(owners, c.instance, nil)) == 0 {
 		return nil, errors.Join(errs...) // the usual case: nobody else to ask about
 	}
 	// Membership is read after the candidates: an instance that restarted
@@ -135,7 +133,7 @@ func (a *App) fenceAbandonedTxns(ctx context.Context, added map[string][]int32) 
 	// fence loses that step to the fence (Kafka aborts an open transaction
 	// of the same producer ID whatever the epoch named) and starts its
 	// session over; exactly-once holds either way.
-	groups, err := a.topo.admin.DescribeGroups(ctx, app)
+	groups, err := c.Client.DescribeGroups(ctx, app)
 	if err == nil {
 		err = groups.Error()
 	}
@@ -148,7 +146,7 @@ func (a *App) fenceAbandonedTxns(ctx context.Context, added map[string][]int32) 
 			members = append(members, *m.InstanceID)
 		}
 	}
-	gone := departed(owners, a.cfg.InstanceID, members)
+	gone := departed(owners, c.instance, members)
 	if len(gone) == 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -156,7 +154,7 @@ func (a *App) fenceAbandonedTxns(ctx context.Context, added map[string][]int32) 
 	for i, inst := range gone {
 		ids[i] = app + "-" + inst // session.go: the instance's transactional ID
 	}
-	txns, err := a.topo.admin.DescribeTransactions(ctx, ids...)
+	txns, err := c.Client.DescribeTransactions(ctx, ids...)
 	if err != nil {
 		return nil, errors.Join(append(errs, fmt.Errorf("describe transactions %v: %w", ids, err))...)
 	}
@@ -167,9 +165,9 @@ func (a *App) fenceAbandonedTxns(ctx context.Context, added map[string][]int32) 
 		if d.Err != nil || d.State != "Ongoing" {
 			continue
 		}
-		ok, err := a.fence(ctx, d)
+		ok, err := c.fence(ctx, d)
 		if err == nil && ok {
-			err = a.awaitEnd(ctx, d.TxnID)
+			err = c.awaitEnd(ctx, d.TxnID)
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -183,9 +181,9 @@ func (a *App) fenceAbandonedTxns(ctx context.Context, added map[string][]int32) 
 // awaitEnd waits until the coordinator has written the abort's markers,
 // polling: until then the client's offset fetch still finds the offsets
 // pending, and it would retry only a second later.
-func (a *App) awaitEnd(ctx context.Context, txnID string) error {
+func (c *kafkaCluster) awaitEnd(ctx context.Context, txnID string) error {
 	for {
-		txns, err := a.topo.admin.DescribeTransactions(ctx, txnID)
+		txns, err := c.Client.DescribeTransactions(ctx, txnID)
 		if err != nil {
 			return fmt.Errorf("describe transaction %s: %w", txnID, err)
 		}
@@ -209,11 +207,11 @@ func (a *App) awaitEnd(ctx context.Context, txnID string) error {
 
 // openOnChangelogs returns the transactional IDs with a transaction open
 // on one of changelogs.
-func (a *App) openOnChangelogs(ctx context.Context, changelogs kadm.TopicsSet) ([]string, error) {
+func (c *kafkaCluster) openOnChangelogs(ctx context.Context, changelogs kadm.TopicsSet) ([]string, error) {
 	if len(changelogs) == 0 {
 		return nil, nil
 	}
-	described, err := a.topo.admin.DescribeProducers(ctx, changelogs)
+	described, err := c.Client.DescribeProducers(ctx, changelogs)
 	if err != nil {
 		return nil, fmt.Errorf("describe producers: %w", err)
 	}
@@ -233,7 +231,7 @@ func (a *App) openOnChangelogs(ctx context.Context, changelogs kadm.TopicsSet) (
 	if len(pids) == 0 {
 		return nil, errors.Join(errs...)
 	}
-	listed, err := a.topo.admin.ListTransactions(ctx, pids, []string{"Ongoing"})
+	listed, err := c.Client.ListTransactions(ctx, pids, []string{"Ongoing"})
 	if err != nil {
 		return nil, errors.Join(append(errs, fmt.Errorf("list transactions of producers %v: %w", pids, err))...)
 	}
@@ -251,13 +249,13 @@ func (a *App) openOnChangelogs(ctx context.Context, changelogs kadm.TopicsSet) (
 // and bump the epoch. It reports whether this call began the abort; an
 // answer that the producer has moved on (the instance restarted, or another
 // member fenced it first) leaves nothing to do.
-func (a *App) fence(ctx context.Context, d kadm.DescribedTransaction) (bool, error) {
+func (c *kafkaCluster) fence(ctx context.Context, d kadm.DescribedTransaction) (bool, error) {
 	req := kmsg.NewPtrInitProducerIDRequest()
 	req.TransactionalID = kmsg.StringPtr(d.TxnID)
 	req.TransactionTimeoutMillis = d.TimeoutMillis
 	req.ProducerID = d.ProducerID
 	req.ProducerEpoch = d.ProducerEpoch
-	resp, err := req.RequestWith(ctx, a.topo.boot)
+	resp, err := req.RequestWith(ctx, c.boot)
 	if err != nil {
 		return false, fmt.Errorf("fence %s: %w", d.TxnID, err)
 	}

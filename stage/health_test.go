@@ -71,9 +71,10 @@ func TestReadinessStates(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.status.started.Store(true)
-	a.status.ready.Store(true)
+	a.build() // the parts, with no cluster: nothing here reaches one
+	a.tm.ready, a.tm.seen = true, a.own.currentVersion()
 	tk := &task{st: st, id: taskID{0, 3}, partition: 3}
-	a.tasks.byID[tk.id] = tk
+	a.tm.tasks[tk.id] = tk
 	check := func(want bool, why string) {
 		t.Helper()
 		a.observe()
@@ -82,18 +83,18 @@ func TestReadinessStates(t *testing.T) {
 			t.Fatalf("Readiness() = %v %q, want %v %q", ok, got, want, why)
 		}
 	}
-	a.tasks.restores[tk.id] = &restoreJob{}
+	a.tm.restores[tk.id] = &restoreJob{}
 	check(false, `task h/3 restoring`)
 	if ts := a.Tasks(); len(ts) != 1 || !ts[0].Restoring {
 		t.Fatalf("Tasks() = %+v, want h/3 restoring", ts)
 	}
-	delete(a.tasks.restores, tk.id)
+	delete(a.tm.restores, tk.id)
 	check(false, `task h/3 restored, starting`)
-	tk.built = true
+	tk.timers.built = true
 	check(true, "")
-	a.asg.bump()
+	a.own.bump()
 	check(false, "joining")
-	a.client.seenGen = a.asg.generation()
+	a.tm.seen = a.own.currentVersion()
 	check(true, "")
 	a.sessionEnded()
 	if ok, why := a.Readiness(); ok || !strings.Contains(why, "rejoining") {

@@ -122,7 +122,7 @@ func TestMetricsScrape(t *testing.T) {
 	// a[0]@10, so partition 0's stamp-side clock has an offset entry more
 	// than partition 1's.
 	loop.do(t, func() {
-		for id, tk := range r.app.tasks.byID {
+		for id, tk := range r.app.tm.tasks {
 			c := tk.node.Counters()
 			l := taskLabels("m", int(id.partition))
 			if m[metricStampOffsets][l] != float64(c.StampOffsetEntries) || m[metricStampSeqs][l] != float64(c.StampSeqEntries) {

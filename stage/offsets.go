@@ -14,7 +14,7 @@ import (
 // brokerOffsets implements protocol.BrokerOffsets with the App's admin
 // client and the topic names the startup checks resolved.
 type brokerOffsets struct {
-	admin *kadm.Client
+	admin cluster
 	names map[headers.TopicID]string // read-only after the startup checks
 }
 

@@ -21,7 +21,7 @@ import (
 // never what it returns.
 func (t *task) prefetch(ctx context.Context, id headers.TopicID, recs []*kgo.Record) error {
 	b := t.byID[id]
-	if b == nil || !b.fold || b.tick || t.batch == nil || len(recs) < 2 {
+	if b == nil || !b.fold || b.tick || t.store.batch == nil || len(recs) < 2 {
 		return nil
 	}
 	keys := t.readKeys[:0]
@@ -30,7 +30,7 @@ func (t *task) prefetch(ctx context.Context, id headers.TopicID, recs []*kgo.Rec
 			continue
 		}
 		k := t.foldKeys.of(r.Key)
-		if _, ok := t.batch.Staged(k); ok {
+		if _, ok := t.store.batch.Staged(k); ok {
 			continue
 		}
 		keys = append(keys, k)
@@ -42,5 +42,5 @@ func (t *task) prefetch(ctx context.Context, id headers.TopicID, recs []*kgo.Rec
 	if len(keys) < 2 {
 		return nil
 	}
-	return t.kv.Prefetch(ctx, keys)
+	return t.store.kv.Prefetch(ctx, keys)
 }

@@ -1,18 +1,104 @@
 package stage
 
-// One client incarnation: the group transact session's options, the
-// assignment callbacks, and the poll loop that drives steps.
+// One client incarnation: the group transact session the loop drives, the
+// options and group callbacks it is built with, and the poll loop that
+// drives steps.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/parsley-go/parsley/internal/kclient"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
+
+// producer is what a task asks of the step's transaction: to produce a
+// record in it, and to wait for every record produced so far.
+type producer interface {
+	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+	Flush(ctx context.Context) error
+}
+
+// groupSession is one client incarnation as the session loop drives it: a
+// group member whose consumed offsets commit in its transactions.
+// kgoSession is franz-go's GroupTransactSession; the host simulator's
+// member is the other (hostsim_test.go). The group callbacks and the
+// balancer report to the App on the session's own goroutines (sessionOpts).
+type groupSession interface {
+	producer
+	fetchControl
+	// PollRecords returns what the client fetched, waiting until ctx ends
+	// for something when nothing is.
+	PollRecords(ctx context.Context, max int) kgo.Fetches
+	Begin() error
+	// End ends the open transaction: it commits, with the offsets polled
+	// since the last End, when commit is set and the group has not
+	// rebalanced the member since; otherwise it aborts and rewinds the
+	// client to the committed offsets. anchor, when not nil, is the offset
+	// a transaction that consumed nothing commits (txnend.go).
+	End(ctx context.Context, commit bool, anchor *offsetAnchor) (committed bool, err error)
+	// CommittedOffsets and UncommittedOffsets are the client's view of
+	// the group's offsets and of where it has polled past them.
+	CommittedOffsets() map[string]map[int32]kgo.EpochOffset
+	UncommittedOffsets() map[string]map[int32]kgo.EpochOffset
+	SetOffsets(map[string]map[int32]kgo.EpochOffset)
+	// InitProducer loads the transactional producer ID, fencing every
+	// earlier incarnation of this instance.
+	InitProducer(ctx context.Context) error
+	// Close leaves the group (a static member only closes) and closes the
+	// client.
+	Close()
+}
+
+// kgoSession is franz-go's GroupTransactSession as a groupSession.
+type kgoSession struct {
+	*kgo.GroupTransactSession
+	instance string // Config.InstanceID: the name every commit carries (fence.go)
+}
+
+func (s kgoSession) Flush(ctx context.Context) error { return s.Client().Flush(ctx) }
+func (s kgoSession) CommittedOffsets() map[string]map[int32]kgo.EpochOffset {
+	return s.Client().CommittedOffsets()
+}
+
+func (s kgoSession) UncommittedOffsets() map[string]map[int32]kgo.EpochOffset {
+	return s.Client().UncommittedOffsets()
+}
+func (s kgoSession) SetOffsets(o map[string]map[int32]kgo.EpochOffset) { s.Client().SetOffsets(o) }
+func (s kgoSession) PauseFetchPartitions(m map[string][]int32)         { s.Client().PauseFetchPartitions(m) }
+func (s kgoSession) ResumeFetchPartitions(m map[string][]int32)        { s.Client().ResumeFetchPartitions(m) }
+func (s kgoSession) ForceRebalance()                                   { s.Client().ForceRebalance() }
+
+func (s kgoSession) InitProducer(ctx context.Context) error {
+	_, _, err := s.Client().ProducerID(ctx)
+	return err
+}
+
+// End names every offset the transaction commits after this instance
+// (fence.go), and adds the anchor to a commit that has none.
+func (s kgoSession) End(ctx context.Context, commit bool, anchor *offsetAnchor) (bool, error) {
+	inst := s.instance
+	ctx = kgo.PreTxnCommitFnContext(ctx, func(req *kmsg.TxnOffsetCommitRequest) error {
+		if anchor != nil && len(req.Topics) == 0 {
+			rt := kmsg.NewTxnOffsetCommitRequestTopic()
+			rt.Topic = anchor.topic
+			rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+			rp.Partition = anchor.partition
+			rp.Offset = anchor.at.Offset
+			rp.LeaderEpoch = anchor.at.Epoch
+			rt.Partitions = append(rt.Partitions, rp)
+			req.Topics = append(req.Topics, rt)
+		}
+		nameCommits(req, inst)
+		return nil
+	})
+	return s.GroupTransactSession.End(ctx, kgo.TransactionEndTry(commit))
+}
 
 // baseOpts are every client's options: the seeds, the library's failover
 // defaults (internal/kclient: metadata refreshed and failed requests retried
@@ -32,7 +118,20 @@ func (a *App) newClient(opts ...kgo.Opt) (*kgo.Client, error) {
 	return kclient.NewClient(append(a.baseOpts(), opts...)...)
 }
 
-func (a *App) sessionOpts() []kgo.Opt {
+// dialKafka builds the session's franz-go client: a transactional group
+// member whose callbacks and balancer report to the App. The balancer
+// learns the member ID of each sync from the client, which exists only
+// once the session does: a sync before that (none can come sooner than a
+// round trip) continues no holding (ownership.synced).
+func (a *App) dialKafka(context.Context) (groupSession, error) {
+	var cl atomic.Pointer[kgo.Client]
+	member := func() string {
+		if c := cl.Load(); c != nil {
+			id, _ := c.GroupMetadata()
+			return id
+		}
+		return ""
+	}
 	var sources []string
 	for t := range a.topo.bySource {
 		sources = append(sources, t)
@@ -47,11 +146,13 @@ func (a *App) sessionOpts() []kgo.Opt {
 		kgo.ConsumeTopics(sources...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
-		kgo.Balancers(coPartitioner{host: a.standby.host}),
+		kgo.Balancers(coPartitioner{host: a.tm.standby.host, synced: func(assigned map[string][]int32) {
+			a.own.synced(member(), assigned)
+		}}),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.OnPartitionsAssigned(a.onAssigned),
-		kgo.OnPartitionsRevoked(a.asg.onRevoked),
-		kgo.OnPartitionsLost(a.asg.onRevoked),
+		kgo.OnPartitionsRevoked(a.own.onRevoked),
+		kgo.OnPartitionsLost(a.own.onLost),
 	)
 	if a.cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(a.cfg.SessionTimeout))
@@ -66,7 +167,17 @@ func (a *App) sessionOpts() []kgo.Opt {
 	if tr := a.env.tracing; tr != nil {
 		opts = append(opts, kgo.WithHooks(clientHooks{tr.kotel})) // tracing.go
 	}
-	return opts
+	seeds := new(kclient.Seeds) // see newClient
+	sess, err := kgo.NewGroupTransactSession(append(opts, seeds.Opt())...)
+	if err != nil {
+		return nil, &fatal{fmt.Errorf("%w: %w", ErrInvalidConfig, err)}
+	}
+	cl.Store(sess.Client())
+	seeds.Attach(sess.Client())
+	if a.hooks.onSession != nil {
+		a.hooks.onSession(sess)
+	}
+	return kgoSession{sess, a.cfg.InstanceID}, nil
 }
 
 // maxHeartbeat is the longest heartbeat interval of a stage's client. On
@@ -91,57 +202,34 @@ func heartbeatInterval(session time.Duration) time.Duration {
 	return maxHeartbeat
 }
 
+// onAssigned is the session's OnPartitionsAssigned: it fences the departed
+// owners of what m adds, before the client fetches their offsets, which
+// their open transactions would hold back (fence.go).
 func (a *App) onAssigned(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
 	if len(m) == 0 {
 		return // a cooperative rebalance that gave this member nothing new
 	}
-	// Before the client fetches the new partitions' offsets, which a
-	// departed owner's open transaction would hold back (fence.go).
-	a.fenceAbandoned(ctx, m)
-	a.asg.onAssigned(m)
-}
-
-// clientState is what the session loop did to the current client and
-// knows of its assignment; it starts over with each client (reset). Owned
-// by the session loop.
-type clientState struct {
-	seenGen  uint64                   // the assignment generation the last reconcile saw
-	paused   map[string][]int32       // assigned partitions not fetched (tasks.go: setPaused)
-	rewound  map[topicPartition]int64 // positions set back this session (positions.go)
-	rejoined bool                     // this session asked the group to rebalance once (reconcile)
-}
-
-// reset forgets what the loop did to the client that ended.
-func (c *clientState) reset() {
-	clear(c.paused)
-	clear(c.rewound)
-	c.rejoined = false
+	a.cluster.fenceAbandoned(ctx, m)
+	a.own.onAssigned(m)
 }
 
 // session runs one client incarnation until ctx ends or the client fails.
 func (a *App) session(ctx context.Context) error {
-	seeds := new(kclient.Seeds) // see newClient
-	sess, err := kgo.NewGroupTransactSession(append(a.sessionOpts(), seeds.Opt())...)
+	sess, err := a.dial(ctx)
 	if err != nil {
-		return &fatal{fmt.Errorf("%w: %w", ErrInvalidConfig, err)}
-	}
-	seeds.Attach(sess.Client())
-	if a.hooks.onSession != nil {
-		a.hooks.onSession(sess)
+		return err
 	}
 	defer func() {
-		a.tasks.resetAll()
-		a.asg.dropAll()
-		a.client.reset()
+		a.tm.sessionEnded()
+		a.own.ended()
+		a.positions.sessionEnded()
 		sess.Close() // leaves the group
 		a.sessionEnded()
 	}()
-	// Every transaction's offsets name this instance (fence.go).
-	ctx = kgo.PreTxnCommitFnContext(ctx, a.txn.nameCommits)
 	// Loading the producer ID fences every earlier incarnation of this
 	// instance and aborts its open transaction now, so restores do not wait
 	// for the transaction timeout.
-	if err := a.initProducer(ctx, sess.Client()); err != nil {
+	if err := a.initProducer(ctx, sess); err != nil {
 		return err
 	}
 	for {
@@ -149,9 +237,9 @@ func (a *App) session(ctx context.Context) error {
 			return err
 		}
 		pctx, cancel := context.WithTimeout(ctx, a.cfg.PollInterval)
-		polled := time.Now()
+		polled := a.cfg.WallClock()
 		fs := sess.PollRecords(pctx, a.cfg.MaxPollRecords)
-		backlog := time.Since(polled) < bufferedPoll // stepfill.go
+		backlog := a.cfg.WallClock().Sub(polled) < bufferedPoll // stepfill.go
 		cancel()
 		if fs.IsClientClosed() {
 			return errClientClosed
@@ -162,20 +250,22 @@ func (a *App) session(ctx context.Context) error {
 		if err := a.fetchErrors(fs); err != nil {
 			return err
 		}
-		if err := a.finishRestores(); err != nil {
+		if err := a.tm.finishRestores(); err != nil {
 			return err
 		}
-		a.standby.tend(ctx, a.tasks.isOpen)
-		if err := a.reconcile(ctx, sess.Client()); err != nil {
+		a.tm.tendStandbys(ctx)
+		if ran, err := a.tm.reconcile(ctx, sess); err != nil {
 			return err
+		} else if ran {
+			a.observe() // readers see the new task set before its first step ends
 		}
-		if fs.NumRecords() == 0 && !a.tasks.needsStep() && !a.tasks.timerDue(a.cfg.WallClock()) {
+		if fs.NumRecords() == 0 && !a.tm.needsStep() && !a.tm.timerDue(a.cfg.WallClock()) {
 			ended, err := a.txn.rearmRevoke(ctx, sess) // txnend.go
 			if err != nil {
 				return err
 			}
 			if ended {
-				a.rewind(sess.Client(), nil) // the abort rewound to the committed offsets
+				a.positions.rewind(sess, nil) // the abort rewound to the committed offsets
 			}
 			if a.hooks.idle != nil {
 				a.hooks.idle()
@@ -183,12 +273,13 @@ func (a *App) session(ctx context.Context) error {
 			a.observe()
 			continue
 		}
+		moved := false
 		if fs.NumRecords() > 0 {
-			if fs, err = a.fillStep(ctx, sess, fs, backlog); err != nil {
+			if fs, moved, err = a.fillStep(ctx, sess, fs, backlog); err != nil {
 				return err
 			}
 		}
-		if err := a.step(ctx, sess, fs); err != nil {
+		if err := a.step(ctx, sess, fs, moved); err != nil {
 			return err
 		}
 	}
@@ -199,7 +290,7 @@ func (a *App) session(ctx context.Context) error {
 func (a *App) fetchErrors(fs kgo.Fetches) error {
 	var lost error
 	fs.EachError(func(t string, p int32, err error) {
-		if dl := a.fetchDataLoss(t, p, err); dl != nil {
+		if dl := fetchDataLoss(a.cfg.ApplicationID, t, p, err); dl != nil {
 			lost = errors.Join(lost, dl)
 		} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			a.log.Warn("stage: fetch error", "topic", t, "partition", p, "err", err)
@@ -227,24 +318,27 @@ const stepPollWait = time.Millisecond
 // assignment changes (a revoke ends the step promptly; reconcile runs
 // before the next one) or ctx ends. Every record polled is in the step: the
 // client marks polled records uncommitted, and End commits or rewinds them
-// all, so the step feeds every one of them.
-func (a *App) fillStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.Fetches, backlog bool) (kgo.Fetches, error) {
-	deadline := time.Now().Add(a.cfg.CommitInterval)
+// all, so the step feeds every one of them — unless the assignment changed
+// while a poll waited (moved): the client may then have fetched a
+// partition again from its committed offset, and the step aborts without
+// feeding any (errMovedDuringStep).
+func (a *App) fillStep(ctx context.Context, sess groupSession, fs kgo.Fetches, backlog bool) (_ kgo.Fetches, moved bool, _ error) {
+	deadline := a.cfg.WallClock().Add(a.cfg.CommitInterval)
 	n, polls := fs.NumRecords(), 1
 	defer func() {
 		if a.hooks.filled != nil {
 			a.hooks.filled(polls, n)
 		}
 	}()
-	for n < a.cfg.MaxStepRecords && time.Now().Before(deadline) && ctx.Err() == nil && !a.assignmentChanged() {
-		pctx, cancel := context.WithTimeout(ctx, fillWait(backlog, polls, time.Until(deadline)))
+	for n < a.cfg.MaxStepRecords && a.cfg.WallClock().Before(deadline) && ctx.Err() == nil && !a.tm.changed() {
+		pctx, cancel := context.WithTimeout(ctx, fillWait(backlog, polls, deadline.Sub(a.cfg.WallClock())))
 		more := sess.PollRecords(pctx, min(a.cfg.MaxPollRecords, a.cfg.MaxStepRecords-n))
 		cancel()
 		if more.IsClientClosed() {
-			return nil, errClientClosed
+			return nil, false, errClientClosed
 		}
 		if err := a.fetchErrors(more); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		m := more.NumRecords()
 		if m == 0 {
@@ -253,12 +347,9 @@ func (a *App) fillStep(ctx context.Context, sess *kgo.GroupTransactSession, fs k
 		fs = append(fs, more...)
 		n += m
 		polls++
+		if a.tm.changed() {
+			return fs, true, nil
+		}
 	}
-	return fs, nil
-}
-
-// assignmentChanged reports whether the group changed the assignment since
-// the last reconcile.
-func (a *App) assignmentChanged() bool {
-	return a.asg.generation() != a.client.seenGen
+	return fs, false, nil
 }

@@ -5,7 +5,6 @@ package stage
 // collector, the health handler) may see, so none of them waits for a step.
 
 import (
-	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -23,7 +22,6 @@ type status struct {
 	running          atomic.Bool              // Run was called
 	started, stopped atomic.Bool
 	beat             atomic.Int64 // real-clock unix nanos of the loop's last sign of life
-	ready            atomic.Bool  // the first reconcile ran
 }
 
 // snapshot is one publication: an entry per task, and readiness.
@@ -83,26 +81,14 @@ func (a *App) stepEnded(start time.Time, committed bool) {
 func (a *App) observe() {
 	a.status.beat.Store(time.Now().UnixNano())
 	now := a.cfg.WallClock()
-	settled := a.asg.generation() == a.client.seenGen
 	prev := a.status.snap.Load()
-	snap := &snapshot{tasks: make([]taskSnapshot, 0, len(a.tasks.byID)), ready: a.status.ready.Load() && settled}
+	snap := &snapshot{ready: a.tm.settled()}
 	if !snap.ready {
 		snap.why = "joining the group"
 	}
-	var notReady []string
-	for _, id := range a.tasks.sortedIDs() {
-		t := a.tasks.byID[id]
-		ts := t.sample(now, prev)
-		ts.restoring = a.tasks.restoring(id)
-		switch {
-		case ts.restoring:
-			notReady = append(notReady, fmt.Sprintf("task %s/%d restoring", t.st.name, t.partition))
-		case !t.built:
-			notReady = append(notReady, fmt.Sprintf("task %s/%d restored, starting", t.st.name, t.partition))
-		}
-		snap.tasks = append(snap.tasks, ts)
-	}
-	snap.standbys = a.standby.snapshots()
+	tasks, notReady := a.tm.snapshots(now, prev)
+	snap.tasks = tasks
+	snap.standbys = a.tm.standby.snapshots()
 	if snap.ready && len(notReady) > 0 {
 		snap.ready = false
 		snap.why = strings.Join(notReady, "; ")

@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/internal/state"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -91,59 +90,36 @@ func (h *standbyHost) parseAssignment(b []byte) (map[string][]int32, error) {
 	return assigned, nil
 }
 
-// standbyJob is one standby task: a Tailer on the task's store. Until done
-// is closed its goroutine owns the store; the session loop owns the job.
+// standbyJob is one standby task: a Tailer on the task's store. Until its
+// job is done the job owns the store; the session loop owns the standby.
 type standbyJob struct {
-	kv     *state.Store
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error
+	kv  *state.Store
+	job job
+	err error
 
 	applied, lag atomic.Int64 // the Tailer's last progress; lag -1 until it caught up once
 }
 
-// standbys runs this member's standby jobs. The session loop owns it and
-// alone calls its methods; host is shared with the balancer and has its
-// own lock, and a job's progress is atomics its goroutine writes. It is
-// built at Run, once the startup checks have resolved the topics, and uses
-// nothing else of the App.
+// standbys runs this member's standby jobs. The task manager owns it and
+// alone calls its methods, on the session loop; host is shared with the
+// balancer and has its own lock, and a job's progress is atomics its job
+// writes. It is built at Run, once the startup checks have resolved the
+// topics.
 type standbys struct {
 	host  *standbyHost
 	jobs  map[taskID]*standbyJob
 	retry map[taskID]time.Time // a failed standby starts again after this
 
-	appID, stateDir string
-	cacheBytes      int64         // Config.StateCache
-	retryAfter      time.Duration // how long a failed standby waits before it starts again
-	clock           func() time.Time
-	log             *slog.Logger
-	stages          []*Stage
-	// a client with the App's base options
-	newClient func(opts ...kgo.Opt) (*kgo.Client, error)
-	// moves a store of the earlier layout (storepath.go)
-	moveLegacy func(context.Context, *Stage, int32, string) error
+	retryAfter time.Duration // how long a failed standby waits before it starts again
+	clock      func() time.Time
+	log        *slog.Logger
+	stages     []*Stage
+	topics     map[string]topicMeta
+	files      storeFiles
+	cluster    cluster
+	runner     jobRunner
 	// hooks.standbyProgress
 	progress func(ctx context.Context, stage string, partition int32, p state.TailProgress)
-	admin    *kadm.Client
-	topics   map[string]topicMeta
-}
-
-func (a *App) newStandbys() *standbys {
-	return &standbys{
-		host:  &standbyHost{count: a.cfg.Standbys, log: a.log, changed: a.asg.bump},
-		jobs:  make(map[taskID]*standbyJob),
-		retry: make(map[taskID]time.Time),
-		appID: a.cfg.ApplicationID, stateDir: a.cfg.StateDir, cacheBytes: a.cfg.StateCache,
-		retryAfter: max(5*a.cfg.RetryBackoff, time.Second),
-		clock:      a.cfg.WallClock,
-		log:        a.log,
-		stages:     a.stages,
-		newClient:  a.newClient,
-		moveLegacy: a.moveLegacyStore,
-		progress:   a.hooks.standbyProgress,
-		admin:      a.topo.admin,
-		topics:     a.topo.topics,
-	}
 }
 
 // sync runs a standby for each task of the given partition numbers that
@@ -165,11 +141,12 @@ func (sb *standbys) sync(ctx context.Context, want map[taskID]bool, open func(ta
 			desired[id] = true
 		}
 	}
-	for id, j := range sb.jobs {
+	for _, id := range slices.SortedFunc(maps.Keys(sb.jobs), compareTaskIDs) {
 		if desired[id] {
 			continue
 		}
 		if want[id] {
+			j := sb.jobs[id]
 			sb.log.Info("stage: standby copy becomes the task's store", "stage", sb.stages[id.stage].name, "partition", id.partition,
 				"applied", j.applied.Load(), "lag", j.lag.Load())
 		}
@@ -180,7 +157,7 @@ func (sb *standbys) sync(ctx context.Context, want map[taskID]bool, open func(ta
 			delete(sb.retry, id)
 		}
 	}
-	now := time.Now()
+	now := sb.clock()
 	var ids []taskID
 	for id := range desired {
 		if sb.jobs[id] == nil && !now.Before(sb.retry[id]) {
@@ -210,25 +187,22 @@ func (sb *standbys) sync(ctx context.Context, want map[taskID]bool, open func(ta
 
 func (sb *standbys) start(ctx context.Context, id taskID) error {
 	st := sb.stages[id.stage]
-	path := storePath(sb.stateDir, sb.appID, st.name, id.partition)
-	if err := sb.moveLegacy(ctx, st, id.partition, path); err != nil {
+	path := storePath(sb.files.stateDir, sb.files.appID, st.name, id.partition)
+	if err := sb.files.moveLegacy(ctx, st, id.partition, path); err != nil {
 		return err
 	}
-	kv, err := state.Open(ctx, path, state.CacheBytes(sb.cacheBytes))
+	kv, err := state.Open(ctx, path, state.CacheBytes(sb.files.cacheBytes))
 	if err != nil {
 		return fmt.Errorf("stage %q partition %d: standby: %w", st.name, id.partition, err)
 	}
-	jctx, cancel := context.WithCancel(context.Background())
-	j := &standbyJob{kv: kv, cancel: cancel, done: make(chan struct{})}
+	j := &standbyJob{kv: kv}
 	j.applied.Store(kv.Checkpoint())
 	j.lag.Store(-1)
+	topic := ChangelogTopic(sb.files.appID, st.name)
 	tl := &state.Tailer{
-		Admin:     sb.admin,
-		NewClient: sb.newClient,
-		Topic:     ChangelogTopic(sb.appID, st.name),
-		Partition: id.partition,
-		Store:     kv,
-		Now:       sb.clock,
+		Source: sb.cluster.changelog(topic, id.partition),
+		Store:  kv,
+		Now:    sb.clock,
 		Progress: func(ctx context.Context, p state.TailProgress) {
 			j.applied.Store(p.Applied)
 			j.lag.Store(p.Lag)
@@ -237,10 +211,10 @@ func (sb *standbys) start(ctx context.Context, id taskID) error {
 			}
 		},
 	}
-	go func() {
-		defer close(j.done)
-		_, j.err = tl.Run(jctx)
-	}()
+	j.job = sb.runner.run(fmt.Sprintf("standby %s/%d", st.name, id.partition), func(ctx context.Context) {
+		defer tl.Source.Close()
+		_, j.err = tl.Run(ctx)
+	})
 	sb.jobs[id] = j
 	delete(sb.retry, id)
 	return nil
@@ -253,8 +227,7 @@ func (sb *standbys) stop(id taskID) {
 	if j == nil {
 		return
 	}
-	j.cancel()
-	<-j.done
+	j.job.stop()
 	if err := j.kv.Close(); err != nil {
 		sb.log.Warn("stage: close standby store", "stage", sb.stages[id.stage].name, "partition", id.partition, "err", err)
 	}
@@ -263,7 +236,7 @@ func (sb *standbys) stop(id taskID) {
 
 // stopAll stops every standby (Run returns).
 func (sb *standbys) stopAll() {
-	for id := range sb.jobs {
+	for _, id := range slices.SortedFunc(maps.Keys(sb.jobs), compareTaskIDs) {
 		sb.stop(id)
 	}
 }
@@ -275,22 +248,18 @@ func (sb *standbys) stopAll() {
 // sync.
 func (sb *standbys) tend(ctx context.Context, open func(taskID) bool) {
 	failed := false
-	for _, id := range slices.SortedFunc(maps.Keys(sb.jobs), func(x, y taskID) int {
-		return cmp.Or(cmp.Compare(x.stage, y.stage), cmp.Compare(x.partition, y.partition))
-	}) {
+	now := sb.clock()
+	for _, id := range slices.SortedFunc(maps.Keys(sb.jobs), compareTaskIDs) {
 		j := sb.jobs[id]
-		select {
-		case <-j.done:
-		default:
+		if !j.job.finished() {
 			continue
 		}
 		sb.log.Warn("stage: standby stopped; restarting it", "stage", sb.stages[id.stage].name, "partition", id.partition, "err", j.err, "after", sb.retryAfter)
 		sb.stop(id)
-		sb.retry[id] = time.Now().Add(sb.retryAfter)
+		sb.retry[id] = now.Add(sb.retryAfter)
 		failed = true
 	}
 	due := false
-	now := time.Now()
 	for _, at := range sb.retry {
 		if !now.Before(at) {
 			due = true

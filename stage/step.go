@@ -7,11 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/parsley-go/parsley/internal/kclient"
-	"github.com/parsley-go/parsley/internal/wait"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -22,7 +20,7 @@ import (
 type stepState struct {
 	sent            sendResults // the open step's produce results (env.go)
 	ahead           decodeAhead // the step's decoding workers (decodeahead.go)
-	xfails          uint        // consecutive steps whose external sinks did not settle
+	external        externals   // the stages' external sinks (external.go)
 	tasklessRetries int         // consecutive steps retried at once after a tasklessFetchError
 }
 
@@ -32,7 +30,7 @@ type stepState struct {
 // written; otherwise every task's node is rebuilt from committed state and
 // the client rewinds to the committed offsets. What follows an abort is
 // decided by classifyStep (outcome.go).
-func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.Fetches) error {
+func (a *App) step(ctx context.Context, sess groupSession, fs kgo.Fetches, moved bool) error {
 	committed := false
 	defer func(start time.Time) { a.stepEnded(start, committed) }(time.Now())
 	// Taken before the step writes anything: no changelog record past the
@@ -46,14 +44,18 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 		return fmt.Errorf("stage: begin transaction: %w", err)
 	}
 	a.steps.sent.reset()
-	a.beginExternal(sctx)
+	a.steps.external.begin(sctx)
 
-	end := stepEnd{step: a.explainOutOfOrder(sctx, a.runStep(sctx, sess, fs))}
-	end.flush = sess.Client().Flush(sctx)
+	work := errMovedDuringStep
+	if !moved {
+		work = a.runStep(sctx, sess, fs)
+	}
+	end := stepEnd{step: a.positions.explainOutOfOrder(sctx, work)}
+	end.flush = sess.Flush(sctx)
 	end.produce = a.steps.sent.firstErr()
 	commit := end.step == nil && end.flush == nil && end.produce == nil
 	if commit {
-		end.external = a.settleExternal(sctx)
+		end.external = a.steps.external.settle(sctx)
 		commit = end.external == nil
 	}
 	if commit && a.hooks.beforeEnd != nil && a.hooks.beforeEnd(a.status.committed.Load()) {
@@ -62,12 +64,12 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	// An empty step ends as an abort; a commit that consumed nothing is
 	// anchored (txnend.go).
 	empty := commit && fs.NumRecords() == 0 && a.steps.sent.produced == 0
-	committed, end.end = a.txn.end(sctx, sess, commit, empty, a.tasks.inStep)
+	committed, end.end = a.txn.end(sctx, sess, commit, empty, a.tm.inStep)
 	if empty && committed {
 		// The abort rewound the client to the group's offsets: set back
 		// again what this session rewound further and has not consumed
 		// yet (positions.go).
-		a.rewind(sess.Client(), nil)
+		a.positions.rewind(sess, nil)
 	}
 	failoverAbort := !committed && offsetCommitAborted(end.end)
 	if failoverAbort {
@@ -80,9 +82,9 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 		// has not consumed that far needs it further back (positions.go).
 		rw := (*rewindError)(nil)
 		errors.As(end.step, &rw)
-		a.rewind(sess.Client(), rw)
+		a.positions.rewind(sess, rw)
 		if rw != nil {
-			a.tasks.resetAll()
+			a.tm.resetAll()
 			return nil
 		}
 	}
@@ -90,19 +92,13 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 	out := classifyStep(end, a.cfg.OnStepError)
 	if out.verdict == stepCommitted {
 		if !empty {
-			clear(a.client.rewound) // the commit included them
+			a.positions.committed() // the commit included them
 		}
-		for id, t := range a.tasks.byID {
-			if a.tasks.restoring(id) {
-				continue // took no part in the step
-			}
-			if err := t.commit(sctx, began); err != nil {
-				return &fatal{err}
-			}
-			t.stepCommitted()
+		if err := a.tm.commitStep(sctx, began); err != nil {
+			return err
 		}
 		a.status.committed.Add(1)
-		a.steps.xfails = 0
+		a.steps.external.settled()
 		a.steps.tasklessRetries = 0
 		a.scope.commitStep()
 		if a.hooks.afterCommit != nil {
@@ -110,36 +106,37 @@ func (a *App) step(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.F
 		}
 		return nil
 	}
-	a.tasks.resetAll()
+	a.tm.resetAll()
 	a.scope.abortStep()
 	if a.hooks.afterAbort != nil {
 		a.hooks.afterAbort()
 	}
 	switch out.verdict {
 	case stepRetryHost:
-		if taskless := (*tasklessFetchError)(nil); errors.As(out.err, &taskless) && a.steps.tasklessRetries < maxTasklessRetries {
+		taskless := (*tasklessFetchError)(nil)
+		if (errors.As(out.err, &taskless) || errors.Is(out.err, errMovedDuringStep)) && a.steps.tasklessRetries < maxTasklessRetries {
 			// The abort rewound the client, and reconcile has paused the
-			// partition or built its task: the retry will not meet these
-			// records again, so it need not wait.
+			// partition, built its task, or taken in the move: the retry
+			// will not meet these records again, so it need not wait.
 			a.steps.tasklessRetries++
-			a.log.Debug("stage: step aborted for records fetched ahead of their task; retrying at once", "err", out.err)
+			a.log.Debug("stage: step aborted for records fetched across an assignment change; retrying at once", "err", out.err)
 			return nil
 		}
 		a.log.Warn("stage: step aborted; retrying", "err", out.err)
-		return wait.Sleep(ctx, a.cfg.RetryBackoff)
+		return a.sleep(ctx, a.cfg.RetryBackoff)
 	case stepRetryFailed:
 		a.log.Error("stage: step failed; retrying from committed state", "err", out.err)
-		return wait.Sleep(ctx, a.cfg.RetryBackoff)
+		return a.sleep(ctx, a.cfg.RetryBackoff)
 	case stepRetryExternal:
-		d := a.externalBackoff()
+		d := a.steps.external.backoff(a.cfg.RetryBackoff)
 		a.log.Warn("stage: external sink did not settle; retrying the step from committed state", "err", out.err, "backoff", d)
-		return wait.Sleep(ctx, d)
+		return a.sleep(ctx, d)
 	}
 	if failoverAbort {
 		// The next step's offset commit retries the coordinator itself;
 		// this only keeps a coordinator that fails every request at once
 		// from being asked in a loop.
-		return wait.Sleep(ctx, kclient.MaxBackoff)
+		return a.sleep(ctx, kclient.MaxBackoff)
 	}
 	return out.err // nil to reprocess at once; the error to rejoin or stop
 }
@@ -152,30 +149,18 @@ func (a *App) stepTimeout() time.Duration {
 }
 
 // runStep does the work of a step inside the transaction.
-func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.Fetches) error {
-	ids := slices.DeleteFunc(a.tasks.sortedIDs(), a.tasks.restoring) // restore.go
+func (a *App) runStep(ctx context.Context, sess groupSession, fs kgo.Fetches) error {
+	ts := a.tm.inStep()
 	var starts, logStarts map[string]map[int32]int64
 	var back *rewindError
-	for _, id := range ids {
-		t := a.tasks.byID[id]
+	for _, t := range ts {
 		if t.node != nil {
 			t.sweepIfDue(ctx) // before feeding, so the step's stamps are swept
 			continue
 		}
 		if starts == nil {
-			need := make(map[string][]int32)
-			for _, id := range ids {
-				if a.tasks.byID[id].node == nil {
-					for _, b := range a.tasks.byID[id].st.sources {
-						need[b.topic] = append(need[b.topic], id.partition)
-					}
-					if tk := a.topo.tickTopic[id.stage]; tk != "" {
-						need[tk] = append(need[tk], id.partition) // ticks.go
-					}
-				}
-			}
 			var err error
-			if starts, logStarts, err = a.startPositions(ctx, need); err != nil {
+			if starts, logStarts, err = a.positions.starts(ctx, a.tm.sourcesOf(ts)); err != nil {
 				return err
 			}
 		}
@@ -193,16 +178,14 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 	if err := a.feedAll(ctx, sess, fs); err != nil {
 		return err
 	}
-	ts := make([]*task, len(ids))
-	for i, id := range ids {
-		ts[i] = a.tasks.byID[id]
-		if err := ts[i].tickIfDue(ctx, sess); err != nil {
+	for _, t := range ts {
+		if err := t.tickIfDue(ctx, sess); err != nil {
 			return err
 		}
 	}
 	// One wait for every task's sends: a task's changelog records name its
 	// sends' offsets, so they wait for the acknowledgements, but not for
-	// another task's changelog (own.go).
+	// another task's changelog (tasksends.go).
 	if err := awaitSends(ctx, sess, ts); err != nil {
 		return err
 	}
@@ -216,13 +199,13 @@ func (a *App) runStep(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 
 // feedAll feeds the step's fetched records to their tasks, with their
 // decoding started ahead on the decode workers (decodeahead.go).
-func (a *App) feedAll(ctx context.Context, sess *kgo.GroupTransactSession, fs kgo.Fetches) error {
+func (a *App) feedAll(ctx context.Context, p producer, fs kgo.Fetches) error {
 	if a.steps.ahead.workers > 0 {
 		for _, f := range fs {
 			for _, ft := range f.Topics {
 				for _, fp := range ft.Partitions {
 					for _, si := range a.topo.bySource[ft.Topic] {
-						if t := a.tasks.byID[taskID{si, fp.Partition}]; t != nil && t.node != nil {
+						if t := a.tm.running(si, fp.Partition); t != nil {
 							a.steps.ahead.add(t.aheadFor(ft.Topic), fp.Records)
 						}
 					}
@@ -239,14 +222,14 @@ func (a *App) feedAll(ctx context.Context, sess *kgo.GroupTransactSession, fs kg
 					continue
 				}
 				for _, si := range a.topo.bySource[ft.Topic] {
-					t := a.tasks.byID[taskID{si, fp.Partition}]
-					if t == nil || t.node == nil {
+					t := a.tm.running(si, fp.Partition)
+					if t == nil {
 						// Fetched before the assignment reached us, or
 						// before the task's restore paused its partition:
 						// abort rather than commit its offset unprocessed.
 						return &tasklessFetchError{ft.Topic, fp.Partition}
 					}
-					if err := t.feed(ctx, sess, ft.Topic, fp.Records); err != nil {
+					if err := t.feed(ctx, p, ft.Topic, fp.Records); err != nil {
 						return err
 					}
 				}
@@ -268,7 +251,15 @@ func (e *tasklessFetchError) Error() string {
 	return fmt.Sprintf("stage: records of %s[%d] without a task", e.topic, e.partition)
 }
 
+// errMovedDuringStep aborts a step during whose polls the group changed
+// what this member holds (fillStep): the client may have fetched a
+// partition again from its committed offset, so the step could hold some
+// of its records twice, and its tasks may no longer be this member's. No
+// record of it is fed; End rewinds them all, and the next step runs once
+// the loop has reconciled.
+var errMovedDuringStep = errors.New("stage: the assignment changed during the step's polls")
+
 // maxTasklessRetries bounds the steps in a row that retry at once after a
-// tasklessFetchError; past it, a retry waits RetryBackoff like any other
+// tasklessFetchError or errMovedDuringStep; past it, a retry waits RetryBackoff like any other
 // host failure, so a cause not foreseen here cannot spin the loop.
 const maxTasklessRetries = 3

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -28,23 +29,41 @@ func legacyStorePath(stateDir, stage string, p int32) string {
 	return filepath.Join(stateDir, fmt.Sprintf("%s-%d.db", stage, p))
 }
 
-// moveLegacyStore moves a task's store from the earlier layout to path
-// when it is this application's: it mirrors this application's changelog,
-// or predates the record of which changelog a store mirrors. A file that
-// mirrors another changelog belongs to another application sharing the
-// directory and stays.
-func (a *App) moveLegacyStore(ctx context.Context, st *Stage, p int32, path string) error {
-	legacy := legacyStorePath(a.cfg.StateDir, st.name, p)
-	moved, err := state.MoveLegacy(ctx, a.topo.admin, ChangelogTopic(a.cfg.ApplicationID, st.name), legacy, path)
+// storeFiles opens task store files in the application's state directory.
+// Read-only once built; used by the session loop.
+type storeFiles struct {
+	stateDir, appID string
+	cacheBytes      int64 // Config.StateCache
+	cluster         cluster
+	log             *slog.Logger
+}
+
+// open opens the store of stage st's task at partition p, moving a file
+// of the earlier layout first. Any failure stops Run.
+func (f storeFiles) open(ctx context.Context, st *Stage, p int32) (*state.Store, error) {
+	path := storePath(f.stateDir, f.appID, st.name, p)
+	if err := f.moveLegacy(ctx, st, p, path); err != nil {
+		return nil, err
+	}
+	kv, err := state.Open(ctx, path, state.CacheBytes(f.cacheBytes))
+	if err != nil {
+		return nil, &fatal{fmt.Errorf("stage %q partition %d: %w", st.name, p, err)}
+	}
+	return kv, nil
+}
+
+// moveLegacy moves the store of stage st at partition p from the earlier
+// layout to path.
+func (f storeFiles) moveLegacy(ctx context.Context, st *Stage, p int32, path string) error {
+	legacy := legacyStorePath(f.stateDir, st.name, p)
+	moved, err := f.cluster.moveLegacy(ctx, ChangelogTopic(f.appID, st.name), legacy, path)
 	if moved {
-		a.log.Info("stage: task store moved into the application's directory", "stage", st.name, "partition", p, "from", legacy, "to", path)
+		f.log.Info("stage: task store moved into the application's directory", "stage", st.name, "partition", p, "from", legacy, "to", path)
 	}
 	if err == nil {
 		return nil
 	}
 	err = fmt.Errorf("stage %q partition %d: move store %s: %w", st.name, p, legacy, err)
-	// A file this build cannot read, or one the file system refuses to
-	// move, does not get better by retrying; a broker answer may.
 	var pe *fs.PathError
 	var le *os.LinkError
 	if errors.Is(err, state.ErrUnknownSchema) || errors.Is(err, state.ErrNoTopicID) || errors.As(err, &pe) || errors.As(err, &le) {

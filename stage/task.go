@@ -19,43 +19,35 @@ import (
 )
 
 // task is one (stage, partition): a causal node over partition p of each
-// source, the SQLite store, and the step's staged writes.
+// source, fed by the steps, running user logic on its deliveries. It is
+// composed of parts with one job each: its store (the file, the step's
+// writes and the unwritten ones: taskstore.go), its stamped sends
+// (tasksends.go) and its schedule of ticks and sweeps (tasktimers.go).
 //
-// The node's Store is the batch: reads see the step's writes over the
-// committed file, and the batch's mutations are the step's changelog. After
-// a commit they are written to the file and the batch empties; after an
-// abort the batch is dropped and the node rebuilt.
+// The session loop owns a task and reaches it only through the task
+// manager (taskmanager.go); while a restore's job runs, the job owns the
+// task's store file, and the task takes part in no step. Produce promises
+// write only what the parts name as theirs, under the env's send lock.
 type task struct {
 	env       *taskEnv
 	st        *Stage
 	id        taskID
 	partition int32
-	changelog string
-	kv        *state.Store
+	// held: the epochs of the partitions the task consumes, as held when
+	// it was opened; it runs on only while they are unchanged
+	// (taskManager.reconcile).
+	held map[topicPartition]uint64
 
-	// Committed steps' writes not yet in kv, the highest changelog
-	// checkpoint among them (-1 none), how many steps they span and what
-	// they cost in bytes (storewrites.go).
-	pending      *protocol.Batch
-	pendingCP    int64
-	pendingSteps int
-	pendingBytes int64
+	inputs    []headers.Channel // per source, in the stage's declaration order; the tick topic last
+	sinks     []headers.TopicID
+	byID      map[headers.TopicID]*binding
+	tickTopic string // the stage's tick topic, "" when it does not tick
 
-	inputs []headers.Channel // per source, in the stage's declaration order
-	sinks  []headers.TopicID
-	byID   map[headers.TopicID]*binding
+	node   *protocol.Node // nil: rebuild at the next step
+	store  taskStore
+	sends  taskSends
+	timers taskTimers
 
-	node    *protocol.Node // nil: rebuild at the next step
-	batch   *protocol.Batch
-	flushed []protocol.Mutation // the batch's mutations as flush sent them; nil: not flushed
-	clNext  int64               // one past the last changelog offset produced in the step; -1 none
-	stamp   headers.Stamp
-	bufs    emitBuffers // the step's emitted records and stamps (emitbuf.go)
-
-	lastSink struct { // the last emission's sink (sinkMeta)
-		name string
-		meta topicMeta
-	}
 	lastSource struct { // the last delivery's source binding (deliver)
 		id headers.TopicID
 		b  *binding
@@ -76,21 +68,9 @@ type task struct {
 	foldKeys foldKeyCache
 	readKeys []string // prefetch's scratch (prefetch.go)
 
-	tickTopic string // the stage's tick topic, "" when it does not tick
-
-	// acks are the acknowledgements of the step's stamped sends, written
-	// by produce promises under the env's send lock; sends counts those
-	// sends. flush hands the acknowledgements to the node (own.go).
-	acks  stepAcks
-	sends int
-	sent  func(*kgo.Record, error) // sendPromise, bound once
-
 	// Owned by the session loop; they survive the node's rebuilds and go
 	// when the task leaves.
-	built  bool                           // restored and built at least once: processing
 	counts taskCounts                     // committed-step counts (snapshot.go)
-	ticks  tickSchedule                   // ticks.go
-	sweeps sweepSchedule                  // truncate.go
 	heads  map[headers.Channel]*headTrack // holds.go
 
 	// startOver: the store was wiped because its changelog was recreated;
@@ -104,29 +84,52 @@ type task struct {
 	tr *taskTracer // nil: tracing off (tracing.go)
 }
 
+// newTask makes the task id of stage st over its opened store.
+func newTask(env *taskEnv, st *Stage, id taskID, kv *state.Store, topo *topology) *task {
+	t := &task{
+		env: env, st: st, id: id, partition: id.partition,
+		byID:   make(map[headers.TopicID]*binding),
+		store:  newTaskStore(env, st.name, id.partition, ChangelogTopic(env.appID, st.name), kv),
+		sends:  taskSends{env: env, st: st, partition: id.partition},
+		timers: taskTimers{tick: st.tick, every: env.truncateEvery},
+	}
+	for i := range st.sources {
+		b := &st.sources[i]
+		m := topo.topics[b.topic]
+		t.inputs = append(t.inputs, headers.Channel{Topic: m.id, Partition: id.partition})
+		t.byID[m.id] = b
+	}
+	for _, k := range st.sinks {
+		t.sinks = append(t.sinks, topo.topics[k.topicName()].id)
+	}
+	if b := topo.tickBind[id.stage]; b != nil {
+		// The tick topic is an input and a sink of its own (ticks.go).
+		t.tickTopic = b.topic
+		m := topo.topics[b.topic]
+		t.inputs = append(t.inputs, headers.Channel{Topic: m.id, Partition: id.partition})
+		t.byID[m.id] = b
+		t.sinks = append(t.sinks, m.id)
+	}
+	if tr := env.tracing; tr != nil {
+		t.tr = tr.forTask(st.name, id.partition, topo.idName)
+	}
+	return t
+}
+
 // reset drops the node and the step's writes; the next step rebuilds the
 // node from the committed store.
 func (t *task) reset() {
 	t.node = nil
 	t.stepAborted()
-	if t.batch != nil {
-		t.batch.Discard()
-	}
-	t.flushed = nil
-	t.clNext = -1
-	t.clearSends()
-	t.bufs.release()
+	t.store.dropStep()
+	t.sends.clear()
+	t.sends.release()
 }
 
 // nodeBuilt records that the node was (re)built: the first build schedules
 // the first tick and sweep, and every build counts from zero again.
 func (t *task) nodeBuilt() {
-	if !t.built {
-		t.built = true
-		now := t.env.clock()
-		t.ticks.start(t.st.tick, now)
-		t.sweeps.start(t.env.truncateEvery, now)
-	}
+	t.timers.started(t.env.clock())
 	t.counts.rebuilt()
 }
 
@@ -139,11 +142,10 @@ func (t *task) stepCommitted() {
 	if t.node != nil {
 		t.counts.committed(t.node.Counters())
 	}
-	if t.ticks.committed(t.st.tick) {
+	if t.timers.committed() {
 		t.counts.ticks++
 	}
-	t.sweeps.committed(t.env.truncateEvery)
-	t.bufs.release()
+	t.sends.release()
 }
 
 // stepAborted forgets the open step's tick and sweep, which the rebuilt
@@ -152,14 +154,13 @@ func (t *task) stepAborted() {
 	if t.tr != nil {
 		t.tr.stepEnded(false)
 	}
-	t.ticks.aborted()
-	t.sweeps.aborted()
+	t.timers.aborted()
 	t.counts.rebuilt()
 }
 
 func (t *task) close() {
 	t.reset()
-	t.closeStore() // storewrites.go
+	t.store.close()
 }
 
 // initErr classifies a node init failure: state this build cannot use
@@ -176,20 +177,17 @@ func (t *task) initErr(err error) error {
 
 // build makes a node from committed state (host duty H5) and processes
 // what its first Release delivers. Init writes go to the step's batch.
-func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts, logStarts map[string]map[int32]int64) error {
-	t.kv.DropCache() // a rebuilt node reads the file, nothing remembered from before
+func (t *task) build(ctx context.Context, p producer, starts, logStarts map[string]map[int32]int64) error {
 	// The committed state: the file under the committed steps' writes not
-	// yet in it (storewrites.go).
-	t.batch = protocol.NewBatch(t.committed())
-	t.flushed = nil
-	t.clNext = -1
+	// yet in it (taskstore.go).
+	batch := t.store.beginStep()
 	n, err := protocol.New(ctx, protocol.Config{
 		ApplicationID: t.env.appID,
 		Stage:         t.st.name,
 		Partition:     t.partition,
 		Inputs:        t.inputs,
 		Sinks:         t.sinks,
-		Store:         t.batch,
+		Store:         batch,
 		Offsets:       t.env.offsets,
 	})
 	if err != nil {
@@ -206,7 +204,7 @@ func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts
 	if err != nil {
 		return t.stepErr("", -1, err)
 	}
-	if err := t.deliver(ctx, sess, ds); err != nil {
+	if err := t.deliver(ctx, p, ds); err != nil {
 		return err
 	}
 	if t.tr != nil {
@@ -223,14 +221,14 @@ func (t *task) build(ctx context.Context, sess *kgo.GroupTransactSession, starts
 		if err != nil {
 			return t.stepErr(b.topic, pos, err)
 		}
-		if err := t.deliver(ctx, sess, ds); err != nil {
+		if err := t.deliver(ctx, p, ds); err != nil {
 			return err
 		}
 		if t.tr != nil {
 			t.tr.settled(n)
 		}
 	}
-	return t.tickToStart(ctx, sess, starts)
+	return t.tickToStart(ctx, p, starts)
 }
 
 func (t *task) stepErr(topic string, offset int64, err error) error {
@@ -240,7 +238,7 @@ func (t *task) stepErr(topic string, offset int64, err error) error {
 // feed hands one partition's fetched records to the node in offset order,
 // then reports the consumer position past the last of them (host duties H1,
 // H2). Control records only move the position: they are never delivered.
-func (t *task) feed(ctx context.Context, sess *kgo.GroupTransactSession, topic string, recs []*kgo.Record) error {
+func (t *task) feed(ctx context.Context, p producer, topic string, recs []*kgo.Record) error {
 	ch := headers.Channel{Topic: t.env.topics[topic].id, Partition: t.partition}
 	var dec aheadDecoder // recs decoded ahead: the same records
 	if d := t.ahead[topic]; d != nil {
@@ -275,7 +273,7 @@ func (t *task) feed(ctx context.Context, sess *kgo.GroupTransactSession, topic s
 		if err != nil {
 			return t.stepErr(topic, r.Offset, err)
 		}
-		if err := t.deliver(ctx, sess, ds); err != nil {
+		if err := t.deliver(ctx, p, ds); err != nil {
 			return err
 		}
 		if t.tr != nil {
@@ -287,7 +285,7 @@ func (t *task) feed(ctx context.Context, sess *kgo.GroupTransactSession, topic s
 		if err != nil {
 			return t.stepErr(topic, last+1, err)
 		}
-		if err := t.deliver(ctx, sess, ds); err != nil {
+		if err := t.deliver(ctx, p, ds); err != nil {
 			return err
 		}
 		if t.tr != nil {
@@ -328,7 +326,7 @@ func asHeaders(hs []kgo.RecordHeader) []headers.Header {
 // deliver runs user logic on each delivery, in order, and sends its
 // emissions. The deliveries slice belongs to the node until its next call
 // that returns deliveries; PrepareSend is not such a call.
-func (t *task) deliver(ctx context.Context, sess *kgo.GroupTransactSession, ds []protocol.Delivery) error {
+func (t *task) deliver(ctx context.Context, p producer, ds []protocol.Delivery) error {
 	for i := range ds {
 		d := &ds[i]
 		b := t.lastSource.b
@@ -360,7 +358,7 @@ func (t *task) deliver(ctx context.Context, sess *kgo.GroupTransactSession, ds [
 			if b.tick {
 				key = tickSlot
 			}
-			t.fold = foldState{batch: t.batch, key: key}
+			t.fold = foldState{batch: t.store.batch, key: key}
 			io = &t.fold
 		}
 		es, err := b.invoke(m, io)
@@ -368,7 +366,7 @@ func (t *task) deliver(ctx context.Context, sess *kgo.GroupTransactSession, ds [
 			return t.stepErr(b.topic, d.Offset, err)
 		}
 		for _, e := range es {
-			if err := t.emit(ctx, sess, m, e); err != nil {
+			if err := t.sends.emit(ctx, p, t.node, m, e, t.tr); err != nil {
 				return t.stepErr(b.topic, d.Offset, err)
 			}
 		}
@@ -379,101 +377,21 @@ func (t *task) deliver(ctx context.Context, sess *kgo.GroupTransactSession, ds [
 	return nil
 }
 
-// emit encodes, partitions, stamps (for exactly the destination partition,
-// host duty H4) and produces one emission inside the transaction.
-func (t *task) emit(ctx context.Context, sess *kgo.GroupTransactSession, m *rawMessage, e Emission) (err error) {
-	if e.data == nil {
-		return fmt.Errorf("%w: the zero Emission has no topic", ErrUndeclaredSink)
-	}
-	name := e.data.topicName()
-	meta, ok := t.sinkMeta(name)
-	if !ok {
-		return fmt.Errorf("%w: topic %q (stage sinks: %q)", ErrUndeclaredSink, name, t.st.Sinks())
-	}
-	defer catch(&err)
-	k, v, err := e.data.encode()
-	if err != nil {
-		return err
-	}
-	hasKey := k != nil
-	p := partitionFor(k, !hasKey, meta.partitions, t.partition)
-	if err := t.node.PrepareSendInto(&t.stamp, headers.Channel{Topic: meta.id, Partition: p}); err != nil {
-		return err
-	}
-	out := t.bufs.record()
-	hs := out.headers[:0]
-	if n := len(e.headers) + stampHeaders; n > len(out.headers) {
-		hs = make([]kgo.RecordHeader, 0, n)
-	}
-	for _, h := range e.headers {
-		hs = append(hs, kgo.RecordHeader(h))
-	}
-	// AppendStampTo refuses reserved application header names. The send
-	// sequence PrepareSend took is then never used, which is harmless: the
-	// failed step aborts and the node is rebuilt from committed state.
-	if hs, t.bufs.stamps, err = headers.AppendStampTo(hs, t.bufs.stampBuf(headers.VCSize(&t.stamp.Clock)+stampTagSize), &t.stamp, headers.DialectVC); err != nil {
-		return fmt.Errorf("emission to %q: %w", name, err)
-	}
-	ts := m.ts
-	if e.hasTS {
-		ts = e.ts
-	}
-	if t.sent == nil {
-		t.sent = t.sendPromise // bound once: a method value per produce allocates
-	}
-	t.sends++
-	t.env.sent.produced++
-	out.Record = kgo.Record{Topic: name, Partition: p, Key: k, Value: v, Headers: hs, Timestamp: ts}
-	if t.tr != nil {
-		out.Record.Context = t.tr.cur // kotel's publish span is the delivery's child
-	}
-	sess.Produce(ctx, &out.Record, t.sent)
-	return nil
-}
-
-// sinkMeta resolves an emission's topic: whether it is one of the stage's
-// sinks, and its metadata. A handler usually sends to the same topic again
-// and again, so the last answer is kept.
-func (t *task) sinkMeta(name string) (topicMeta, bool) {
-	if name == t.lastSink.name && name != "" {
-		return t.lastSink.meta, true
-	}
-	if !t.st.sinkSet[name] {
-		return topicMeta{}, false
-	}
-	meta := t.env.topics[name]
-	t.lastSink.name, t.lastSink.meta = name, meta
-	return meta, true
-}
-
 // flush reports the step's acknowledged sends to the node (awaitSends has
 // waited for them), writes the node's changed state into the batch and
 // produces the step's mutations to the changelog, last write per key.
-func (t *task) flush(ctx context.Context, sess *kgo.GroupTransactSession) error {
+func (t *task) flush(ctx context.Context, p producer) error {
 	if t.node == nil {
 		return nil
 	}
-	if err := t.reportSends(); err != nil {
+	if err := t.sends.report(t.node); err != nil {
 		return err
 	}
 	if err := t.node.Flush(); err != nil {
 		return t.stepErr("", -1, err)
 	}
-	t.flushed = t.batch.Mutations() // sorted once: the changelog's, then the commit's (storewrites.go)
-	rs := state.Records(t.changelog, t.partition, t.flushed)
-	promise := t.changelogPromise // bound once: a method value per record allocates
-	t.env.sent.produced += len(rs)
-	for i := range rs {
-		sess.Produce(ctx, &rs[i], promise)
-	}
+	t.store.sendChangelog(ctx, p)
 	return nil
-}
-
-func (t *task) changelogPromise(r *kgo.Record, err error) {
-	t.env.sent.promise(r, err)
-	if err == nil {
-		t.env.sent.raise(&t.clNext, r.Offset+1)
-	}
 }
 
 // checkpointRefresh is how stale a task's checkpoint time may grow while

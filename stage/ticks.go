@@ -188,67 +188,61 @@ func (s *tickSchedule) committed(spec *tickSpec) bool {
 
 func (s *tickSchedule) aborted() { s.pending = false }
 
-func (t *task) tickDue(now time.Time) bool {
-	return t.st.tick != nil && t.built && !t.ticks.pending && !now.Before(t.ticks.next)
-}
-
 // tickIfDue runs a task's tick inside the open step, after the step's
 // records were fed, so the tick claims them; it commits or aborts with the
 // step. (The truncation sweep runs before feeding: sweepIfDue.)
-func (t *task) tickIfDue(ctx context.Context, sess *kgo.GroupTransactSession) error {
+func (t *task) tickIfDue(ctx context.Context, p producer) error {
 	if t.node == nil {
 		return nil
 	}
-	if now := t.env.clock(); t.tickDue(now) {
-		return t.emitTick(ctx, sess, now)
+	if now := t.env.clock(); t.timers.tickDue(now) {
+		return t.emitTick(ctx, p, now)
 	}
 	return nil
 }
 
 // emitTick sends one stamped tick to the task's own partition of its tick
 // topic, inside the step's transaction.
-func (t *task) emitTick(ctx context.Context, sess *kgo.GroupTransactSession, now time.Time) error {
+func (t *task) emitTick(ctx context.Context, p producer, now time.Time) error {
 	name := t.tickTopic
 	ch := headers.Channel{Topic: t.env.topics[name].id, Partition: t.partition}
-	if err := t.node.PrepareSendInto(&t.stamp, ch); err != nil {
+	if err := t.node.PrepareSendInto(&t.sends.stamp, ch); err != nil {
 		return t.stepErr(name, -1, err)
 	}
-	hs, err := headers.AppendStamp(make([]kgo.RecordHeader, 0, 3), &t.stamp, headers.DialectVC)
+	hs, err := headers.AppendStamp(make([]kgo.RecordHeader, 0, 3), &t.sends.stamp, headers.DialectVC)
 	if err != nil {
 		return t.stepErr(name, -1, err)
 	}
 	ms := now.UnixMilli()
-	sess.Produce(ctx, &kgo.Record{
+	t.sends.produce(ctx, p, &kgo.Record{
 		Topic: name, Partition: t.partition,
 		Key:     binary.BigEndian.AppendUint32(nil, uint32(t.partition)),
 		Value:   binary.BigEndian.AppendUint64(nil, uint64(ms)),
 		Headers: hs, Timestamp: time.UnixMilli(ms),
-	}, t.sendPromise)
-	t.sends++
-	t.env.sent.produced++
-	t.ticks.pending, t.ticks.at = true, now
+	})
+	t.timers.ticks.pending, t.timers.ticks.at = true, now
 	return nil
 }
 
 // wireTicks resolves each ticking stage's tick topic (it depends on the
 // application ID) and checks that no stage consumes or sends to another
 // stage's tick topic.
-func (a *App) wireTicks() error {
-	a.topo.tickTopic = make([]string, len(a.stages))
-	a.topo.tickBind = make([]*binding, len(a.stages))
+func (tp *topology) wireTicks() error {
+	tp.tickTopic = make([]string, len(tp.stages))
+	tp.tickBind = make([]*binding, len(tp.stages))
 	ticks := make(map[string]string)
-	for i, s := range a.stages {
+	for i, s := range tp.stages {
 		if s.tick == nil {
 			continue
 		}
-		name := TickTopic(a.cfg.ApplicationID, s.name)
-		a.topo.tickTopic[i] = name
-		a.topo.tickBind[i] = &binding{topic: name, fold: s.tick.fold, tick: true, invoke: s.tick.invoke}
-		a.topo.bySource[name] = append(a.topo.bySource[name], i)
+		name := TickTopic(tp.appID, s.name)
+		tp.tickTopic[i] = name
+		tp.tickBind[i] = &binding{topic: name, fold: s.tick.fold, tick: true, invoke: s.tick.invoke}
+		tp.bySource[name] = append(tp.bySource[name], i)
 		ticks[name] = s.name
 	}
 	var errs []error
-	for _, s := range a.stages {
+	for _, s := range tp.stages {
 		for _, b := range s.sources {
 			if owner, ok := ticks[b.topic]; ok {
 				errs = append(errs, fmt.Errorf("%w: stage %q consumes %q, the tick topic of stage %q", ErrInvalidConfig, s.name, b.topic, owner))
@@ -263,25 +257,11 @@ func (a *App) wireTicks() error {
 	return errors.Join(errs...)
 }
 
-// openTicks adds the tick topic to a new task's inputs and sinks.
-func (a *App) openTicks(t *task) {
-	b := a.topo.tickBind[t.id.stage]
-	if b == nil {
-		return
-	}
-	t.tickTopic = b.topic
-	m := a.topo.topics[b.topic]
-	ch := headers.Channel{Topic: m.id, Partition: t.partition}
-	t.inputs = append(t.inputs, ch)
-	t.byID[m.id] = b
-	t.sinks = append(t.sinks, m.id)
-}
-
 // checkTickTopics resolves the tick topics: each must exist with exactly
 // the partition count of its stage's widest source.
-func (a *App) checkTickTopics(ctx context.Context) error {
+func (tp *topology) checkTickTopics(ctx context.Context) error {
 	var names []string
-	for _, n := range a.topo.tickTopic {
+	for _, n := range tp.tickTopic {
 		if n != "" {
 			names = append(names, n)
 		}
@@ -289,34 +269,34 @@ func (a *App) checkTickTopics(ctx context.Context) error {
 	if len(names) == 0 {
 		return nil
 	}
-	md, err := a.topo.admin.Metadata(ctx, names...)
+	md, err := tp.admin.Metadata(ctx, names...)
 	if err != nil {
 		return fmt.Errorf("stage: metadata: %w", err)
 	}
 	var errs []error
-	for i, n := range a.topo.tickTopic {
+	for i, n := range tp.tickTopic {
 		if n == "" {
 			continue
 		}
 		td, ok := md.Topics[n]
 		if !ok || td.Err != nil || len(td.Partitions) == 0 {
-			errs = append(errs, fmt.Errorf("%w: stage %q ticks: missing tick topic %q (create it with as many partitions as the stage's widest source)", ErrTopology, a.stages[i].name, n))
+			errs = append(errs, fmt.Errorf("%w: stage %q ticks: missing tick topic %q (create it with as many partitions as the stage's widest source)", ErrTopology, tp.stages[i].name, n))
 			continue
 		}
 		id := headers.TopicID(td.ID)
 		parts := int32(len(td.Partitions))
-		if a.topo.topics == nil {
-			a.topo.topics = make(map[string]topicMeta)
-			a.topo.idName = make(map[headers.TopicID]string)
+		if tp.topics == nil {
+			tp.topics = make(map[string]topicMeta)
+			tp.idName = make(map[headers.TopicID]string)
 		}
-		a.topo.topics[n] = topicMeta{id: id, partitions: parts}
-		a.topo.idName[id] = n
+		tp.topics[n] = topicMeta{id: id, partitions: parts}
+		tp.idName[id] = n
 		var widest int32
-		for _, b := range a.stages[i].sources {
-			widest = max(widest, a.topo.topics[b.topic].partitions)
+		for _, b := range tp.stages[i].sources {
+			widest = max(widest, tp.topics[b.topic].partitions)
 		}
 		if widest > 0 && parts != widest {
-			errs = append(errs, fmt.Errorf("%w: stage %q: tick topic %q has %d partitions, its widest source has %d; they must agree exactly", ErrTopology, a.stages[i].name, n, parts, widest))
+			errs = append(errs, fmt.Errorf("%w: stage %q: tick topic %q has %d partitions, its widest source has %d; they must agree exactly", ErrTopology, tp.stages[i].name, n, parts, widest))
 		}
 	}
 	return errors.Join(errs...)
@@ -324,7 +304,7 @@ func (a *App) checkTickTopics(ctx context.Context) error {
 
 // tickToStart reports the starting position on the tick topic to a newly
 // built node, as build does for the sources (host duty H2 at start).
-func (t *task) tickToStart(ctx context.Context, sess *kgo.GroupTransactSession, starts map[string]map[int32]int64) error {
+func (t *task) tickToStart(ctx context.Context, p producer, starts map[string]map[int32]int64) error {
 	name := t.tickTopic
 	if name == "" {
 		return nil
@@ -337,5 +317,5 @@ func (t *task) tickToStart(ctx context.Context, sess *kgo.GroupTransactSession, 
 	if err != nil {
 		return t.stepErr(name, pos, err)
 	}
-	return t.deliver(ctx, sess, ds)
+	return t.deliver(ctx, p, ds)
 }

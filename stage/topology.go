@@ -19,6 +19,8 @@ import (
 // clients. Read-only once the checks have passed, so every part reads it
 // without a lock.
 type topology struct {
+	appID    string
+	stages   []*Stage
 	bySource map[string][]int // source topic -> stage indexes
 	// Per stage index: the stage's tick topic and its binding, "" and nil
 	// when the stage does not tick (ticks.go).
@@ -35,7 +37,7 @@ type topology struct {
 // matches the stages: every source, sink and changelog exists; a stage's
 // sources agree on the partition count; its changelog has that many
 // partitions. It reports every problem at once.
-func (a *App) checkTopology(ctx context.Context) error {
+func (tp *topology) checkTopology(ctx context.Context) error {
 	var names []string
 	seen := make(map[string]bool)
 	add := func(n string) {
@@ -44,21 +46,21 @@ func (a *App) checkTopology(ctx context.Context) error {
 			names = append(names, n)
 		}
 	}
-	for _, s := range a.stages {
+	for _, s := range tp.stages {
 		for _, b := range s.sources {
 			add(b.topic)
 		}
 		for _, k := range s.sinks {
 			add(k.topicName())
 		}
-		add(ChangelogTopic(a.cfg.ApplicationID, s.name))
+		add(ChangelogTopic(tp.appID, s.name))
 	}
-	md, err := a.topo.admin.Metadata(ctx, names...)
+	md, err := tp.admin.Metadata(ctx, names...)
 	if err != nil {
 		return fmt.Errorf("stage: metadata: %w", err)
 	}
-	a.topo.topics = make(map[string]topicMeta)
-	a.topo.idName = make(map[headers.TopicID]string)
+	tp.topics = make(map[string]topicMeta)
+	tp.idName = make(map[headers.TopicID]string)
 	var errs []error
 	var missing []string
 	for _, n := range names {
@@ -68,19 +70,19 @@ func (a *App) checkTopology(ctx context.Context) error {
 			continue
 		}
 		id := headers.TopicID(td.ID)
-		a.topo.topics[n] = topicMeta{id: id, partitions: int32(len(td.Partitions))}
-		a.topo.idName[id] = n
+		tp.topics[n] = topicMeta{id: id, partitions: int32(len(td.Partitions))}
+		tp.idName[id] = n
 	}
 	if len(missing) > 0 {
 		errs = append(errs, fmt.Errorf("%w: missing topics %q", ErrTopology, missing))
 	}
-	for _, s := range a.stages {
+	for _, s := range tp.stages {
 		var parts int32 = -1
 		var first string
 		counts := ""
 		agree := true
 		for _, b := range s.sources {
-			m, ok := a.topo.topics[b.topic]
+			m, ok := tp.topics[b.topic]
 			if !ok {
 				continue
 			}
@@ -95,12 +97,12 @@ func (a *App) checkTopology(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("%w: stage %q: sources must have equal partition counts to be co-partitioned; have%s", ErrTopology, s.name, counts))
 			continue
 		}
-		cl := ChangelogTopic(a.cfg.ApplicationID, s.name)
-		if m, ok := a.topo.topics[cl]; ok && parts > 0 && m.partitions != parts {
+		cl := ChangelogTopic(tp.appID, s.name)
+		if m, ok := tp.topics[cl]; ok && parts > 0 && m.partitions != parts {
 			errs = append(errs, fmt.Errorf("%w: stage %q: changelog %q has %d partitions, sources (%s) have %d", ErrTopology, s.name, cl, m.partitions, first, parts))
 		}
 	}
-	errs = append(errs, a.checkCompacted(ctx)...)
+	errs = append(errs, tp.checkCompacted(ctx)...)
 	return errors.Join(errs...)
 }
 
@@ -108,17 +110,17 @@ func (a *App) checkTopology(ctx context.Context) error {
 // compaction. Under the delete policy, or compaction with deletion
 // ("compact,delete"), time- or size-based retention silently drops state a
 // full restore needs.
-func (a *App) checkCompacted(ctx context.Context) []error {
+func (tp *topology) checkCompacted(ctx context.Context) []error {
 	var names []string
-	for _, s := range a.stages {
-		if n := ChangelogTopic(a.cfg.ApplicationID, s.name); a.topo.topics[n].partitions > 0 {
+	for _, s := range tp.stages {
+		if n := ChangelogTopic(tp.appID, s.name); tp.topics[n].partitions > 0 {
 			names = append(names, n)
 		}
 	}
 	if len(names) == 0 {
 		return nil
 	}
-	rcs, err := a.topo.admin.DescribeTopicConfigs(ctx, names...)
+	rcs, err := tp.admin.DescribeTopicConfigs(ctx, names...)
 	if err != nil {
 		return []error{fmt.Errorf("stage: describe changelog configs: %w", err)}
 	}

@@ -34,7 +34,8 @@ func feedHarness(tb testing.TB, tp trace.TracerProvider) (*task, []*kgo.Record) 
 		names:  map[headers.TopicID]string{id: "in"},
 		scope:  &scopeWarnings{}, log: testLogger(),
 	}
-	t := &task{env: env, st: st, node: node, batch: batch, clNext: -1, byID: map[headers.TopicID]*binding{id: &st.sources[0]}}
+	t := &task{env: env, st: st, node: node, byID: map[headers.TopicID]*binding{id: &st.sources[0]}}
+	t.store.batch, t.store.clNext = batch, -1
 	if tp != nil {
 		env.tracing = newTracing(&Config{TracerProvider: tp, ApplicationID: "bench"})
 		t.tr = env.tracing.forTask("bench", 0, env.names)
@@ -57,7 +58,7 @@ func feedStep(tb testing.TB, t *task, recs []*kgo.Record, base int64) {
 	if err := t.node.Flush(); err != nil {
 		tb.Fatal(err)
 	}
-	if err := t.batch.Commit(); err != nil {
+	if err := t.store.batch.Commit(); err != nil {
 		tb.Fatal(err)
 	}
 	t.stepCommitted()

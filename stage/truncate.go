@@ -46,15 +46,11 @@ func (s *sweepSchedule) committed(every time.Duration) {
 
 func (s *sweepSchedule) aborted() { s.swept = false }
 
-func (t *task) sweepDue(now time.Time) bool {
-	return t.env.truncateEvery > 0 && t.built && !t.sweeps.swept && !now.Before(t.sweeps.next)
-}
-
 // sweepIfDue sweeps a built task whose interval elapsed. It runs at the
 // start of a step, before the step's records are fed, so every stamp the
 // step writes is already swept.
 func (t *task) sweepIfDue(ctx context.Context) {
-	if now := t.env.clock(); t.sweepDue(now) {
+	if now := t.env.clock(); t.timers.sweepDue(now) {
 		t.sweep(ctx, now)
 	}
 }
@@ -62,10 +58,10 @@ func (t *task) sweepIfDue(ctx context.Context) {
 func (t *task) sweep(ctx context.Context, now time.Time) {
 	if err := t.node.TruncateToLogStarts(ctx); err != nil {
 		t.counts.sweepsSkipped++
-		t.sweeps.next = now.Add(t.env.truncateEvery)
+		t.timers.sweeps.next = now.Add(t.env.truncateEvery)
 		t.env.log.Warn("stage: truncation sweep failed; skipping this cycle",
 			"stage", t.st.name, "partition", t.partition, "err", err)
 		return
 	}
-	t.sweeps.swept, t.sweeps.at = true, now
+	t.timers.sweeps.swept, t.timers.sweeps.at = true, now
 }

@@ -76,25 +76,19 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/parsley-go/parsley/headers"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // txnEnder ends the session's transactions: a step's (end) and the empty
 // one an idle loop ends after a revoke (rearmRevoke). It is owned by the
 // session loop, which alone calls its methods; of the App it reads only
-// the assignment, through that type's locked methods. It is built at Run,
+// the ownership, through that type's locked methods. It is built at Run,
 // once the startup checks have resolved the topics.
 type txnEnder struct {
-	group    string // Config.ApplicationID: the consumer group
-	instance string // Config.InstanceID: whose commits they are (fence.go)
-	log      *slog.Logger
-	boot     *kgo.Client // for the stable offset read
-	topics   map[string]topicMeta
-	names    map[headers.TopicID]string
-	asg      *assignment
+	group   string // Config.ApplicationID: the consumer group
+	log     *slog.Logger
+	cluster cluster // for the stable offset read
+	own     *ownership
 	// freshAtLogStart: the client starts a partition without a group
 	// offset at its log start (ClientOpts keep franz-go's default), so an
 	// offsetless step may commit that.
@@ -104,44 +98,42 @@ type txnEnder struct {
 	uncommitted map[topicPartition]bool
 }
 
-func (a *App) newTxnEnder() *txnEnder {
-	return &txnEnder{
-		group: a.cfg.ApplicationID, instance: a.cfg.InstanceID, log: a.log,
-		boot: a.topo.boot, topics: a.topo.topics, names: a.topo.idName, asg: a.asg,
-		freshAtLogStart: startsAtLogStart(a.cfg.ClientOpts),
-		uncommitted:     make(map[topicPartition]bool),
-	}
-}
-
 // end ends the step's transaction, committing it when commit is set.
 // empty: the step consumed and produced nothing; it ends as an abort,
 // which counts as its commit (and rewinds the client to the group's
 // offsets, as any abort does). A commit of a step that consumed nothing
 // is anchored. inStep returns the tasks in the step, in task order. It
 // returns whether the step committed.
-func (e *txnEnder) end(ctx context.Context, sess *kgo.GroupTransactSession, commit, empty bool, inStep func() []*task) (bool, error) {
-	e.asg.takeRevoked() // End re-arms the session's revoke callback
+func (e *txnEnder) end(ctx context.Context, sess groupSession, commit, empty bool, inStep func() []*task) (bool, error) {
+	e.own.takeRevoked() // End re-arms the session's revoke callback
 	if commit && empty {
-		_, err := sess.End(ctx, kgo.TryAbort)
+		_, err := sess.End(ctx, false, nil)
 		return err == nil, err
 	}
-	if commit {
-		ctx = e.anchoredEnd(ctx, sess.Client(), inStep)
+	var anchor *offsetAnchor
+	if commit && len(sess.UncommittedOffsets()) == 0 {
+		if anc, ok := e.offsetAnchor(sess.CommittedOffsets(), inStep()); ok {
+			anchor = &anc
+		}
 	}
-	return sess.End(ctx, kgo.TransactionEndTry(commit))
+	return sess.End(ctx, commit, anchor)
 }
 
 // rearmRevoke ends an empty transaction after a revoke while the loop is
 // idle, so that the session hears of the next one. ended reports whether
 // it did: the abort rewound the client to the committed offsets.
-func (e *txnEnder) rearmRevoke(ctx context.Context, sess *kgo.GroupTransactSession) (ended bool, err error) {
-	if !e.asg.takeRevoked() {
+//
+// The task set does not depend on hearing it: the ownership takes every
+// change from the group's syncs. An idle session that heard a revoke and
+// ended no transaction would abort its next step for it.
+func (e *txnEnder) rearmRevoke(ctx context.Context, sess groupSession) (ended bool, err error) {
+	if !e.own.takeRevoked() {
 		return false, nil
 	}
 	if err := sess.Begin(); err != nil {
 		return false, fmt.Errorf("stage: begin transaction: %w", err)
 	}
-	if _, err := sess.End(ctx, kgo.TryAbort); err != nil {
+	if _, err := sess.End(ctx, false, nil); err != nil {
 		return false, fmt.Errorf("stage: end empty transaction: %w", err)
 	}
 	return true, nil
@@ -154,41 +146,13 @@ type offsetAnchor struct {
 	at kgo.EpochOffset
 }
 
-// anchoredEnd returns the context for End of a step that commits: ctx
-// itself when the client commits consumed offsets anyway, or when no
-// partition qualifies; otherwise ctx with a TxnOffsetCommit hook that adds
-// the anchor to the otherwise empty commit (and names every commit, as the
-// session's hook does: fence.go).
-func (e *txnEnder) anchoredEnd(ctx context.Context, cl *kgo.Client, inStep func() []*task) context.Context {
-	if len(cl.UncommittedOffsets()) > 0 {
-		return ctx
-	}
-	anc, ok := e.offsetAnchor(cl.CommittedOffsets(), inStep())
-	if !ok {
-		return ctx
-	}
-	return kgo.PreTxnCommitFnContext(ctx, func(req *kmsg.TxnOffsetCommitRequest) error {
-		if len(req.Topics) == 0 {
-			rt := kmsg.NewTxnOffsetCommitRequestTopic()
-			rt.Topic = anc.topic
-			rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
-			rp.Partition = anc.partition
-			rp.Offset = anc.at.Offset
-			rp.LeaderEpoch = anc.at.Epoch
-			rt.Partitions = append(rt.Partitions, rp)
-			req.Topics = append(req.Topics, rt)
-		}
-		return e.nameCommits(req)
-	})
-}
-
 // offsetAnchor picks the anchor among the inputs of the tasks in the step
 // (inStep, in task order): the first one, in task and input order, whose
 // partition the group has a commit for (committed: the client's view);
 // failing that, the first one its task's last build gave a start. ok is
 // false when none qualifies.
 func (e *txnEnder) offsetAnchor(committed map[string]map[int32]kgo.EpochOffset, inStep []*task) (anc offsetAnchor, ok bool) {
-	_, assigned, _ := e.asg.read()
+	assigned := e.own.assigned()
 	var fresh *offsetAnchor
 	for _, t := range inStep {
 		if t.node == nil {
@@ -246,40 +210,15 @@ func (e *txnEnder) readUncommitted(ctx context.Context, need map[string][]int32)
 	if !e.freshAtLogStart {
 		return
 	}
-	found := make(map[topicPartition]bool)
-	req := kmsg.NewPtrOffsetFetchRequest()
-	req.RequireStable = true
-	g := kmsg.NewOffsetFetchRequestGroup()
-	g.Group = e.group
-	for _, topic := range slices.Sorted(maps.Keys(need)) {
-		rt := kmsg.NewOffsetFetchRequestGroupTopic()
-		rt.Topic, rt.TopicID = topic, e.topics[topic].id
-		rt.Partitions = need[topic]
-		g.Topics = append(g.Topics, rt)
-		for _, p := range need[topic] {
-			found[topicPartition{topic, p}] = false
-		}
-	}
-	req.Groups = append(req.Groups, g)
-	resp, err := req.RequestWith(ctx, e.boot)
-	if err == nil && len(resp.Groups) == 1 && resp.Groups[0].ErrorCode == 0 {
-		for _, rt := range resp.Groups[0].Topics {
-			topic := rt.Topic
-			if name, ok := e.names[rt.TopicID]; ok {
-				topic = name
-			}
-			for _, rp := range rt.Partitions {
-				tp := topicPartition{topic, rp.Partition}
-				if _, asked := found[tp]; asked {
-					found[tp] = rp.ErrorCode == 0 && rp.Offset < 0
-				}
-			}
-		}
-	} else {
-		if err == nil && len(resp.Groups) == 1 {
-			err = kerr.ErrorForCode(resp.Groups[0].ErrorCode)
-		}
+	found, err := e.cluster.uncommitted(ctx, e.group, need)
+	if err != nil {
 		e.log.Debug("stage: stable offset read failed; no anchor from start positions", "err", err)
+		found = make(map[topicPartition]bool)
+		for t, ps := range need {
+			for _, p := range ps {
+				found[topicPartition{t, p}] = false
+			}
+		}
 	}
 	maps.Copy(e.uncommitted, found)
 }

@@ -69,10 +69,11 @@ func TestProductionCodeImportsNoTestHooks(t *testing.T) {
 	}
 }
 
-// TestSabotageOnlyInVerificationBuilds: the protocol's sabotage switches
-// are test hooks. A default build of package protocol exports none of
-// them; the parsley_sabotage build does; and outside the one file that
-// defines them, only tests carry that build tag.
+// TestSabotageOnlyInVerificationBuilds: the protocol's and the stage
+// host's sabotage switches are test hooks. A default build of package
+// protocol exports none of them; the parsley_sabotage build of each
+// package turns them on; and outside the two files that define them, only
+// tests carry that build tag.
 func TestSabotageOnlyInVerificationBuilds(t *testing.T) {
 	root := moduleRoot(t)
 	proto := filepath.Join(root, "protocol")
@@ -84,9 +85,12 @@ func TestSabotageOnlyInVerificationBuilds(t *testing.T) {
 			}
 		}
 	}
-	tagged := strings.Fields(goList(t, root, "-tags", "parsley_sabotage", "-f", "{{join .GoFiles \" \"}}", "./protocol"))
-	if !slices.Contains(tagged, "sabotage_on.go") || slices.Contains(def, "sabotage_on.go") {
-		t.Errorf("sabotage_on.go must build with parsley_sabotage only: default %v, tagged %v", def, tagged)
+	for _, pkg := range []string{"./protocol", "./stage"} {
+		def := strings.Fields(goList(t, root, "-f", "{{join .GoFiles \" \"}}", pkg))
+		tagged := strings.Fields(goList(t, root, "-tags", "parsley_sabotage", "-f", "{{join .GoFiles \" \"}}", pkg))
+		if !slices.Contains(tagged, "sabotage_on.go") || slices.Contains(def, "sabotage_on.go") {
+			t.Errorf("%s/sabotage_on.go must build with parsley_sabotage only: default %v, tagged %v", pkg, def, tagged)
+		}
 	}
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -99,8 +103,8 @@ func TestSabotageOnlyInVerificationBuilds(t *testing.T) {
 			return nil
 		}
 		rel, _ := filepath.Rel(root, path)
-		if rel != filepath.Join("protocol", "sabotage_on.go") && taggedSabotage(t, path) {
-			t.Errorf("%s is production code built with parsley_sabotage; only tests and protocol/sabotage_on.go may be", rel)
+		if rel != filepath.Join("protocol", "sabotage_on.go") && rel != filepath.Join("stage", "sabotage_on.go") && taggedSabotage(t, path) {
+			t.Errorf("%s is production code built with parsley_sabotage; only tests, protocol/sabotage_on.go and stage/sabotage_on.go may be", rel)
 		}
 		return nil
 	})

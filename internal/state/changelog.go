@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/wait"
 	"github.com/parsley-go/parsley/protocol"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -112,18 +111,21 @@ func wipeAge(window time.Duration) time.Duration {
 // changelog's end is refused, with a *ChangelogLostError: the broker lost
 // committed records, and a wipe would hide that.
 func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt) (*kgo.Client, error), topic string, p int32, st *Store, now func() time.Time) (Restored, error) {
-	var cl *kgo.Client
-	defer func() {
-		if cl != nil {
-			cl.Close()
-		}
-	}()
+	src := KafkaSource(admin, newClient, topic, p)
+	defer src.Close()
+	return RestoreFrom(ctx, src, st, now)
+}
+
+// RestoreFrom is Restore reading the changelog partition from src, which
+// it leaves open.
+func RestoreFrom(ctx context.Context, src Source, st *Store, now func() time.Time) (Restored, error) {
+	topic, p := src.Topic(), src.Partition()
 	if now == nil {
 		now = time.Now
 	}
 	res := Restored{From: st.Checkpoint(), To: st.Checkpoint()}
 	pos := st.Checkpoint()
-	inc, err := incarnation(ctx, admin, topic)
+	inc, err := src.Incarnation(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -131,12 +133,12 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 	for first := true; ; first = false {
 		// Records at or past the end listed below are written after at.
 		at := now()
-		lso, hwm, start, err := bounds(ctx, admin, topic, p)
+		lso, hwm, start, err := src.Bounds(ctx)
 		if err != nil {
 			return res, err
 		}
 		if first {
-			if err := wipeIfStale(ctx, admin, topic, p, st, inc, start, hwm, at, &res); err != nil {
+			if err := wipeIfStale(ctx, src, st, inc, start, hwm, at, &res); err != nil {
 				return res, err
 			}
 			pos = st.Checkpoint()
@@ -160,7 +162,7 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 			// Caught up: nothing past pos existed at at. The offsets
 			// listed were the incarnation's read at the start only if
 			// it is still the current one.
-			if cur, err := incarnation(ctx, admin, topic); err != nil {
+			if cur, err := src.Incarnation(ctx); err != nil {
 				return res, err
 			} else if cur != inc {
 				return res, fmt.Errorf("%w: %s was %s, now %s", ErrRecreatedDuringRestore, topic, inc, cur)
@@ -173,28 +175,15 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 		}
 		if pos >= lso {
 			// A transaction is open on the partition: wait for its end.
-			if err := wait.Sleep(ctx, 50*time.Millisecond); err != nil {
+			if err := src.Await(ctx); err != nil {
 				return res, err
 			}
 			continue
 		}
-		if cl == nil {
-			cl, err = newClient(
-				kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(pos)}}),
-				kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-				kgo.KeepControlRecords(),
-				// Never skip silently to the log start: a gap fails
-				// the restore, and the retry wipes.
-				kgo.ConsumeResetOffset(kgo.NoResetOffset()),
-			)
+		for pos < lso {
+			muts, next, _, err := src.Fetch(ctx, pos)
 			if err != nil {
 				return res, fmt.Errorf("state: restore %s[%d]: %w", topic, p, err)
-			}
-		}
-		for pos < lso {
-			muts, next, _, err := poll(ctx, cl, "restore", pos)
-			if err != nil {
-				return res, err
 			}
 			res.Records += int64(len(muts))
 			if next > pos {
@@ -212,7 +201,8 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 // wipeIfStale resets st when its checkpoint cannot be trusted (see Restore),
 // recording the decision in res; inc is the changelog's incarnation now,
 // start and end its partition's log start and high watermark.
-func wipeIfStale(ctx context.Context, admin *kadm.Client, topic string, p int32, st *Store, inc Incarnation, start, end int64, now time.Time, res *Restored) error {
+func wipeIfStale(ctx context.Context, src Source, st *Store, inc Incarnation, start, end int64, now time.Time, res *Restored) error {
+	topic, p := src.Topic(), src.Partition()
 	cp := st.Checkpoint()
 	prev, known := st.Mirrors()
 	res.Previous = prev
@@ -240,7 +230,7 @@ func wipeIfStale(ctx context.Context, admin *kadm.Client, topic string, p int32,
 	case t.IsZero():
 		res.Reason = reasonUnknown
 	default:
-		window, err := deleteRetention(ctx, admin, topic)
+		window, err := src.DeleteRetention(ctx)
 		if err != nil {
 			return err
 		}

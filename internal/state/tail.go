@@ -34,7 +34,10 @@ type TailProgress struct {
 // Tailer follows one changelog partition into a store. Its fields are
 // read once, by Run.
 type Tailer struct {
-	Admin *kadm.Client
+	// Source reads the changelog partition; when nil, the tailer reads it
+	// from the brokers through Admin and NewClient (KafkaSource).
+	Source Source
+	Admin  *kadm.Client
 	// NewClient builds a plain (non-group) client from the options it is
 	// given, as for Restore.
 	NewClient func(...kgo.Opt) (*kgo.Client, error)
@@ -78,7 +81,12 @@ func (t *Tailer) Run(ctx context.Context) (Restored, error) {
 	if check <= 0 {
 		check = time.Minute
 	}
-	res, err := Restore(ctx, t.Admin, t.NewClient, t.Topic, t.Partition, t.Store, now)
+	src := t.Source
+	if src == nil {
+		src = KafkaSource(t.Admin, t.NewClient, t.Topic, t.Partition)
+		defer src.Close()
+	}
+	res, err := RestoreFrom(ctx, src, t.Store, now)
 	if err != nil {
 		return res, err
 	}
@@ -89,27 +97,18 @@ func (t *Tailer) Run(ctx context.Context) (Restored, error) {
 		}
 	}
 	progress(pos)
-	cl, err := t.NewClient(
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{t.Topic: {t.Partition: kgo.NewOffset().At(pos)}}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(),
-		// A gap fails the tail rather than skipping silently; the next
-		// Restore wipes.
-		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
-	)
-	if err != nil {
-		return res, fmt.Errorf("state: tail %s[%d]: %w", t.Topic, t.Partition, err)
-	}
-	defer cl.Close()
 	hwm := pos
 	// The checkpoint time Restore wrote is fresh; the next refresh is due
 	// a Check from now, and is retried at every poll until it succeeds (it
 	// needs a moment with no transaction open on the partition).
 	nextCheck := now().Add(check)
 	for {
-		muts, next, end, err := poll(ctx, cl, "tail", pos)
+		muts, next, end, err := src.Fetch(ctx, pos)
 		if err != nil {
-			return res, err
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			return res, fmt.Errorf("state: tail %s[%d]: %w", src.Topic(), src.Partition(), err)
 		}
 		hwm = max(hwm, end)
 		if next > pos {
@@ -121,7 +120,7 @@ func (t *Tailer) Run(ctx context.Context) (Restored, error) {
 			pos = next
 		}
 		if at := now(); !at.Before(nextCheck) {
-			caughtUp, end, err := t.check(ctx, res.Changelog, pos, at)
+			caughtUp, end, err := t.check(ctx, src, res.Changelog, pos, at)
 			if err != nil {
 				return res, err
 			}
@@ -140,7 +139,7 @@ func (t *Tailer) Run(ctx context.Context) (Restored, error) {
 // included (pos when nothing was); and the partition's high watermark as
 // the fetch reported it (0 when nothing was fetched). A fetch error fails
 // it, naming what polls (a restore or a tail); ctx's end is its error.
-func poll(ctx context.Context, cl *kgo.Client, what string, pos int64) (muts []protocol.Mutation, next, hwm int64, err error) {
+func poll(ctx context.Context, cl *kgo.Client, pos int64) (muts []protocol.Mutation, next, hwm int64, err error) {
 	pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	fs := cl.PollFetches(pctx)
 	cancel()
@@ -149,7 +148,7 @@ func poll(ctx context.Context, cl *kgo.Client, what string, pos int64) (muts []p
 	}
 	fs.EachError(func(t string, p int32, ferr error) {
 		if !errors.Is(ferr, context.DeadlineExceeded) && !errors.Is(ferr, context.Canceled) && err == nil {
-			err = fmt.Errorf("state: %s %s[%d]: fetch: %w", what, t, p, ferr)
+			err = fmt.Errorf("fetch %s[%d]: %w", t, p, ferr)
 		}
 	})
 	if err != nil {
@@ -176,22 +175,22 @@ func poll(ctx context.Context, cl *kgo.Client, what string, pos int64) (muts []p
 // checkpoint time to at when the store has applied everything committed
 // and no transaction is open (the rule Restore uses). It returns whether
 // it refreshed, and the high watermark.
-func (t *Tailer) check(ctx context.Context, inc Incarnation, pos int64, at time.Time) (bool, int64, error) {
-	lso, hwm, start, err := bounds(ctx, t.Admin, t.Topic, t.Partition)
+func (t *Tailer) check(ctx context.Context, src Source, inc Incarnation, pos int64, at time.Time) (bool, int64, error) {
+	lso, hwm, start, err := src.Bounds(ctx)
 	if err != nil {
 		return false, 0, err
 	}
-	cur, err := incarnation(ctx, t.Admin, t.Topic)
+	cur, err := src.Incarnation(ctx)
 	if err != nil {
 		return false, hwm, err
 	}
 	switch {
 	case cur != inc:
-		return false, hwm, fmt.Errorf("%w: %s was %s, now %s", ErrRecreatedDuringRestore, t.Topic, inc, cur)
+		return false, hwm, fmt.Errorf("%w: %s was %s, now %s", ErrRecreatedDuringRestore, src.Topic(), inc, cur)
 	case pos > hwm:
-		return false, hwm, &ChangelogLostError{Path: t.Store.Path(), Topic: t.Topic, Partition: t.Partition, Incarnation: inc, End: hwm, Checkpoint: pos}
+		return false, hwm, &ChangelogLostError{Path: t.Store.Path(), Topic: src.Topic(), Partition: src.Partition(), Incarnation: inc, End: hwm, Checkpoint: pos}
 	case start > pos:
-		return false, hwm, fmt.Errorf("%w: %s[%d] starts at %d, the store is at %d", ErrLogStartPassed, t.Topic, t.Partition, start, pos)
+		return false, hwm, fmt.Errorf("%w: %s[%d] starts at %d, the store is at %d", ErrLogStartPassed, src.Topic(), src.Partition(), start, pos)
 	case pos < lso || lso != hwm:
 		return false, hwm, nil
 	}

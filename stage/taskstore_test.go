@@ -27,12 +27,8 @@ func TestCommittedWritesReachTheFileInGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk := &task{
-		env:  &taskEnv{sent: new(sendResults), log: slog.New(slog.NewTextHandler(io.Discard, nil))},
-		st:   &Stage{name: "s"},
-		kv:   kv,
-		node: new(protocol.Node), // commit only asks whether there is one
-	}
+	st := newTaskStore(&taskEnv{sent: new(sendResults), log: slog.New(slog.NewTextHandler(io.Discard, nil))}, "s", 0, "cl", kv)
+	tk := &st
 	tk.batch = protocol.NewBatch(tk.unwritten())
 	rng := rand.New(rand.NewPCG(3, 4))
 	model := make(map[string]string)                   // every committed step
@@ -103,7 +99,7 @@ func TestCommittedWritesReachTheFileInGroups(t *testing.T) {
 			}
 		}
 	}
-	tk.closeStore()
+	tk.close()
 	kv, err = state.Open(ctx, path)
 	if err != nil {
 		t.Fatal(err)
@@ -140,12 +136,8 @@ func TestUnwrittenWritesStayWithinTheirBound(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tk := &task{
-				env:  &taskEnv{sent: new(sendResults), log: slog.New(slog.NewTextHandler(io.Discard, nil))},
-				st:   &Stage{name: "s"},
-				kv:   kv,
-				node: new(protocol.Node),
-			}
+			st := newTaskStore(&taskEnv{sent: new(sendResults), log: slog.New(slog.NewTextHandler(io.Discard, nil))}, "s", 0, "cl", kv)
+			tk := &st
 			tk.batch = protocol.NewBatch(tk.unwritten())
 			bound := max(kv.CacheLimit()/4, 1<<20)
 			if got := unwrittenBound(kv); got != bound {
@@ -188,7 +180,7 @@ func TestUnwrittenWritesStayWithinTheirBound(t *testing.T) {
 			if wrote < 2 {
 				t.Fatalf("the file was written %d times in %d steps, want the byte bound to write it repeatedly", wrote, storeEvery-1)
 			}
-			tk.closeStore()
+			tk.close()
 			kv, err = state.Open(ctx, path)
 			if err != nil {
 				t.Fatal(err)

@@ -8,7 +8,43 @@ import (
 
 	"github.com/parsley-go/parsley/internal/state"
 	"github.com/parsley-go/parsley/protocol"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
+
+// taskStore is a task's state: its SQLite file, the open step's writes (the
+// batch the task's node reads and writes), and the committed steps' writes
+// not yet in the file (below). The session loop owns it, except while a
+// restore's job runs, which owns kv until it is done (taskManager); clNext
+// is raised by the changelog's produce promises under the env's send lock.
+//
+// The step batch reads the committed state (the unwritten writes over the
+// file), and its mutations are the step's changelog: flush sends them, and
+// after a commit they join the unwritten writes and the batch empties;
+// after an abort the batch is dropped and the node rebuilt.
+type taskStore struct {
+	env       *taskEnv
+	name      string // the stage's, for messages
+	partition int32
+	changelog string
+	kv        *state.Store
+
+	batch   *protocol.Batch     // the open step's writes; nil before the first build
+	flushed []protocol.Mutation // the batch's mutations as flush sent them; nil: not flushed
+	clNext  int64               // one past the last changelog offset produced in the step; -1 none
+	promise func(*kgo.Record, error)
+
+	// Committed steps' writes not yet in kv, the highest changelog
+	// checkpoint among them (-1 none), how many steps they span and what
+	// they cost in bytes.
+	pending      *protocol.Batch
+	pendingCP    int64
+	pendingSteps int
+	pendingBytes int64
+}
+
+func newTaskStore(env *taskEnv, name string, p int32, changelog string, kv *state.Store) taskStore {
+	return taskStore{env: env, name: name, partition: p, changelog: changelog, kv: kv, clNext: -1}
+}
 
 // Committed steps' writes reach the SQLite file a few steps at a time.
 //
@@ -55,17 +91,57 @@ func mutationBytes(m protocol.Mutation) int64 {
 }
 
 // unwritten returns the task's committed writes not yet in the file.
-func (t *task) unwritten() *protocol.Batch {
-	if t.pending == nil {
-		t.pending = protocol.NewBatch(t.kv)
-		t.pendingCP = -1
+func (s *taskStore) unwritten() *protocol.Batch {
+	if s.pending == nil {
+		s.pending = protocol.NewBatch(s.kv)
+		s.pendingCP = -1
 	}
-	return t.pending
+	return s.pending
 }
 
 // committed returns the committed state a step reads: the unwritten
 // writes over the file, read through committedReads.
-func (t *task) committed() protocol.Store { return committedReads{t.unwritten()} }
+func (s *taskStore) committed() protocol.Store { return committedReads{s.unwritten()} }
+
+// beginStep starts the open step's batch over the committed state: a
+// node (re)built now reads and writes it.
+func (s *taskStore) beginStep() *protocol.Batch {
+	s.kv.DropCache() // a rebuilt node reads the file, nothing remembered from before
+	s.batch = protocol.NewBatch(s.committed())
+	s.flushed = nil
+	s.clNext = -1
+	return s.batch
+}
+
+// dropStep drops the open step's writes: it aborted, or the task closes.
+func (s *taskStore) dropStep() {
+	if s.batch != nil {
+		s.batch.Discard()
+	}
+	s.flushed = nil
+	s.clNext = -1
+}
+
+// sendChangelog produces the step's mutations to the changelog, last
+// write per key, inside the step's transaction.
+func (s *taskStore) sendChangelog(ctx context.Context, p producer) {
+	s.flushed = s.batch.Mutations() // sorted once: the changelog's, then the commit's
+	rs := state.Records(s.changelog, s.partition, s.flushed)
+	if s.promise == nil {
+		s.promise = s.changelogPromise // bound once: a method value per record allocates
+	}
+	s.env.sent.produced += len(rs)
+	for i := range rs {
+		p.Produce(ctx, &rs[i], s.promise)
+	}
+}
+
+func (s *taskStore) changelogPromise(r *kgo.Record, err error) {
+	s.env.sent.promise(r, err)
+	if err == nil {
+		s.env.sent.raise(&s.clNext, r.Offset+1)
+	}
+}
 
 // committedReads reads the unwritten writes over the file, handing out
 // copies. The unwritten writes keep the very slices the steps put (a
@@ -115,39 +191,38 @@ func (c committedReads) Delete(key string) error {
 // writes the unwritten ones to the file when due. began is the wall-clock
 // time the step began: every changelog record past the new checkpoint is
 // written after it.
-func (t *task) commit(ctx context.Context, began time.Time) error {
-	if t.node == nil || t.batch == nil {
+func (s *taskStore) commit(ctx context.Context, began time.Time) error {
+	if s.batch == nil {
 		return nil
 	}
-	p := t.unwritten()
-	for _, m := range t.stepMutations() {
+	p := s.unwritten()
+	for _, m := range s.stepMutations() {
 		if old, ok := p.Staged(m.Key); ok {
-			t.pendingBytes -= mutationBytes(old)
+			s.pendingBytes -= mutationBytes(old)
 		}
 		if m.Delete {
 			_ = p.Delete(m.Key) // a Batch write never fails
 		} else {
 			_ = p.Put(m.Key, m.Value)
 		}
-		t.pendingBytes += mutationBytes(m)
+		s.pendingBytes += mutationBytes(m)
 	}
-	if cp := t.env.sent.load(&t.clNext); cp >= 0 {
-		t.pendingCP = max(t.pendingCP, cp)
+	if cp := s.env.sent.load(&s.clNext); cp >= 0 {
+		s.pendingCP = max(s.pendingCP, cp)
 	}
-	t.batch.Discard()
-	t.flushed = nil
-	t.clNext = -1
-	t.clearSends()
-	if p.Len() > 0 || t.pendingCP >= 0 {
-		t.pendingSteps++
+	s.batch.Discard()
+	s.flushed = nil
+	s.clNext = -1
+	if p.Len() > 0 || s.pendingCP >= 0 {
+		s.pendingSteps++
 	}
-	due := t.pendingSteps >= storeEvery || p.Len() >= storeMaxKeys || t.pendingBytes >= unwrittenBound(t.kv) ||
-		began.Sub(t.kv.CheckpointTime()) >= checkpointRefresh
+	due := s.pendingSteps >= storeEvery || p.Len() >= storeMaxKeys || s.pendingBytes >= unwrittenBound(s.kv) ||
+		began.Sub(s.kv.CheckpointTime()) >= checkpointRefresh
 	if !due {
 		return nil
 	}
-	if err := t.writeUnwritten(ctx, began); err != nil {
-		return fmt.Errorf("stage %q partition %d: %w", t.st.name, t.partition, err)
+	if err := s.writeUnwritten(ctx, began); err != nil {
+		return fmt.Errorf("stage %q partition %d: %w", s.name, s.partition, err)
 	}
 	return nil
 }
@@ -155,40 +230,42 @@ func (t *task) commit(ctx context.Context, began time.Time) error {
 // stepMutations returns the committed step's writes: those flush sorted
 // and sent to the changelog, or the batch's when the step was not flushed
 // (tests commit batches directly).
-func (t *task) stepMutations() []protocol.Mutation {
-	if t.flushed != nil && len(t.flushed) == t.batch.Len() {
-		return t.flushed
+func (s *taskStore) stepMutations() []protocol.Mutation {
+	if s.flushed != nil && len(s.flushed) == s.batch.Len() {
+		return s.flushed
 	}
-	return t.batch.Mutations()
+	return s.batch.Mutations()
 }
 
 // writeUnwritten writes the unwritten steps and their checkpoint to the
 // file in one transaction, with at as the checkpoint time (the zero Time
 // keeps the file's). On failure they stay unwritten.
-func (t *task) writeUnwritten(ctx context.Context, at time.Time) error {
-	p := t.unwritten()
-	if err := t.kv.Apply(ctx, p.Mutations(), t.pendingCP, at); err != nil {
+func (s *taskStore) writeUnwritten(ctx context.Context, at time.Time) error {
+	p := s.unwritten()
+	if err := s.kv.Apply(ctx, p.Mutations(), s.pendingCP, at); err != nil {
 		return err
 	}
 	p.Discard()
-	t.pendingCP, t.pendingSteps, t.pendingBytes = -1, 0, 0
+	s.pendingCP, s.pendingSteps, s.pendingBytes = -1, 0, 0
 	return nil
 }
 
-// closeStore writes what is unwritten and closes the file. A failed write
-// only makes the next restore replay more of the changelog.
-func (t *task) closeStore() {
-	if t.pending != nil && (t.pending.Len() > 0 || t.pendingCP >= 0) {
+// close drops the open step's writes, writes what is unwritten and closes
+// the file. A failed write only makes the next restore replay more of the
+// changelog.
+func (s *taskStore) close() {
+	s.dropStep()
+	if s.pending != nil && (s.pending.Len() > 0 || s.pendingCP >= 0) {
 		ctx, cancel := context.WithTimeout(context.Background(), storeCloseTimeout)
 		// The zero time keeps the file's checkpoint time: no step is
 		// beginning whose time could stand for the unwritten records.
-		if err := t.writeUnwritten(ctx, time.Time{}); err != nil {
-			t.env.log.Warn("stage: write committed state at close; the next restore replays it from the changelog",
-				"stage", t.st.name, "partition", t.partition, "err", err)
+		if err := s.writeUnwritten(ctx, time.Time{}); err != nil {
+			s.env.log.Warn("stage: write committed state at close; the next restore replays it from the changelog",
+				"stage", s.name, "partition", s.partition, "err", err)
 		}
 		cancel()
 	}
-	if err := t.kv.Close(); err != nil {
-		t.env.log.Warn("stage: close store", "stage", t.st.name, "partition", t.partition, "err", err)
+	if err := s.kv.Close(); err != nil {
+		s.env.log.Warn("stage: close store", "stage", s.name, "partition", s.partition, "err", err)
 	}
 }
