@@ -342,7 +342,7 @@ func TestSubjectCheckWaitsOutNATS(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- b.checkSubjects(ctx, js, []string{"kafka.>"}) }()
-	waitFor(t, 10*time.Second, "the subject check to report NATS unreachable", func() bool {
+	waitFor(t, 30*time.Second, "the subject check to report NATS unreachable", func() bool {
 		return strings.Contains(logs.String(), "NATS unreachable")
 	})
 	select {
