@@ -569,13 +569,18 @@ func (h *simHost) stepOnce(faults bool) {
 				break
 			}
 			// A member sitting in a reconcile or a step's End is where
-			// a rebalance does harm: storms are likelier there.
-			chance := p.storm
-			if ph := a.Phase(); strings.HasPrefix(ph, "open ") || strings.HasPrefix(ph, "close ") || strings.HasPrefix(ph, "end") {
+			// a rebalance does harm: storms are likelier there, and in a
+			// reconcile the member's own removal and return likelier
+			// still (an excursion).
+			chance, away := p.storm, 3
+			switch ph := a.Phase(); {
+			case strings.HasPrefix(ph, "open "), strings.HasPrefix(ph, "close "):
+				chance, away = 4*chance, 2
+			case strings.HasPrefix(ph, "end"):
 				chance *= 4
 			}
 			if r.IntN(1000) < chance {
-				if m := h.owner[a]; m != nil && a == m.actor && r.IntN(3) == 0 {
+				if m := h.owner[a]; m != nil && a == m.actor && r.IntN(away) == 0 {
 					h.excursion(m)
 				} else {
 					h.storm()
