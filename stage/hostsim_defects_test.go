@@ -146,6 +146,32 @@ func lossSwallowedAcrossGenerations(h *simHost) []string {
 	return h.drain()
 }
 
+// lostAndBackBetweenPolls: i1 is between two polls of a step that already
+// holds records of partition 0 when its client goes silent past the
+// session timeout, hears it was removed, rejoins and gets its partitions
+// back: the client fetches partition 0 again from its committed offset,
+// and the step's next poll returns records the step already holds. A host
+// that feeds them stops Run with a feed-order error.
+func lostAndBackBetweenPolls(h *simHost) []string {
+	i1 := h.start("i1")
+	h.settle()
+	h.feedN(8)
+	h.busy(600)
+	// Records of one key only, so the step's first poll and the one after
+	// the move read the same partition.
+	h.feedOver(8, 1)
+	if !h.runUntil(i1, 400, "fill") {
+		h.t.Fatal("i1 never polled twice in a step")
+	}
+	h.mute(i1)
+	h.unmute(i1)
+	h.settle()
+	h.settle()
+	h.feedN(8)
+	h.busy(800)
+	return h.drain()
+}
+
 func TestHostSimDefects(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -154,6 +180,7 @@ func TestHostSimDefects(t *testing.T) {
 		{"second revoke in one step", secondRevokeInOneStep},
 		{"revoked and back during a reconcile", revokedAndBackDuringReconcile},
 		{"loss swallowed across generations", lossSwallowedAcrossGenerations},
+		{"lost and back between polls", lostAndBackBetweenPolls},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newSimHost(t, 7, simOptions{partitions: 3, keys: 6, inputs: 60, maxMembers: 10})

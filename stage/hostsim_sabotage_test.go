@@ -19,6 +19,7 @@ func TestHostSimDefectsSabotaged(t *testing.T) {
 		{"second revoke in one step", secondRevokeInOneStep, sabRevokesFromCallbacks},
 		{"revoked and back during a reconcile", revokedAndBackDuringReconcile, sabAbsorbLateChanges},
 		{"loss swallowed across generations", lossSwallowedAcrossGenerations, sabIgnoreMembership},
+		{"lost and back between polls", lostAndBackBetweenPolls, sabFeedAcrossMoves},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newSimHost(t, 7, simOptions{partitions: 3, keys: 6, inputs: 60, maxMembers: 10})

@@ -846,10 +846,14 @@ func (h *simHost) settle(except ...*simMember) {
 }
 
 // feedN writes n more inputs outside transactions, over every key in turn.
-func (h *simHost) feedN(n int) {
+func (h *simHost) feedN(n int) { h.feedOver(n, h.opt.keys) }
+
+// feedOver writes n more inputs outside transactions, over the first keys
+// keys in turn.
+func (h *simHost) feedOver(n, keys int) {
 	h.endFeed()
 	for range n {
-		key := fmt.Sprintf("k%d", h.fed%h.opt.keys)
+		key := fmt.Sprintf("k%d", h.fed%keys)
 		src := fmt.Sprintf("s%d", h.fed)
 		h.fed++
 		h.feedKeys[src] = key

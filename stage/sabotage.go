@@ -24,4 +24,9 @@ const (
 	// whatever member ID they name: a member that was out of the group
 	// meanwhile (removed, and back under a new ID) keeps its tasks.
 	sabIgnoreMembership
+	// sabFeedAcrossMoves feeds a step's records although the holding
+	// changed while one of its polls waited: the client may have fetched a
+	// partition again from its committed offset, and the node is fed
+	// records it already took (#49's third find).
+	sabFeedAcrossMoves
 )

@@ -331,6 +331,9 @@ func (a *App) fillStep(ctx context.Context, sess groupSession, fs kgo.Fetches, b
 		}
 	}()
 	for n < a.cfg.MaxStepRecords && a.cfg.WallClock().Before(deadline) && ctx.Err() == nil && !a.tm.changed() {
+		if a.hooks.phase != nil {
+			a.hooks.phase("fill")
+		}
 		pctx, cancel := context.WithTimeout(ctx, fillWait(backlog, polls, deadline.Sub(a.cfg.WallClock())))
 		more := sess.PollRecords(pctx, min(a.cfg.MaxPollRecords, a.cfg.MaxStepRecords-n))
 		cancel()
@@ -347,7 +350,7 @@ func (a *App) fillStep(ctx context.Context, sess groupSession, fs kgo.Fetches, b
 		fs = append(fs, more...)
 		n += m
 		polls++
-		if a.tm.changed() {
+		if a.tm.changed() && !a.tm.sab.has(sabFeedAcrossMoves) {
 			return fs, true, nil
 		}
 	}
