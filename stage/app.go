@@ -225,6 +225,7 @@ func (a *App) build() {
 		freshAtLogStart: startsAtLogStart(c.ClientOpts),
 		uncommitted:     make(map[topicPartition]bool),
 	}
+	a.txn.sab = a.own.sab
 	a.positions = positions{group: c.ApplicationID, cluster: a.cluster, txn: a.txn, log: a.log}
 	files := storeFiles{stateDir: c.StateDir, appID: c.ApplicationID, cacheBytes: c.StateCache, cluster: a.cluster, log: a.log}
 	a.tm = &taskManager{

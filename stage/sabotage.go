@@ -29,4 +29,10 @@ const (
 	// partition again from its committed offset, and the node is fed
 	// records it already took (#49's third find).
 	sabFeedAcrossMoves
+	// sabCommitUnheld commits a step whatever the group did to its tasks
+	// meanwhile, and an offsetless one without asking the coordinator
+	// whether the member is still in the group: a member that lost a task
+	// commits the task's writes after its new owner restored (#49's
+	// fourth find).
+	sabCommitUnheld
 )

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/internal/kclient"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -50,6 +51,9 @@ type groupSession interface {
 	// InitProducer loads the transactional producer ID, fencing every
 	// earlier incarnation of this instance.
 	InitProducer(ctx context.Context) error
+	// CheckMember asks the group's coordinator whether this member is in
+	// its generation; a rebalance in progress is not an error.
+	CheckMember(ctx context.Context) error
 	// Close leaves the group (a static member only closes) and closes the
 	// client.
 	Close()
@@ -58,7 +62,25 @@ type groupSession interface {
 // kgoSession is franz-go's GroupTransactSession as a groupSession.
 type kgoSession struct {
 	*kgo.GroupTransactSession
+	group    string // Config.ApplicationID
 	instance string // Config.InstanceID: the name every commit carries (fence.go)
+}
+
+// CheckMember sends a heartbeat of the member's generation to the group's
+// coordinator (beside the client's own, which it does not disturb).
+func (s kgoSession) CheckMember(ctx context.Context) error {
+	member, gen := s.Client().GroupMetadata()
+	req := kmsg.NewPtrHeartbeatRequest()
+	req.Group, req.Generation, req.MemberID = s.group, gen, member
+	req.InstanceID = kmsg.StringPtr(s.instance)
+	resp, err := req.RequestWith(ctx, s.Client())
+	if err != nil {
+		return fmt.Errorf("stage: heartbeat: %w", err)
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil && !errors.Is(err, kerr.RebalanceInProgress) {
+		return fmt.Errorf("stage: heartbeat of member %s in generation %d: %w", member, gen, err)
+	}
+	return nil
 }
 
 func (s kgoSession) Flush(ctx context.Context) error { return s.Client().Flush(ctx) }
@@ -177,7 +199,7 @@ func (a *App) dialKafka(context.Context) (groupSession, error) {
 	if a.hooks.onSession != nil {
 		a.hooks.onSession(sess)
 	}
-	return kgoSession{sess, a.cfg.InstanceID}, nil
+	return kgoSession{sess, a.cfg.ApplicationID, a.cfg.InstanceID}, nil
 }
 
 // maxHeartbeat is the longest heartbeat interval of a stage's client. On

@@ -58,6 +58,13 @@ func (a *App) step(ctx context.Context, sess groupSession, fs kgo.Fetches, moved
 		end.external = a.steps.external.settle(sctx)
 		commit = end.external == nil
 	}
+	if commit && !a.tm.heldAsOpened() {
+		// The group moved a task of the step while it ran, and the loop
+		// has not reconciled yet: the task's writes (a build's state, a
+		// tick) may land after its new owner restored, so the step does
+		// not commit them.
+		end.step, commit = errMovedDuringStep, false
+	}
 	if commit && a.hooks.beforeEnd != nil && a.hooks.beforeEnd(a.status.committed.Load()) {
 		commit = false
 	}

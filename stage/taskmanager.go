@@ -519,6 +519,27 @@ func (m *taskManager) sourcesOf(ts []*task) map[string][]int32 {
 	return need
 }
 
+// heldAsOpened reports whether every built task of the step is still held
+// under the epochs it was opened with. A step checks it after its sends
+// and changelog records are in the log and before it commits: a member
+// that lost a task meanwhile must not commit its writes, which the group
+// would not refuse when the step consumed nothing (txnEnder.end).
+func (m *taskManager) heldAsOpened() bool {
+	if m.sab.has(sabCommitUnheld) {
+		return true
+	}
+	_, held := m.own.read()
+	for _, t := range m.inStep() {
+		if t.node == nil {
+			continue
+		}
+		if h, ok := m.holding(t.id, held); !ok || !maps.Equal(h, t.held) {
+			return false
+		}
+	}
+	return true
+}
+
 // compareTaskIDs orders tasks by stage index, then partition.
 func compareTaskIDs(x, y taskID) int {
 	return cmp.Or(cmp.Compare(x.stage, y.stage), cmp.Compare(x.partition, y.partition))

@@ -96,14 +96,21 @@ type txnEnder struct {
 	// uncommitted: the source partitions the last stable offset read
 	// found with no group commit, committed or pending.
 	uncommitted map[topicPartition]bool
+
+	sab sabotageSet // empty outside verification builds (sabotage.go)
 }
 
 // end ends the step's transaction, committing it when commit is set.
 // empty: the step consumed and produced nothing; it ends as an abort,
 // which counts as its commit (and rewinds the client to the group's
 // offsets, as any abort does). A commit of a step that consumed nothing
-// is anchored. inStep returns the tasks in the step, in task order. It
-// returns whether the step committed.
+// is anchored; when no anchor qualifies, the commit would carry no offset
+// (franz-go then sends no offset commit, and the coordinator checks
+// nothing), so the member asks the coordinator first whether it is still
+// in its generation, and aborts if not. After that answer the member's
+// sends are already in the log: a member given its tasks later restores
+// behind this transaction, whatever it ends as. inStep returns the tasks
+// in the step, in task order. It returns whether the step committed.
 func (e *txnEnder) end(ctx context.Context, sess groupSession, commit, empty bool, inStep func() []*task) (bool, error) {
 	e.own.takeRevoked() // End re-arms the session's revoke callback
 	if commit && empty {
@@ -114,6 +121,11 @@ func (e *txnEnder) end(ctx context.Context, sess groupSession, commit, empty boo
 	if commit && len(sess.UncommittedOffsets()) == 0 {
 		if anc, ok := e.offsetAnchor(sess.CommittedOffsets(), inStep()); ok {
 			anchor = &anc
+		} else if err := sess.CheckMember(ctx); err != nil && !e.sab.has(sabCommitUnheld) {
+			// Nothing in the commit lets the coordinator check the
+			// member, and it says the member is out of its generation.
+			e.log.Info("stage: step aborted: the group no longer counts this member", "err", err)
+			commit = false
 		}
 	}
 	return sess.End(ctx, commit, anchor)

@@ -28,7 +28,9 @@ import (
 //     revoke between two Ends is swallowed;
 //   - End commits only when asked, with neither flag set, the offset
 //     commit accepted (the member is in the group's generation, and the
-//     group is not completing a rebalance) and the heartbeat after it ok;
+//     group is not completing a rebalance) and the heartbeat after it ok —
+//     or, when there is no offset to commit, with neither flag set alone:
+//     franz-go then sends no offset commit, and nobody checks the member;
 //     between the heartbeat and the end of EndTxn a callback waits for it
 //     (the session's lock); an End that does not commit rewinds the client
 //     to the committed offsets.
@@ -306,6 +308,26 @@ func (m *Member) InitProducer(context.Context) error {
 	return nil
 }
 
+// CheckMember is a heartbeat of the member's generation: an error when the
+// coordinator does not count the member in it (a rebalance in progress is
+// no error).
+func (m *Member) CheckMember(context.Context) error {
+	m.c.s.Yield("member check")
+	g := m.c.group
+	switch gm := (*gmember)(nil); {
+	case m.memberID != "" && !m.fencedOut:
+		if gm = g.member(m.memberID); gm == nil {
+			return kerr.UnknownMemberID
+		}
+		if m.gen != g.gen && g.state != preparing {
+			return kerr.IllegalGeneration
+		}
+		return nil
+	default:
+		return kerr.UnknownMemberID
+	}
+}
+
 // Begin opens a transaction.
 func (m *Member) Begin() error {
 	t, err := m.c.BeginTxn(m.TxnID, m.epoch)
@@ -424,7 +446,12 @@ func (m *Member) End(_ context.Context, commit bool, anchor *TP, anchorAt int64,
 	}
 	var commitErr error
 	okBeat := false
-	if commit && !failed && t != nil {
+	switch {
+	case commit && !failed && t != nil && len(post) == 0:
+		// Nothing to commit: franz-go sends no offset commit, and skips
+		// the heartbeat after it. The coordinator checks nothing.
+		okBeat = true
+	case commit && !failed && t != nil:
 		g := m.c.group
 		switch gm := g.member(m.memberID); {
 		case m.fencedOut || gm == nil:
