@@ -236,15 +236,6 @@ func TestFoldStepRules(t *testing.T) {
 	}
 }
 
-func TestFoldKeysKeepNilAndEmptyApart(t *testing.T) {
-	if foldKey(nil) == foldKey([]byte{}) {
-		t.Fatal("nil and empty keys share fold state")
-	}
-	if foldKey([]byte("a")) == foldKey([]byte("b")) {
-		t.Fatal("distinct keys share fold state")
-	}
-}
-
 type mapState struct {
 	m   map[string][]byte
 	key string
