@@ -26,14 +26,14 @@ func BenchmarkGet(b *testing.B) {
 	const keys, parts = 100_000, 4
 	v.nparts = parts
 	for p := range int32(parts) {
-		v.parts[p] = &replica{kv: map[string][]byte{}}
+		v.parts[p] = newReplica(0)
 	}
 	names := make([]string, keys)
 	for i := range keys {
 		names[i] = "customer-" + strconv.Itoa(i)
 		val, _ := stage.Int64().Encode(int64(i))
 		r := v.parts[v.owner([]byte(names[i]))]
-		r.kv[foldKey([]byte(names[i]))] = val
+		r.kv[state.FoldKey([]byte(names[i]))] = val
 		r.folds++
 	}
 	v.running = true
