@@ -91,7 +91,7 @@ func BenchmarkApplyVsRestore(b *testing.B) {
 		for i := range rs {
 			n := t*perTxn + i
 			val, _ := stage.Int64().Encode(int64(n))
-			rs[i] = &kgo.Record{Key: []byte("\x02key-" + strconv.Itoa(n%keys)), Value: val}
+			rs[i] = &kgo.Record{Key: []byte(state.FoldKey([]byte("key-" + strconv.Itoa(n%keys)))), Value: val}
 		}
 		if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
 			b.Fatal(err)
