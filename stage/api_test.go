@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/parsley-go/parsley/internal/kafkahash"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 

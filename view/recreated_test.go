@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 	"github.com/parsley-go/parsley/internal/state"
 	"github.com/parsley-go/parsley/stage"
 	"github.com/parsley-go/parsley/view"
