@@ -19,7 +19,7 @@ import (
 // from 1 and from GOMAXPROCS goroutines; it reports the p99 of single
 // lookups (timed one by one) as p99-ns.
 func BenchmarkGet(b *testing.B) {
-	v, err := New(Config{ApplicationID: "a", Stage: "s"}, stage.String(), stage.Int64())
+	v, err := New(Config{ApplicationID: "a", Stage: "s", Brokers: []string{"127.0.0.1:1"}}, stage.String(), stage.Int64())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -27,6 +27,7 @@ func BenchmarkGet(b *testing.B) {
 	v.nparts = parts
 	for p := range int32(parts) {
 		v.parts[p] = newReplica(0)
+		v.parts[p].ready = true
 	}
 	names := make([]string, keys)
 	for i := range keys {
