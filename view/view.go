@@ -139,7 +139,6 @@ type View[K, S any] struct {
 	stopRun   context.CancelCauseFunc // ends the Run in progress
 	runDone   chan struct{}           // closed when the Run in progress returns
 	stats     stats
-	recs      []state.Record // apply's scratch
 	// inc is the changelog incarnation the replicas mirror (zero before
 	// the first Run).
 	inc state.Incarnation
@@ -186,32 +185,36 @@ func newReplica(from int64) *replica {
 
 func (r *replica) applied() int64 { return r.f.Applied() }
 
-// Apply applies whole committed transactions' writes (the replica's side
-// of its follower), with the view's lock held.
-func (r *replica) Apply(_ context.Context, muts []protocol.Mutation, _ int64) error {
-	for _, m := range muts {
-		if r.store != nil {
-			if r.unsaved == nil {
-				r.unsaved = map[string]protocol.Mutation{}
-			}
-			r.unsaved[m.Key] = m
+// Put applies one write of a committed transaction (the replica's side of
+// its follower), with the view's lock held: the follower puts a
+// transaction's writes only once its marker is read, and the lock is held
+// over a whole fetch, so readers see the replica at transaction boundaries
+// only.
+func (r *replica) Put(m protocol.Mutation) {
+	if r.store != nil {
+		if r.unsaved == nil {
+			r.unsaved = map[string]protocol.Mutation{}
 		}
-		_, had := r.kv[m.Key]
-		isFold := state.IsFoldKey(m.Key)
-		if m.Delete {
-			delete(r.kv, m.Key)
-			if had && isFold {
-				r.folds--
-			}
-		} else {
-			r.kv[m.Key] = m.Value
-			if !had && isFold {
-				r.folds++
-			}
+		r.unsaved[m.Key] = m
+	}
+	_, had := r.kv[m.Key]
+	isFold := state.IsFoldKey(m.Key)
+	if m.Delete {
+		delete(r.kv, m.Key)
+		if had && isFold {
+			r.folds--
+		}
+	} else {
+		r.kv[m.Key] = m.Value
+		if !had && isFold {
+			r.folds++
 		}
 	}
-	return nil
 }
+
+// Commit has nothing to do: Put applied each write, and the follower's
+// Applied is the replica's offset.
+func (r *replica) Commit(context.Context, int64) error { return nil }
 
 // New returns a view of the stage named by cfg, decoding keys and states
 // with the stage's codecs. Run fills it. A Config it refuses is an error
@@ -578,19 +581,17 @@ func (v *View[K, S]) apply(ctx context.Context, fp kgo.FetchTopicPartition) erro
 		return nil
 	}
 	r.hwm = max(r.hwm, fp.HighWatermark)
-	recs, next := v.recs[:0], r.f.Position()
+	next := r.f.Position()
 	for _, rec := range fp.Records {
 		x, err := state.RecordOf(rec)
 		if err != nil {
 			return fmt.Errorf("view: %w", err)
 		}
-		recs = append(recs, x)
+		r.f.Add(&x)
 		next = max(next, rec.Offset+1)
 	}
 	records, txns := r.f.Applies()
-	err := r.f.Read(ctx, recs, next)
-	clear(recs) // keep no fetch alive in the scratch
-	v.recs = recs[:0]
+	err := r.f.Flush(ctx, next)
 	nr, nt := r.f.Applies()
 	v.stats.records += nr - records
 	v.stats.txns += nt - txns

@@ -70,27 +70,51 @@ func RecordOf(r *kgo.Record) (Record, error) {
 }
 
 // A Sink takes a changelog partition's committed transactions from a
-// Follower.
+// Follower: the writes of whole transactions, one by one in changelog
+// order, and at the end of each read the offset they reach.
 type Sink interface {
-	// Apply applies muts, the writes of whole committed transactions in
-	// changelog order (a key may come more than once; its last write
-	// wins), and records that every committed record below next is now
-	// reflected. muts may be empty: next moved over markers alone. The
-	// Follower reuses muts' backing array after Apply returns; the keys
-	// are the sink's, the values alias the read's records.
-	Apply(ctx context.Context, muts []protocol.Mutation, next int64) error
+	// Put applies m, or stages it for the next Commit. The Follower puts
+	// only the writes of committed transactions, and all of a
+	// transaction's before anything past it; a key may come more than
+	// once, and its last write wins. m.Value aliases the read's record.
+	Put(m protocol.Mutation)
+	// Commit records that every committed record below next is reflected
+	// by the writes put so far, and applies those it staged. If it fails,
+	// the sink keeps what it staged, and the Follower commits again at its
+	// next read.
+	Commit(ctx context.Context, next int64) error
 }
 
-// StoreSink returns the Sink that applies into st: each Apply is one SQLite
-// transaction whose checkpoint is next, keeping the checkpoint time.
-func StoreSink(st *Store) Sink { return storeSink{st} }
+// StoreSink returns the Sink that applies into st: the writes of each read
+// in one SQLite transaction whose checkpoint is the read's offset, keeping
+// the checkpoint time.
+func StoreSink(st *Store) Sink { return &storeSink{st: st, idx: make(map[string]int)} }
 
-type storeSink struct{ st *Store }
+// storeSink stages a read's writes, the last per key, for one Store.Apply.
+type storeSink struct {
+	st   *Store
+	muts []protocol.Mutation
+	idx  map[string]int // key → its write in muts
+}
 
-func (s storeSink) Apply(ctx context.Context, muts []protocol.Mutation, next int64) error {
+func (s *storeSink) Put(m protocol.Mutation) {
+	if i, ok := s.idx[m.Key]; ok {
+		s.muts[i] = m
+		return
+	}
+	s.idx[m.Key] = len(s.muts)
+	s.muts = append(s.muts, m)
+}
+
+func (s *storeSink) Commit(ctx context.Context, next int64) error {
 	// The zero time keeps the recorded one, which holds for every record
 	// past a later checkpoint too.
-	return s.st.Apply(ctx, lastPerKey(muts), next, time.Time{})
+	if err := s.st.Apply(ctx, s.muts, next, time.Time{}); err != nil {
+		return err
+	}
+	s.muts = reuse(s.muts)
+	clear(s.idx)
+	return nil
 }
 
 // A Follower applies one changelog partition's committed transactions to a
@@ -101,22 +125,25 @@ type Follower struct {
 	read    int64 // where the next read starts
 	applied int64 // every committed record below it is in the sink
 
-	// pending are the data records read and not applied, in offset
-	// order; open the producers among them whose marker is not read yet,
-	// with the offset of their transaction's first record. pending[:done]
-	// are complete: no transaction runs past them, and doneAt is the
-	// offset past their last marker.
+	// pending are the data records read since the last boundary (an
+	// offset at which no transaction the follower read a record of was
+	// undecided), in offset order; open the producers among them whose
+	// marker is not read yet, with the offset of their transaction's first
+	// record. doneAt is the last boundary: the sink has every write below
+	// it, committed up to applied.
 	pending []Record
 	open    map[int64]int64
-	done    int
 	doneAt  int64
 
-	// Commit markers read, those up to doneAt, and those applied; data
-	// records applied.
+	// Commit markers read, those below doneAt, and those applied; data
+	// records put and applied.
 	commits, doneCommits, txns int64
-	records                    int64
-	muts                       []protocol.Mutation
+	put, records               int64
 }
+
+// keepScratch is how many records or writes a follower's buffers may keep
+// room for between reads: a larger read's buffers go with it.
+const keepScratch = 1 << 14
 
 // NewFollower returns a follower of a partition whose records below from
 // sink holds already, reading from from.
@@ -132,58 +159,83 @@ func (f *Follower) Position() int64 { return f.read }
 // a transaction boundary, never inside a transaction.
 func (f *Follower) Applied() int64 { return f.applied }
 
-// Holding reports whether the follower holds records read and not applied.
+// Holding reports whether the follower holds records that wait for their
+// transaction's marker.
 func (f *Follower) Holding() bool { return len(f.pending) > 0 }
 
 // Applies returns how many data records, and how many transactions'
 // commits, the follower applied so far.
 func (f *Follower) Applies() (records, txns int64) { return f.records, f.txns }
 
-// Rewind drops what the follower holds unapplied and reads from Applied
-// again: the client that read it is gone.
+// Rewind drops the records the follower holds and reads from Applied
+// again: the client that read them is gone. Writes it put past Applied
+// are put again, in order, which leaves the sink as it would be.
 func (f *Follower) Rewind() {
-	clear(f.pending)
-	f.pending = f.pending[:0]
+	f.pending = reuse(f.pending)
 	clear(f.open)
-	f.read, f.done, f.doneAt = f.applied, 0, f.applied
-	f.commits, f.doneCommits = f.txns, f.txns
+	f.read, f.doneAt = f.applied, f.applied
+	f.commits, f.doneCommits, f.put = f.txns, f.txns, f.records
 }
 
-// Read takes the records of one read_committed read from Position, in
-// offset order (records below Position are skipped: a read again), and
-// next, the offset past what the read covered, markers and the aborted
-// records it left out included. It applies to the sink, in one Apply, the
-// transactions the read completed, up to the last offset at which no
-// transaction it has read a record of is undecided. A sink error is
-// returned as it is, and the follower then holds what it held before.
+// Read takes the records of one read_committed read from Position (Add
+// each), then applies what they completed (Flush).
 func (f *Follower) Read(ctx context.Context, recs []Record, next int64) error {
 	for i := range recs {
-		r := &recs[i]
-		if r.Offset < f.read {
-			continue
-		}
-		f.read = r.Offset + 1
-		switch {
-		case !r.Control:
-			f.pending = append(f.pending, *r)
-			if _, ok := f.open[r.Producer]; !ok && r.Producer >= 0 {
-				f.open[r.Producer] = r.Offset
-			}
-		case r.Commit:
-			f.commits++
-			delete(f.open, r.Producer)
-		default:
-			// read_committed leaves an aborted transaction's records out;
-			// should any have come, they go with their marker.
-			if from, ok := f.open[r.Producer]; ok {
-				f.dropAborted(r.Producer, from)
-			}
-			delete(f.open, r.Producer)
-		}
-		if len(f.open) == 0 {
-			f.done, f.doneAt, f.doneCommits = len(f.pending), f.read, f.commits
-		}
+		f.Add(&recs[i])
 	}
+	return f.Flush(ctx, next)
+}
+
+// Add takes the next record of a read_committed read from Position, in
+// offset order; a record below Position (read again) is skipped. The
+// transactions it completes go to the sink (Put), to be committed by
+// Flush once the read is taken.
+func (f *Follower) Add(r *Record) {
+	if r.Offset < f.read {
+		return
+	}
+	f.read = r.Offset + 1
+	switch {
+	case !r.Control:
+		f.pending = append(f.pending, *r)
+		if _, ok := f.open[r.Producer]; !ok && r.Producer >= 0 {
+			f.open[r.Producer] = r.Offset
+		}
+	case r.Commit:
+		f.commits++
+		delete(f.open, r.Producer)
+	default:
+		// read_committed leaves an aborted transaction's records out;
+		// should any have come, they go with their marker.
+		if from, ok := f.open[r.Producer]; ok {
+			f.dropAborted(r.Producer, from)
+		}
+		delete(f.open, r.Producer)
+	}
+	if len(f.open) == 0 {
+		f.complete()
+	}
+}
+
+// complete puts pending, in which no transaction is undecided, to the
+// sink: the read is at a boundary.
+func (f *Follower) complete() {
+	for i := range f.pending {
+		r := &f.pending[i]
+		f.sink.Put(protocol.Mutation{Key: string(r.Key), Value: r.Value, Delete: r.Value == nil})
+	}
+	f.put += int64(len(f.pending))
+	f.pending = reuse(f.pending)
+	f.doneAt, f.doneCommits = f.read, f.commits
+}
+
+// Flush commits to the sink what the records added since the last Flush
+// completed: every transaction below the last offset at which no
+// transaction the follower read a record of is undecided. next is the
+// offset past what the read covered, markers and the aborted records it
+// left out included. A sink error is returned as it is, and the next Flush
+// commits again.
+func (f *Follower) Flush(ctx context.Context, next int64) error {
 	if next > f.read {
 		// The read passed offsets it returned no record for (aborted
 		// records left out): nothing undecided can start among them.
@@ -195,15 +247,18 @@ func (f *Follower) Read(ctx context.Context, recs []Record, next int64) error {
 	if f.doneAt <= f.applied {
 		return nil
 	}
-	return f.flush(ctx)
+	if err := f.sink.Commit(ctx, f.doneAt); err != nil {
+		return err
+	}
+	f.records, f.txns, f.applied = f.put, f.doneCommits, f.doneAt
+	return nil
 }
 
 // dropAborted drops the pending records of producer pid's transaction that
-// began at offset from, which all stand past pending[:done] (it was
-// undecided); its earlier, committed transactions' records stay.
+// began at offset from; its earlier, committed transactions' records stay.
 func (f *Follower) dropAborted(pid, from int64) {
-	keep := f.pending[:f.done]
-	for _, r := range f.pending[f.done:] {
+	keep := f.pending[:0]
+	for _, r := range f.pending {
 		if r.Producer != pid || r.Offset < from {
 			keep = append(keep, r)
 		}
@@ -212,24 +267,12 @@ func (f *Follower) dropAborted(pid, from int64) {
 	f.pending = keep
 }
 
-// flush applies pending[:done] with doneAt.
-func (f *Follower) flush(ctx context.Context) error {
-	muts := f.muts[:0]
-	for _, r := range f.pending[:f.done] {
-		muts = append(muts, protocol.Mutation{Key: string(r.Key), Value: r.Value, Delete: r.Value == nil})
+// reuse empties b for the next read, keeping its room unless it grew past
+// keepScratch, and lets go of what its elements point to.
+func reuse[E any](b []E) []E {
+	if cap(b) > keepScratch {
+		return nil
 	}
-	err := f.sink.Apply(ctx, muts, f.doneAt)
-	clear(muts)
-	f.muts = muts[:0]
-	if err != nil {
-		return err
-	}
-	f.records += int64(f.done)
-	f.txns = f.doneCommits
-	f.applied = f.doneAt
-	n := copy(f.pending, f.pending[f.done:])
-	clear(f.pending[n:])
-	f.pending = f.pending[:n]
-	f.done = 0
-	return nil
+	clear(b)
+	return b[:0]
 }

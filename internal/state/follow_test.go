@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/parsley-go/parsley/protocol"
@@ -13,30 +14,35 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// mapSink is a Sink over a map that a judge inspects at every Apply.
+// mapSink is a Sink over a map that a judge inspects at every Commit. It
+// stages the writes put and applies them at Commit, as a store does.
 type mapSink struct {
 	kv      map[string]string
+	staged  []protocol.Mutation
 	next    int64
-	applies int
+	commits int
 	check   func(kv map[string]string, next int64)
-	fail    error // the next Apply fails with it, applying nothing
+	fail    error // the next Commit fails with it, applying nothing
 }
 
-func (s *mapSink) Apply(_ context.Context, muts []protocol.Mutation, next int64) error {
+func (s *mapSink) Put(m protocol.Mutation) { s.staged = append(s.staged, m) }
+
+func (s *mapSink) Commit(_ context.Context, next int64) error {
 	if s.fail != nil {
 		err := s.fail
 		s.fail = nil
 		return err
 	}
-	for _, m := range muts {
+	for _, m := range s.staged {
 		if m.Delete {
 			delete(s.kv, m.Key)
 		} else {
 			s.kv[m.Key] = string(m.Value)
 		}
 	}
+	s.staged = s.staged[:0]
 	s.next = next
-	s.applies++
+	s.commits++
 	if s.check != nil {
 		s.check(s.kv, next)
 	}
@@ -121,6 +127,33 @@ func (m *changelogModel) read(pos int64, n int, withAborted bool) ([]Record, int
 	return out, pos
 }
 
+// committedRecords returns the writes of the committed records below next,
+// in offset order.
+func (m *changelogModel) committedRecords(next int64) []protocol.Mutation {
+	var out []protocol.Mutation
+	for o := range next {
+		if r := m.log[o]; !r.Control && !m.aborted(o) {
+			out = append(out, protocol.Mutation{Key: string(r.Key), Value: r.Value, Delete: r.Value == nil})
+		}
+	}
+	return out
+}
+
+func sameWrite(a, b protocol.Mutation) bool {
+	return a.Key == b.Key && a.Delete == b.Delete && string(a.Value) == string(b.Value)
+}
+
+// putLog is a Sink that logs every write put through it to another.
+type putLog struct {
+	Sink
+	puts *[]protocol.Mutation
+}
+
+func (p *putLog) Put(m protocol.Mutation) {
+	*p.puts = append(*p.puts, m)
+	p.Sink.Put(m)
+}
+
 // committedState is the replay, in offset order, of the committed records
 // below next.
 func (m *changelogModel) committedState(next int64) map[string]string {
@@ -143,9 +176,12 @@ func (m *changelogModel) committedState(next int64) map[string]string {
 // schedules of up to three producers' transactions interleaved on one
 // partition with plain writes, read in reads of every size read_committed
 // allows (some ending inside a transaction), sometimes with the aborted
-// records left in. At every Apply the sink must hold exactly the committed
-// records below its offset, replayed in order, with no transaction split
-// by that offset; at the end, all of them.
+// records left in. After every read the writes put to the sink must be
+// exactly the committed records below some offset that splits no
+// transaction, in order (a view applies them as they are put); at every
+// Commit the sink must hold exactly the committed records below its
+// offset, replayed in order, again splitting no transaction; at the end,
+// all of them.
 func TestFollowerAppliesWholeTransactions(t *testing.T) {
 	ctx := context.Background()
 	splitSeeds, heldSeeds := 0, 0
@@ -155,17 +191,25 @@ func TestFollowerAppliesWholeTransactions(t *testing.T) {
 		withAborted := seed%4 == 3
 		var fail error
 		sink := &mapSink{kv: map[string]string{}}
+		splits := func(next int64) error {
+			for o := range next {
+				if t := m.txn[o]; t >= 0 && !m.aborted(o) && (m.end[t].marker < 0 || m.end[t].marker >= next) {
+					return fmt.Errorf("%d splits the transaction with a record at %d (marker %d)", next, o, m.end[t].marker)
+				}
+			}
+			return nil
+		}
 		sink.check = func(kv map[string]string, next int64) {
 			if want := m.committedState(next); !maps.Equal(kv, want) {
 				fail = fmt.Errorf("at %d the sink holds %v, want %v", next, kv, want)
 			}
-			for o := range next {
-				if t := m.txn[o]; t >= 0 && !m.aborted(o) && (m.end[t].marker < 0 || m.end[t].marker >= next) {
-					fail = fmt.Errorf("apply at %d splits the transaction with a record at %d (marker %d)", next, o, m.end[t].marker)
-				}
+			if err := splits(next); err != nil {
+				fail = fmt.Errorf("commit at %v", err)
 			}
 		}
-		f := NewFollower(sink, 0)
+		var puts []protocol.Mutation // every write put, in order
+		put := &putLog{Sink: sink, puts: &puts}
+		f := NewFollower(put, 0)
 		applied := int64(0)
 		for step := 0; step < 120 && fail == nil; step++ {
 			switch k := r.IntN(10); {
@@ -182,6 +226,14 @@ func TestFollowerAppliesWholeTransactions(t *testing.T) {
 				}
 				if f.Applied() < applied {
 					t.Fatalf("seed %d: Applied went back from %d to %d", seed, applied, f.Applied())
+				}
+				// The writes put so far are the committed records below
+				// the last boundary, whole transactions.
+				if err := splits(f.doneAt); err != nil {
+					t.Fatalf("seed %d: puts up to %v", seed, err)
+				}
+				if want := m.committedRecords(f.doneAt); !slices.EqualFunc(puts, want, sameWrite) {
+					t.Fatalf("seed %d: after reading to %d the follower put %v, want the committed records below %d, %v", seed, next, puts, f.doneAt, want)
 				}
 				applied = f.Applied()
 				if f.Holding() {
@@ -276,8 +328,9 @@ func TestFollowerWaitsForTheMarker(t *testing.T) {
 	}
 }
 
-// A sink that fails leaves the follower holding what it held: the next
-// read applies it, and Rewind drops the unapplied rest to read it again.
+// A sink whose Commit fails keeps what it staged, and the follower commits
+// again at its next read; Rewind drops the records held to read them
+// again.
 func TestFollowerSinkFailureAndRewind(t *testing.T) {
 	ctx := context.Background()
 	sink := &mapSink{kv: map[string]string{}}
@@ -289,7 +342,7 @@ func TestFollowerSinkFailureAndRewind(t *testing.T) {
 		t.Fatalf("Read = %v, want the sink's error", err)
 	}
 	if f.Applied() != 0 || len(sink.kv) != 0 {
-		t.Fatalf("after a failed apply: Applied %d, sink %v", f.Applied(), sink.kv)
+		t.Fatalf("after a failed commit: Applied %d, sink %v", f.Applied(), sink.kv)
 	}
 	if err := f.Read(ctx, nil, 2); err != nil || f.Applied() != 2 || sink.kv["a"] != "1" {
 		t.Fatalf("the next read: %v, Applied %d, sink %v", err, f.Applied(), sink.kv)

@@ -35,7 +35,8 @@ type Source interface {
 	// past the last record read or left out as aborted (pos when nothing
 	// was); and the high watermark the read reported (0 when nothing was
 	// read). It never skips a gap silently: records below the log start
-	// fail it. A Follower takes what it returns.
+	// fail it. A Follower takes what it returns; the next Fetch may reuse
+	// recs.
 	Fetch(ctx context.Context, pos int64) (recs []Record, next, hwm int64, err error)
 	// Await returns after a while, or with ctx's error: a restore that
 	// found a transaction open on the partition asks again after it.
@@ -59,6 +60,7 @@ type kafkaSource struct {
 	partition int32
 	cl        *kgo.Client
 	at        int64 // where cl consumes from next; -1 before the first Fetch
+	recs      []Record
 }
 
 func (s *kafkaSource) Topic() string    { return s.topic }
@@ -96,8 +98,8 @@ func (s *kafkaSource) Fetch(ctx context.Context, pos int64) ([]Record, int64, in
 		}
 		s.cl = cl
 	}
-	recs, next, hwm, err := poll(ctx, s.cl, pos)
-	s.at = next
+	recs, next, hwm, err := poll(ctx, s.cl, pos, reuse(s.recs))
+	s.at, s.recs = next, recs
 	return recs, next, hwm, err
 }
 

@@ -129,12 +129,13 @@ func (t *Tailer) Run(ctx context.Context) (Restored, error) {
 }
 
 // poll fetches once from a client consuming one changelog partition at
-// pos, and returns the records at or past pos, in offset order; the offset
+// pos, and returns the records at or past pos, in offset order, appended
+// to recs; the offset
 // past the last record fetched, control records included (pos when nothing
 // was); and the partition's high watermark as the fetch reported it (0
 // when nothing was fetched). A fetch error fails it, naming what polls (a
 // restore or a tail); ctx's end is its error.
-func poll(ctx context.Context, cl *kgo.Client, pos int64) (recs []Record, next, hwm int64, err error) {
+func poll(ctx context.Context, cl *kgo.Client, pos int64, recs []Record) (_ []Record, next, hwm int64, err error) {
 	pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	fs := cl.PollFetches(pctx)
 	cancel()
