@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/twmb/franz-go/pkg/kgo"

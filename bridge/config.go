@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/parsley-go/parsley/stage"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -29,19 +30,21 @@ var (
 // whose fields Config promotes: cfg.NATSURL, cfg.Stream, cfg.Logger...).
 // Each setting has one field and one meaning; those the bridge passes to
 // the stage runtime mean what stage.Config's fields of the same names
-// mean.
+// mean, defaults included. Brokers, ApplicationID, InstanceID, StateDir
+// and Topics are required, and so are NATSURL, Stream and Subject; every
+// other field has the default stated at it.
 type Config struct {
 	// SinkConfig is the NATS side: the server, the stream, the subject
 	// mapping, the publish mode and its bounds, the logger and the trace
 	// propagator. Its Logger and Propagator serve the stage runtime too.
 	SinkConfig
 
-	// Brokers are the Kafka seed brokers.
+	// Brokers are the Kafka seed brokers (bootstrap.servers). Required.
 	Brokers []string
 	// ApplicationID names the bridge in Kafka, as stage.Config.
 	// ApplicationID names a stage application: its consumer group, the
 	// prefix of its changelog topic and transactional ID, and part of its
-	// sender identity. Keep it stable.
+	// sender identity. Keep it stable. Required.
 	ApplicationID string
 	// Name is the bridge's stage name (default "bridge"); with
 	// ApplicationID it names the changelog topic,
@@ -53,7 +56,7 @@ type Config struct {
 	// instance's static group membership: a stopping bridge does not leave
 	// the group, so a restart within the session timeout gets its
 	// partitions back with no rebalance, and one that does not come back
-	// holds them until the session timeout.
+	// holds them until the session timeout. Required.
 	InstanceID string
 	// LeaveOnShutdown makes Run leave the consumer group when its context
 	// ends, so the instance's partitions move to the other instances at
@@ -61,10 +64,11 @@ type Config struct {
 	// LeaveOnShutdown). Set it when scaling in; leave it unset for
 	// restarts and rolling deploys, which then move nothing.
 	LeaveOnShutdown bool
-	// StateDir holds the instance's SQLite task stores.
+	// StateDir holds the instance's SQLite task stores. Required.
 	StateDir string
-	// Topics are the source topics. They must have equal partition
-	// counts: task p forwards partition p of each, in causal order.
+	// Topics are the source topics (required, at least one). They must
+	// have equal partition counts: task p forwards partition p of each, in
+	// causal order.
 	Topics []string
 
 	// RetryBackoff is stage.Config.RetryBackoff: the first pause before a
@@ -99,9 +103,12 @@ type Config struct {
 	// outlives its transaction is aborted and redone the same way): lower
 	// MaxStepRecords for a distant NATS server.
 	MaxStepRecords int
-	// PollInterval, SessionTimeout, RebalanceTimeout and
-	// TransactionTimeout are passed to the stage runtime (zero means the
-	// stage's default; see stage.Config).
+	// PollInterval (no Kafka property; default 250ms), SessionTimeout
+	// (session.timeout.ms), RebalanceTimeout (rebalance.timeout.ms) and
+	// TransactionTimeout (transaction.timeout.ms) are passed to the stage
+	// runtime, which applies their defaults: for the three Kafka timeouts
+	// what ClientOpts set, else franz-go's 45s, 60s and 40s (see
+	// stage.Config).
 	PollInterval       time.Duration
 	SessionTimeout     time.Duration
 	RebalanceTimeout   time.Duration
@@ -141,11 +148,14 @@ func (c *Config) validate() error {
 	if err := c.SinkConfig.validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.TransactionTimeout > 0 && c.RedeliveryHorizon < c.TransactionTimeout {
-		bad("RedeliveryHorizon %v is shorter than TransactionTimeout %v: an aborted step is redelivered up to a transaction timeout later", c.RedeliveryHorizon, c.TransactionTimeout)
+	// The transaction timeout the stage will run with, its default
+	// applied where the stage applies it.
+	txn := stage.Config{TransactionTimeout: c.TransactionTimeout, ClientOpts: c.ClientOpts}.WithDefaults().TransactionTimeout
+	if c.RedeliveryHorizon < txn {
+		bad("RedeliveryHorizon %v is shorter than TransactionTimeout %v: an aborted step is redelivered up to a transaction timeout later", c.RedeliveryHorizon, txn)
 	}
-	if c.TransactionTimeout > 0 && c.AckTimeout >= c.TransactionTimeout {
-		bad("AckTimeout %v is not below TransactionTimeout %v: a step waiting for acknowledgements would outlive its transaction", c.AckTimeout, c.TransactionTimeout)
+	if c.AckTimeout >= txn {
+		bad("AckTimeout %v is not below TransactionTimeout %v: a step waiting for acknowledgements would outlive its transaction", c.AckTimeout, txn)
 	}
 	return errors.Join(errs...)
 }

@@ -20,7 +20,8 @@ import (
 // SinkConfig configures a Sink: the NATS side of a bridge, and of a
 // Config, which embeds it.
 type SinkConfig struct {
-	// NATSURL is the NATS server URL list (nats.Connect's first argument).
+	// NATSURL is the NATS server URL list (nats.Connect's first
+	// argument). Required.
 	NATSURL string
 	// NATSOptions are extra nats.go options (credentials, TLS, names).
 	// The bridge adds its own after them: unlimited reconnects, no
@@ -29,8 +30,10 @@ type SinkConfig struct {
 	// connection changes (wrapping yours).
 	NATSOptions []nats.Option
 	// Stream is the JetStream stream every subject must land in.
+	// Required.
 	Stream string
 	// Subject maps each record to its NATS subject (see Template).
+	// Required.
 	Subject SubjectFunc
 	// Publish selects how steps reach JetStream, one of three modes (see
 	// the package doc, "Publish modes"): AtomicBatch (the default; one
@@ -142,6 +145,9 @@ func (c SinkConfig) withDefaults() SinkConfig {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Propagator == nil {
+		c.Propagator = propagation.TraceContext{}
 	}
 	return c
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/parsley-go/parsley/headers"
 	"github.com/parsley-go/parsley/stage"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func TestTemplate(t *testing.T) {
@@ -156,6 +157,11 @@ func TestConfigValidate(t *testing.T) {
 		"no stream":            func(c *Config) { c.Stream = "" },
 		"horizon below txn tt": func(c *Config) { c.RedeliveryHorizon, c.TransactionTimeout = time.Second, time.Minute },
 		"ack outlives txn":     func(c *Config) { c.AckTimeout, c.TransactionTimeout = 10*time.Second, 10*time.Second },
+		// Unset, the transaction timeout is the stage's default (40s),
+		// or what ClientOpts set: the checks hold against that.
+		"horizon below default txn":     func(c *Config) { c.RedeliveryHorizon = 30 * time.Second },
+		"ack outlives default txn":      func(c *Config) { c.AckTimeout = 40 * time.Second },
+		"horizon below ClientOpts' txn": func(c *Config) { c.ClientOpts = []kgo.Opt{kgo.TransactionTimeout(3 * time.Minute)} },
 	} {
 		c := good
 		mut(&c)

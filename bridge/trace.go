@@ -31,8 +31,5 @@ func injectTrace(prop propagation.TextMapPropagator, m *stage.Message[[]byte, []
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return
 	}
-	if prop == nil {
-		prop = propagation.TraceContext{}
-	}
-	prop.Inject(ctx, natsCarrier(h))
+	prop.Inject(ctx, natsCarrier(h)) // SinkConfig.withDefaults: W3C trace context unless set
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/parsley-go/parsley/clock"
 	"github.com/parsley-go/parsley/headers"
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kotel"
 	"go.opentelemetry.io/otel/propagation"

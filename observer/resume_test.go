@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
-	"github.com/parsley-go/parsley/internal/broker"
-	"github.com/parsley-go/parsley/internal/obsdemo"
+	"github.com/parsley-go/parsley/internal/rig/broker"
+	"github.com/parsley-go/parsley/internal/rig/obsdemo"
 	"github.com/parsley-go/parsley/observer"
 	"github.com/twmb/franz-go/pkg/kgo"
 )

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 	"github.com/parsley-go/parsley/observer"
 	"github.com/twmb/franz-go/pkg/kgo"
 )

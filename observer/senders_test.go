@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/parsley-go/parsley/internal/broker"
-	"github.com/parsley-go/parsley/internal/obsdemo"
+	"github.com/parsley-go/parsley/internal/rig/broker"
+	"github.com/parsley-go/parsley/internal/rig/obsdemo"
 	"github.com/parsley-go/parsley/observer"
 	"github.com/parsley-go/parsley/protocol"
 )

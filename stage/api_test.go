@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/parsley-go/parsley/internal/kafkahash"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -233,15 +233,6 @@ func TestFoldStepRules(t *testing.T) {
 	run(Drop[*int64]())
 	if _, ok := store["k"]; ok {
 		t.Fatal("Drop did not delete")
-	}
-}
-
-func TestFoldKeysKeepNilAndEmptyApart(t *testing.T) {
-	if foldKey(nil) == foldKey([]byte{}) {
-		t.Fatal("nil and empty keys share fold state")
-	}
-	if foldKey([]byte("a")) == foldKey([]byte("b")) {
-		t.Fatal("distinct keys share fold state")
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
@@ -127,7 +126,7 @@ func New(cfg Config, stages ...*Stage) (*App, error) {
 		jobs:  goJobs{},
 	}
 	a.dial = a.dialKafka
-	a.steps.ahead.workers = min(c.DecodeAhead, runtime.GOMAXPROCS(0)-1) // a worker needs a core of its own
+	a.steps.ahead.workers = c.DecodeAhead
 	a.steps.external = newExternals(stages)
 	for i, s := range stages {
 		for _, b := range s.sources {

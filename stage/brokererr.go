@@ -42,11 +42,7 @@ func brokerFailover(err error) bool {
 // transaction timeout, instead of rebuilding the client and rejoining the
 // group once per failed try.
 func (a *App) initProducer(ctx context.Context, sess groupSession) error {
-	limit := a.cfg.TransactionTimeout
-	if limit <= 0 {
-		limit = time.Minute
-	}
-	deadline := time.Now().Add(limit)
+	deadline := time.Now().Add(a.cfg.TransactionTimeout)
 	for fails := 1; ; fails++ {
 		err := sess.InitProducer(ctx)
 		if err == nil {

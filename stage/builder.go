@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
+	"github.com/parsley-go/parsley/internal/state"
 )
 
 // Handler maps one delivered message to its emissions. It is pure: it
@@ -118,7 +119,7 @@ func (s *Stage) Sinks() []string {
 // ChangelogTopic returns the name of the stage's changelog topic in
 // application appID: "<appID>-<stage>-changelog". It must exist, compacted
 // (cleanup.policy=compact), with as many partitions as the stage's sources.
-func ChangelogTopic(appID, stage string) string { return appID + "-" + stage + "-changelog" }
+func ChangelogTopic(appID, stage string) string { return state.ChangelogTopic(appID, stage) }
 
 // binding is one source of a stage, type-erased.
 type binding struct {

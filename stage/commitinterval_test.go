@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 )
 
 // TestStepSpansPolls: a step takes several polls into one transaction,

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"time"
 
 	"github.com/parsley-go/parsley/internal/state"
@@ -36,22 +37,26 @@ const (
 
 // Config configures an application.
 //
-// Unset is zero, for every field: a zero duration or count means the
-// default stated at the field. A negative duration or count is the same as
-// zero, except where a field gives it a meaning of its own (DecodeAhead,
-// StateCache and HoldWarningAfter: off; Standbys: rejected).
+// ApplicationID, InstanceID, Brokers and StateDir are required. Every other
+// field may be left unset: a zero duration or count means the default
+// stated at the field, applied by New in one place (WithDefaults shows the
+// result). A negative duration or count is the same as zero, except where a
+// field gives it a meaning of its own (DecodeAhead, StateCache and
+// HoldWarningAfter: off; Standbys: rejected). A field that sets a Kafka
+// client property names it.
 type Config struct {
-	// ApplicationID names the application: its consumer group, the prefix
-	// of its changelog topics and its transactional IDs, and part of every
-	// task's sender identity. Keep it stable.
+	// ApplicationID names the application: its consumer group (group.id),
+	// the prefix of its changelog topics and its transactional IDs, and
+	// part of every task's sender identity. Keep it stable. Required.
 	ApplicationID string
-	// InstanceID names this instance among the application's instances. It
-	// must be unique and stable across restarts of the same instance: the
+	// InstanceID names this instance among the application's instances
+	// (required). It must be unique and stable across restarts of the same instance: the
 	// transactional ID is "<ApplicationID>-<InstanceID>", so a restarted
 	// instance fences its previous incarnation and aborts its open
 	// transaction at once, instead of waiting for the transaction timeout.
 	//
-	// It is also the static group instance ID (KIP-345): an instance that
+	// It is also the static group instance ID (KIP-345,
+	// group.instance.id): an instance that
 	// restarts within the session timeout gets its tasks back without a
 	// rebalance, and a stopping instance does not leave the group — its
 	// tasks wait for it until the session timeout, then move. To stop an
@@ -62,11 +67,12 @@ type Config struct {
 	// after the session timeout. Set it when scaling in; leave it unset for
 	// restarts and rolling deploys, which then move nothing.
 	LeaveOnShutdown bool
-	// Brokers are the seed brokers.
+	// Brokers are the seed brokers (bootstrap.servers). Required: at least
+	// one.
 	Brokers []string
 	// StateDir is the directory of this instance's task stores (one SQLite
 	// file per task). Deleting it loses nothing: stores restore from the
-	// changelogs.
+	// changelogs. Required.
 	StateDir string
 	// Standbys is how many other instances keep a warm copy of each task's
 	// store by tailing its changelog (default 0, none), as Kafka Streams'
@@ -87,14 +93,18 @@ type Config struct {
 	// built after a fatal client error. A step whose external sink did not
 	// settle waits RetryBackoff, doubling with each consecutive such step
 	// up to 32 times; a standby that failed starts again after five times
-	// RetryBackoff, at least one second.
+	// RetryBackoff, at least one second. It sets no Kafka property: the
+	// clients' own request retries (retry.backoff.ms) follow the failover
+	// defaults (ClientOpts).
 	RetryBackoff time.Duration
 
-	// MaxPollRecords bounds the records of one poll (default 500). A step
-	// spans several polls (CommitInterval, MaxStepRecords).
+	// MaxPollRecords bounds the records of one poll (default 500, as
+	// Kafka's max.poll.records). A step spans several polls
+	// (CommitInterval, MaxStepRecords).
 	MaxPollRecords int
 	// CommitInterval is how long a step goes on polling before it commits
-	// (default 100ms, as Kafka Streams under exactly-once): a transaction
+	// (default 100ms, as Kafka Streams' commit.interval.ms under
+	// exactly-once; it sets no client property): a transaction
 	// costs the broker a few round trips and much CPU whatever it holds,
 	// so a busy step takes many polls into one. A step does not wait for
 	// records to arrive: it commits as soon as a poll finds nothing more
@@ -111,7 +121,8 @@ type Config struct {
 	MaxStepRecords int
 	// DecodeAhead is how many goroutines decode the keys and values of a
 	// step's fetched records while the step goroutine delivers the records
-	// before them (default 1; at most GOMAXPROCS-1, so none on one core).
+	// before them (default 1; at most GOMAXPROCS-1 as New finds it, so
+	// none on one core).
 	// Delivery order is unchanged: decoding is the only per-record work
 	// that needs no order, and doing it on another core leaves the step
 	// goroutine the gate, the handlers and the sends. A record the workers
@@ -130,20 +141,30 @@ type Config struct {
 	// before delivering them, into this cache.
 	StateCache int64
 	// PollInterval bounds how long one poll waits for records before the
-	// loop checks for assignment changes and shutdown (default 250ms).
+	// loop checks for assignment changes and shutdown (default 250ms). It
+	// sets no Kafka property (the Java consumer's poll timeout).
 	PollInterval time.Duration
-	// SessionTimeout is the group session timeout (default 45s, franz-go's).
-	// The heartbeat interval is a third of it, at most 250ms: on Kafka a
+	// SessionTimeout is the group session timeout, Kafka's
+	// session.timeout.ms (default: what ClientOpts set with
+	// kgo.SessionTimeout, else 45s, franz-go's). It must lie within the
+	// brokers' group.min.session.timeout.ms and
+	// group.max.session.timeout.ms. The heartbeat interval
+	// (heartbeat.interval.ms) is a third of it, at most 250ms: on Kafka a
 	// member hears of a rebalance only in a heartbeat's answer, and every
 	// member's commit waits until the join ends (session.go, maxHeartbeat).
 	SessionTimeout time.Duration
 	// RebalanceTimeout bounds how long the group waits for members to
-	// rejoin in a rebalance (default 60s, franz-go's).
+	// rejoin in a rebalance, Kafka's rebalance.timeout.ms (default: what
+	// ClientOpts set with kgo.RebalanceTimeout, else 60s, franz-go's).
 	RebalanceTimeout time.Duration
-	// TransactionTimeout is the producer's transaction timeout (default
-	// 40s, franz-go's): the broker aborts a transaction open longer. A step
-	// that has not ended after twice this (one minute when it is zero) is
-	// cancelled and aborted: the step timeout.
+	// TransactionTimeout is the producer's transaction timeout, Kafka's
+	// transaction.timeout.ms (default: what ClientOpts set with
+	// kgo.TransactionTimeout, else 40s, franz-go's): the broker aborts a
+	// transaction open longer. It must not exceed the brokers'
+	// transaction.max.timeout.ms. A step that has not ended after twice
+	// this is cancelled and aborted (the step timeout), and a producer ID
+	// that cannot be loaded through a transaction coordinator's failover
+	// is retried for this long.
 	TransactionTimeout time.Duration
 
 	// TruncateInterval is how often each task drops from its stamps the
@@ -151,11 +172,14 @@ type Config struct {
 	// width bounded by retention instead of growing with the transitive
 	// upstream (default 10m, as in the Java library; also done whenever a
 	// task starts). It runs on Config.WallClock; a failed sweep skips its
-	// cycle and is counted (docs/metrics.md, "The truncation sweep").
+	// cycle and is counted (docs/metrics.md, "The truncation sweep"). It
+	// sets no Kafka property.
 	TruncateInterval time.Duration
 
 	// ClientOpts are extra franz-go options for every client the
-	// application builds (TLS, SASL, logging, timeouts). Options the
+	// application builds (TLS, SASL, logging, timeouts; default none). A
+	// session, rebalance or transaction timeout set here is the default of
+	// the Config field of the same name, which overrides it. Options the
 	// runtime owns — the consumer group, consumed topics, balancers,
 	// transactional ID, partitioner — and options that weaken exactly-once
 	// processing (read_uncommitted, non-idempotent writes, acks other than
@@ -202,6 +226,22 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 }
 
+// franz-go's defaults for the timeouts Config names (kgo.SessionTimeout,
+// kgo.RebalanceTimeout, kgo.TransactionTimeout): what a client uses when no
+// option sets them. TestKgoDefaults holds them to the client's.
+const (
+	kgoSessionTimeout     = 45 * time.Second
+	kgoRebalanceTimeout   = 60 * time.Second
+	kgoTransactionTimeout = 40 * time.Second
+)
+
+// WithDefaults returns c with every default applied, as New runs with it:
+// each unset field holds the default its documentation states. It does no
+// I/O and checks nothing (New does).
+func (c Config) WithDefaults() Config { return c.withDefaults() }
+
+// withDefaults is the one place a default is applied: the runtime reads
+// every setting from its result and never again tests a field for zero.
 func (c *Config) withDefaults() Config {
 	d := *c
 	if d.RetryBackoff <= 0 {
@@ -223,6 +263,7 @@ func (c *Config) withDefaults() Config {
 	case d.DecodeAhead < 0:
 		d.DecodeAhead = 0
 	}
+	d.DecodeAhead = max(min(d.DecodeAhead, runtime.GOMAXPROCS(0)-1), 0) // a worker needs a core of its own
 	switch {
 	case d.StateCache == 0:
 		d.StateCache = state.DefaultCacheBytes
@@ -232,6 +273,16 @@ func (c *Config) withDefaults() Config {
 	if d.PollInterval <= 0 {
 		d.PollInterval = 250 * time.Millisecond
 	}
+	session, rebalance, txn := clientTimeouts(d.ClientOpts)
+	if d.SessionTimeout <= 0 {
+		d.SessionTimeout = session
+	}
+	if d.RebalanceTimeout <= 0 {
+		d.RebalanceTimeout = rebalance
+	}
+	if d.TransactionTimeout <= 0 {
+		d.TransactionTimeout = txn
+	}
 	if d.TruncateInterval <= 0 {
 		d.TruncateInterval = 10 * time.Minute
 	}
@@ -240,7 +291,35 @@ func (c *Config) withDefaults() Config {
 		d.WallClock = time.Now
 	}
 	d.Logger = cmp.Or(d.Logger, slog.Default())
+	if d.Propagator == nil {
+		d.Propagator = propagation.TraceContext{}
+	}
 	return d
+}
+
+// clientTimeouts returns the session, rebalance and transaction timeouts a
+// client built with opts uses: what opts set, else franz-go's defaults.
+// Options a client refuses give the defaults (validate reports them).
+func clientTimeouts(opts []kgo.Opt) (session, rebalance, txn time.Duration) {
+	session, rebalance, txn = kgoSessionTimeout, kgoRebalanceTimeout, kgoTransactionTimeout
+	if len(opts) == 0 {
+		return
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	if v, ok := cl.OptValue(kgo.SessionTimeout).(time.Duration); ok && v > 0 {
+		session = v
+	}
+	if v, ok := cl.OptValue(kgo.RebalanceTimeout).(time.Duration); ok && v > 0 {
+		rebalance = v
+	}
+	if v, ok := cl.OptValue(kgo.TransactionTimeout).(time.Duration); ok && v > 0 {
+		txn = v
+	}
+	return
 }
 
 func (c *Config) validate(stages []*Stage) error {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 )
 
 // The crash test re-executes the test binary as the stage process. These

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/aliascodec"
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/aliascodec"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 	"github.com/parsley-go/parsley/internal/rig/oracle"
 	"github.com/parsley-go/parsley/internal/state"
 	"github.com/twmb/franz-go/pkg/kgo"

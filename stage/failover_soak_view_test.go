@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
+	"github.com/parsley-go/parsley/internal/state"
 	"github.com/parsley-go/parsley/stage"
 	"github.com/parsley-go/parsley/view"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -283,10 +284,10 @@ func (s *soakViewState) committed(p int32) committedStates {
 				return
 			}
 			for _, m := range pending {
-				if len(m.Key) == 0 || m.Key[0] != 0x02 {
+				k, isNil, ok := state.RecordKey(string(m.Key))
+				if !ok || isNil {
 					continue // not a keyed fold's state
 				}
-				k := string(m.Key[1:])
 				if m.Value == nil {
 					delete(cur, k)
 					continue

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -139,8 +139,8 @@ func TestTakeoverFencesAbandonedTransaction(t *testing.T) {
 
 func TestHeartbeatInterval(t *testing.T) {
 	for _, tc := range []struct{ session, want time.Duration }{
-		{0, maxHeartbeat}, // the client's 45 s default
-		{45 * time.Second, maxHeartbeat},
+		{kgoSessionTimeout, maxHeartbeat}, // franz-go's default, Config's unless set
+		{750 * time.Millisecond, maxHeartbeat},
 		{3 * time.Second, maxHeartbeat},
 		{600 * time.Millisecond, 200 * time.Millisecond}, // a third of it, as Kafka asks
 	} {

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/parsley-go/parsley/internal/state"
 )
 
 // TestFoldKeyCacheMatchesFoldKey: for nil, empty, binary, repeated, long
 // and more distinct keys than the cache holds, the cache answers what
-// foldKey answers, keeps its bounds, and does not alias the caller's key
+// state.FoldKey answers, keeps its bounds, and does not alias the caller's key
 // bytes (a fetch buffer the client reuses). (Checked by breaking it: a
 // cache that keyed by the unprefixed string, or kept no bound, fails.)
 func TestFoldKeyCacheMatchesFoldKey(t *testing.T) {
@@ -39,7 +41,7 @@ func TestFoldKeyCacheMatchesFoldKey(t *testing.T) {
 		if key == nil {
 			buf = nil
 		}
-		want := foldKey(key)
+		want := state.FoldKey(key)
 		got := c.of(buf)
 		for j := range buf {
 			buf[j] ^= 0xff // the client reuses its buffer
@@ -59,7 +61,7 @@ func TestFoldKeyCacheMatchesFoldKey(t *testing.T) {
 		n := 0
 		for k, v := range c.m {
 			n += len(v)
-			if v != foldKey([]byte(k)) {
+			if v != state.FoldKey([]byte(k)) {
 				t.Fatalf("key %d: cache maps %q to %q", i, k, v)
 			}
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 )
 
 // TestHealthHandler: /livez and /readyz answer 503 before Run, 200 once

@@ -23,7 +23,6 @@ import (
 	"github.com/parsley-go/parsley/internal/rig/hostsim"
 	"github.com/parsley-go/parsley/internal/rig/oracle"
 	"github.com/parsley-go/parsley/internal/state"
-	"github.com/parsley-go/parsley/protocol"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -374,20 +373,19 @@ func (s *simSource) DeleteRetention(context.Context) (time.Duration, error) {
 	return state.DefaultDeleteRetention, nil
 }
 
-func (s *simSource) Fetch(ctx context.Context, pos int64) ([]protocol.Mutation, int64, int64, error) {
+func (s *simSource) Fetch(ctx context.Context, pos int64) ([]state.Record, int64, int64, error) {
 	s.h.s.Yield("restore: fetch")
 	if err := ctx.Err(); err != nil {
 		return nil, pos, 0, err
 	}
+	// Eight records a read: a step's changelog writes span several reads.
 	recs, next := s.h.c.ReadCommitted(s.tp, pos, 8)
-	var muts []protocol.Mutation
-	for _, r := range recs {
-		if !r.Control {
-			muts = append(muts, protocol.Mutation{Key: string(r.Key), Value: r.Value, Delete: r.Value == nil})
-		}
+	out := make([]state.Record, len(recs))
+	for i, r := range recs {
+		out[i] = state.Record{Offset: r.Offset, Key: r.Key, Value: r.Value, Producer: r.Producer, Control: r.Control, Commit: r.Commit}
 	}
 	_, hwm, _ := s.h.c.Bounds(s.tp)
-	return muts, next, hwm, nil
+	return out, next, hwm, nil
 }
 
 func (s *simSource) Await(ctx context.Context) error {

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 )
 
 // TestReadersDoNotWaitForAStep: while a handler runs (here, blocked), Tasks

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 

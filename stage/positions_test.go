@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 )
 
 // counter builds a stage named name counting per key over in into sink.

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 	"github.com/parsley-go/parsley/internal/state"
 	"github.com/parsley-go/parsley/protocol"
 	"github.com/twmb/franz-go/pkg/kgo"

@@ -176,16 +176,12 @@ func (a *App) dialKafka(context.Context) (groupSession, error) {
 		kgo.OnPartitionsRevoked(a.own.onRevoked),
 		kgo.OnPartitionsLost(a.own.onLost),
 	)
-	if a.cfg.SessionTimeout > 0 {
-		opts = append(opts, kgo.SessionTimeout(a.cfg.SessionTimeout))
-	}
-	opts = append(opts, kgo.HeartbeatInterval(heartbeatInterval(a.cfg.SessionTimeout)))
-	if a.cfg.RebalanceTimeout > 0 {
-		opts = append(opts, kgo.RebalanceTimeout(a.cfg.RebalanceTimeout))
-	}
-	if a.cfg.TransactionTimeout > 0 {
-		opts = append(opts, kgo.TransactionTimeout(a.cfg.TransactionTimeout))
-	}
+	opts = append(opts,
+		kgo.SessionTimeout(a.cfg.SessionTimeout),
+		kgo.HeartbeatInterval(heartbeatInterval(a.cfg.SessionTimeout)),
+		kgo.RebalanceTimeout(a.cfg.RebalanceTimeout),
+		kgo.TransactionTimeout(a.cfg.TransactionTimeout),
+	)
 	if tr := a.env.tracing; tr != nil {
 		opts = append(opts, kgo.WithHooks(clientHooks{tr.kotel})) // tracing.go
 	}
@@ -216,12 +212,9 @@ func (a *App) dialKafka(context.Context) (groupSession, error) {
 const maxHeartbeat = 250 * time.Millisecond
 
 // heartbeatInterval is a third of the session timeout (Kafka's rule), at
-// most maxHeartbeat; session 0 is the client's default, 45 s.
+// most maxHeartbeat.
 func heartbeatInterval(session time.Duration) time.Duration {
-	if session > 0 && session/3 < maxHeartbeat {
-		return session / 3
-	}
-	return maxHeartbeat
+	return min(session/3, maxHeartbeat)
 }
 
 // onAssigned is the session's OnPartitionsAssigned: it fences the departed

@@ -148,12 +148,8 @@ func (a *App) step(ctx context.Context, sess groupSession, fs kgo.Fetches, moved
 	return out.err // nil to reprocess at once; the error to rejoin or stop
 }
 
-func (a *App) stepTimeout() time.Duration {
-	if a.cfg.TransactionTimeout > 0 {
-		return 2 * a.cfg.TransactionTimeout
-	}
-	return time.Minute
-}
+// stepTimeout is twice the transaction timeout (Config.TransactionTimeout).
+func (a *App) stepTimeout() time.Duration { return 2 * a.cfg.TransactionTimeout }
 
 // runStep does the work of a step inside the transaction.
 func (a *App) runStep(ctx context.Context, sess groupSession, fs kgo.Fetches) error {

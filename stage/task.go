@@ -356,7 +356,7 @@ func (t *task) deliver(ctx context.Context, p producer, ds []protocol.Delivery) 
 		if b.fold {
 			key := t.foldKeys.of(d.Key)
 			if b.tick {
-				key = tickSlot
+				key = state.TickSlot
 			}
 			t.fold = foldState{batch: t.store.batch, key: key}
 			io = &t.fold
@@ -401,23 +401,13 @@ func (t *task) flush(ctx context.Context, p producer) error {
 // (state.Restore).
 const checkpointRefresh = time.Minute
 
-// Fold state keys live beside the protocol's keys, which are ASCII and
-// never start with a control byte: 0x01 for the nil key, 0x02 and the
-// encoded key bytes otherwise.
-func foldKey(key []byte) string {
-	if key == nil {
-		return "\x01"
-	}
-	return "\x02" + string(key)
-}
-
 // foldKeyCache remembers the fold keys of recent record keys: a stream
 // touches the same keys again and again, and each new key string would be
 // an allocation per record. It holds at most foldKeyCacheKeys keys and
 // foldKeyCacheBytes bytes of them; when full it starts over, keeping its
 // map's memory.
 type foldKeyCache struct {
-	m     map[string]string // record key (aliasing the fold key) → fold key
+	m     map[string]string // record key (aliasing the fold key) → fold key (state.FoldKey)
 	bytes int
 }
 
@@ -428,12 +418,12 @@ const (
 
 func (c *foldKeyCache) of(key []byte) string {
 	if key == nil {
-		return foldKey(nil)
+		return state.FoldKey(nil)
 	}
 	if k, ok := c.m[string(key)]; ok {
 		return k
 	}
-	k := foldKey(key)
+	k := state.FoldKey(key)
 	if len(k) > foldKeyCacheBytes {
 		return k
 	}
@@ -444,7 +434,8 @@ func (c *foldKeyCache) of(key []byte) string {
 		clear(c.m)
 		c.bytes = 0
 	}
-	c.m[k[1:]] = k
+	rk, _, _ := state.RecordKey(k) // the record key, aliasing k
+	c.m[rk] = k
 	c.bytes += len(k)
 	return k
 }

@@ -42,10 +42,6 @@ type TickFold[S any] func(state S, t Tick) (Step[S], error)
 // source. A short retention is enough, provided it covers consumer lag.
 func TickTopic(appID, stage string) string { return appID + "-" + stage + "-ticks" }
 
-// tickSlot is the fold-state key of the tick state: 0x03 sorts apart from
-// the nil key (0x01) and every encoded key (0x02...).
-const tickSlot = "\x03tick"
-
 type tickDecl struct {
 	every   time.Duration
 	fold    bool

@@ -70,10 +70,7 @@ func newTracing(cfg *Config) *tracing {
 	if cfg.TracerProvider == nil {
 		return nil
 	}
-	prop := cfg.Propagator
-	if prop == nil {
-		prop = propagation.TraceContext{}
-	}
+	prop := cfg.Propagator // withDefaults: W3C trace context unless set
 	return &tracing{
 		tracer: cfg.TracerProvider.Tracer(TracerName, trace.WithInstrumentationVersion(buildinfo.Version())),
 		prop:   prop,

@@ -37,7 +37,8 @@ func feedHarness(tb testing.TB, tp trace.TracerProvider) (*task, []*kgo.Record) 
 	t := &task{env: env, st: st, node: node, byID: map[headers.TopicID]*binding{id: &st.sources[0]}}
 	t.store.batch, t.store.clNext = batch, -1
 	if tp != nil {
-		env.tracing = newTracing(&Config{TracerProvider: tp, ApplicationID: "bench"})
+		cfg := Config{TracerProvider: tp, ApplicationID: "bench"}.WithDefaults()
+		env.tracing = newTracing(&cfg)
 		t.tr = env.tracing.forTask("bench", 0, env.names)
 	}
 	recs := make([]*kgo.Record, 500)

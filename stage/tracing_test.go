@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kotel"
 	"go.opentelemetry.io/otel/attribute"

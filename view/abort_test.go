@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parsley-go/parsley/internal/state"
 	"github.com/parsley-go/parsley/stage"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -26,7 +27,7 @@ func TestAbortedWritesNeverVisible(t *testing.T) {
 		if err := cl.BeginTransaction(); err != nil {
 			t.Fatal(err)
 		}
-		if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte("\x02" + key), Value: enc(n)}).FirstErr(); err != nil {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte(state.FoldKey([]byte(key))), Value: enc(n)}).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
 		if commit == kgo.TryAbort {

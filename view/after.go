@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/parsley-go/parsley/headers"
+	"github.com/parsley-go/parsley/internal/state"
 )
 
 // ErrNotYet is wrapped by the error GetAfter returns when its context ends
@@ -134,7 +135,7 @@ func (v *View[K, S]) GetAfter(ctx context.Context, tok Token, key K) (S, bool, e
 		if r != nil {
 			awaiting, err = pendingClaims(r.kv, tok)
 			if err == nil && len(awaiting) == 0 {
-				b, ok = r.kv[foldKey(kb)]
+				b, ok = r.kv[state.FoldKey(kb)]
 			}
 		}
 		v.mu.RUnlock()

@@ -3,6 +3,7 @@ package view
 import (
 	"testing"
 
+	"github.com/parsley-go/parsley/internal/state"
 	"github.com/parsley-go/parsley/stage"
 )
 
@@ -14,8 +15,9 @@ func TestReadsDoNotAliasTheReplica(t *testing.T) {
 	kb := []byte("k")
 	v := &View[string, []byte]{
 		keys: stage.String(), states: stage.Bytes(), nparts: 1,
-		parts: map[int32]*replica{0: {kv: map[string][]byte{foldKey(kb): []byte("committed")}, ready: true}},
+		parts: map[int32]*replica{0: newReplica(0)},
 	}
+	v.parts[0].kv[state.FoldKey(kb)], v.parts[0].ready = []byte("committed"), true
 	got, ok, err := v.Get("k")
 	if err != nil || !ok {
 		t.Fatalf("Get: %q, %v, %v", got, ok, err)

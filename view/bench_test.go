@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 	"github.com/parsley-go/parsley/internal/state"
 	"github.com/parsley-go/parsley/stage"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -19,21 +19,22 @@ import (
 // from 1 and from GOMAXPROCS goroutines; it reports the p99 of single
 // lookups (timed one by one) as p99-ns.
 func BenchmarkGet(b *testing.B) {
-	v, err := New(Config{ApplicationID: "a", Stage: "s"}, stage.String(), stage.Int64())
+	v, err := New(Config{ApplicationID: "a", Stage: "s", Brokers: []string{"127.0.0.1:1"}}, stage.String(), stage.Int64())
 	if err != nil {
 		b.Fatal(err)
 	}
 	const keys, parts = 100_000, 4
 	v.nparts = parts
 	for p := range int32(parts) {
-		v.parts[p] = &replica{kv: map[string][]byte{}}
+		v.parts[p] = newReplica(0)
+		v.parts[p].ready = true
 	}
 	names := make([]string, keys)
 	for i := range keys {
 		names[i] = "customer-" + strconv.Itoa(i)
 		val, _ := stage.Int64().Encode(int64(i))
 		r := v.parts[v.owner([]byte(names[i]))]
-		r.kv[foldKey([]byte(names[i]))] = val
+		r.kv[state.FoldKey([]byte(names[i]))] = val
 		r.folds++
 	}
 	v.running = true
@@ -91,7 +92,7 @@ func BenchmarkApplyVsRestore(b *testing.B) {
 		for i := range rs {
 			n := t*perTxn + i
 			val, _ := stage.Int64().Encode(int64(n))
-			rs[i] = &kgo.Record{Key: []byte("\x02key-" + strconv.Itoa(n%keys)), Value: val}
+			rs[i] = &kgo.Record{Key: []byte(state.FoldKey([]byte("key-" + strconv.Itoa(n%keys)))), Value: val}
 		}
 		if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
 			b.Fatal(err)

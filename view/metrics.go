@@ -52,8 +52,8 @@ func (c *collector[K, S]) Collect(ch chan<- prometheus.Metric) {
 		if r.ready {
 			ready = 1
 		}
-		ch <- prometheus.MustNewConstMetric(c.d.applied, prometheus.GaugeValue, float64(r.applied), v.topic, ps)
-		ch <- prometheus.MustNewConstMetric(c.d.lag, prometheus.GaugeValue, float64(max(r.hwm-r.applied, 0)), v.topic, ps)
+		ch <- prometheus.MustNewConstMetric(c.d.applied, prometheus.GaugeValue, float64(r.applied()), v.topic, ps)
+		ch <- prometheus.MustNewConstMetric(c.d.lag, prometheus.GaugeValue, float64(max(r.hwm-r.applied(), 0)), v.topic, ps)
 		ch <- prometheus.MustNewConstMetric(c.d.ready, prometheus.GaugeValue, ready, v.topic, ps)
 		ch <- prometheus.MustNewConstMetric(c.d.keys, prometheus.GaugeValue, float64(r.folds), v.topic, ps)
 	}

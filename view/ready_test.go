@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/parsley-go/parsley/internal/kafkahash"
+	"github.com/parsley-go/parsley/internal/state"
 	"github.com/parsley-go/parsley/stage"
 )
 
@@ -31,7 +32,9 @@ func TestGetNamesTheOwningPartition(t *testing.T) {
 		}
 	}
 	for p := range int32(3) {
-		v.parts[p] = &replica{kv: map[string][]byte{foldKey([]byte(key)): []byte(`x`)}, hwm: 10, applied: 4}
+		r := newReplica(4)
+		r.kv[state.FoldKey([]byte(key))], r.hwm = []byte(`x`), 10
+		v.parts[p] = r
 	}
 	var nre *NotReadyError
 	if _, _, err := v.Get(key); !errors.As(err, &nre) || nre.Partition != 2 || nre.Lag != 6 {

@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
+	"github.com/parsley-go/parsley/internal/state"
 	"github.com/parsley-go/parsley/stage"
 	"github.com/parsley-go/parsley/view"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -26,7 +27,7 @@ func commitState(ctx context.Context, t *testing.T, f *fixture, key string, n in
 	if err := cl.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
-	r := &kgo.Record{Topic: stage.ChangelogTopic(f.app, stageName), Key: append([]byte{0x02}, key...), Value: b}
+	r := &kgo.Record{Topic: stage.ChangelogTopic(f.app, stageName), Key: []byte(state.FoldKey([]byte(key))), Value: b}
 	if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
 		t.Fatal(err)
 	}

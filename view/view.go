@@ -17,7 +17,6 @@ import (
 	"github.com/parsley-go/parsley/internal/kafkahash"
 	"github.com/parsley-go/parsley/internal/state"
 	"github.com/parsley-go/parsley/protocol"
-	"github.com/parsley-go/parsley/stage"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -110,14 +109,24 @@ func (e *NotReadyError) Error() string {
 // Unwrap returns ErrNotReady.
 func (e *NotReadyError) Unwrap() error { return ErrNotReady }
 
+// Codec is how a view decodes the stage's keys and states: the stage's own
+// codecs (stage.Codec; stage.String, stage.JSON and the others satisfy
+// it), which must be safe for concurrent use. A key codec must be
+// canonical, as the stage's is: Encode turns the key a read asks for into
+// the bytes the stage's state is kept under.
+type Codec[T any] interface {
+	Encode(v T) ([]byte, error)
+	Decode(b []byte) (T, error)
+}
+
 // A View is a read-only replica of one stage's state, typed with the
 // stage's key and state codecs. Its methods are safe for concurrent use;
 // Run fills it.
 type View[K, S any] struct {
 	cfg    Config
 	topic  string
-	keys   stage.Codec[K]
-	states stage.Codec[S]
+	keys   Codec[K]
+	states Codec[S]
 
 	mu        sync.RWMutex
 	parts     map[int32]*replica
@@ -141,19 +150,17 @@ type View[K, S any] struct {
 // replica is one changelog partition's committed state.
 type replica struct {
 	kv map[string][]byte
-	// applied is the offset past the last commit marker applied: every
-	// committed record below it is reflected in kv.
-	applied int64
+	// f follows the partition into kv (the replica is its Sink): every
+	// committed record below f.Applied() is reflected in kv, and f holds
+	// the records of transactions whose marker it has not read.
+	f *state.Follower
 	// hwm is the partition's high watermark as last fetched or listed.
 	hwm int64
 	// target is the high watermark listed when Run started: the replica
-	// is ready once applied reaches it.
+	// is ready once it applied up to it.
 	target int64
 	ready  bool
-	// pending are the data records fetched since the last marker: part of
-	// a transaction whose marker is not fetched yet.
-	pending []kgo.Record
-	folds   int // fold-state keys in kv
+	folds  int // fold-state keys in kv
 
 	// store is the replica's file when Config.StateDir is set; only Run's
 	// goroutine uses it. restored is what opening it cost; unlock releases
@@ -169,10 +176,50 @@ type stats struct {
 	records, txns int64
 }
 
+// newReplica returns an empty replica that reads its partition from from.
+func newReplica(from int64) *replica {
+	r := &replica{kv: map[string][]byte{}}
+	r.f = state.NewFollower(r, from)
+	return r
+}
+
+func (r *replica) applied() int64 { return r.f.Applied() }
+
+// Put applies one write of a committed transaction (the replica's side of
+// its follower), with the view's lock held: the follower puts a
+// transaction's writes only once its marker is read, and the lock is held
+// over a whole fetch, so readers see the replica at transaction boundaries
+// only.
+func (r *replica) Put(m protocol.Mutation) {
+	if r.store != nil {
+		if r.unsaved == nil {
+			r.unsaved = map[string]protocol.Mutation{}
+		}
+		r.unsaved[m.Key] = m
+	}
+	_, had := r.kv[m.Key]
+	isFold := state.IsFoldKey(m.Key)
+	if m.Delete {
+		delete(r.kv, m.Key)
+		if had && isFold {
+			r.folds--
+		}
+	} else {
+		r.kv[m.Key] = m.Value
+		if !had && isFold {
+			r.folds++
+		}
+	}
+}
+
+// Commit has nothing to do: Put applied each write, and the follower's
+// Applied is the replica's offset.
+func (r *replica) Commit(context.Context, int64) error { return nil }
+
 // New returns a view of the stage named by cfg, decoding keys and states
 // with the stage's codecs. Run fills it. A Config it refuses is an error
 // wrapping ErrInvalidConfig, naming each field at fault.
-func New[K, S any](cfg Config, keys stage.Codec[K], states stage.Codec[S]) (*View[K, S], error) {
+func New[K, S any](cfg Config, keys Codec[K], states Codec[S]) (*View[K, S], error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -182,7 +229,7 @@ func New[K, S any](cfg Config, keys stage.Codec[K], states stage.Codec[S]) (*Vie
 	cfg.Brokers = slices.Clone(cfg.Brokers)
 	cfg.Partitions = slices.Clone(cfg.Partitions)
 	return &View[K, S]{
-		cfg: cfg, topic: stage.ChangelogTopic(cfg.ApplicationID, cfg.Stage),
+		cfg: cfg, topic: state.ChangelogTopic(cfg.ApplicationID, cfg.Stage),
 		keys: keys, states: states, parts: map[int32]*replica{}, changed: make(chan struct{}),
 		incarnationEvery: incarnationCheck,
 	}, nil
@@ -333,25 +380,26 @@ func (v *View[K, S]) run(ctx context.Context) error {
 		}
 	}()
 	for _, p := range parts {
-		r := &replica{kv: map[string][]byte{}, target: ends[p], hwm: ends[p]}
+		r := newReplica(0)
+		r.target, r.hwm = ends[p], ends[p]
 		if o := old[p]; o != nil && v.cfg.StateDir == "" {
 			// Go on from what the replica holds: it is at a commit
 			// boundary, and a replay from the start would serve less.
 			v.mu.Lock()
-			o.pending, o.target, o.hwm = o.pending[:0], max(o.applied, ends[p]), max(o.hwm, ends[p])
+			o.f.Rewind()
+			o.target, o.hwm = max(o.applied(), ends[p]), max(o.hwm, ends[p])
 			v.mu.Unlock()
 			r = o
 		}
 		reps[p] = r
-		offs[p] = kgo.NewOffset().At(r.applied)
 		if v.cfg.StateDir != "" {
 			if err := v.openStore(ctx, adm, p, r); err != nil {
 				return err
 			}
-			offs[p] = kgo.NewOffset().At(r.applied)
 		}
+		offs[p] = kgo.NewOffset().At(r.f.Position())
 		v.mu.Lock()
-		r.ready = r.applied >= r.target
+		r.ready = r.applied() >= r.target
 		v.mu.Unlock()
 	}
 	v.mu.Lock()
@@ -407,9 +455,17 @@ func (v *View[K, S]) run(ctx context.Context) error {
 			return ferr
 		}
 		v.mu.Lock()
-		fs.EachPartition(func(fp kgo.FetchTopicPartition) { v.apply(fp) })
+		var aerr error
+		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+			if aerr == nil {
+				aerr = v.apply(ctx, fp)
+			}
+		})
 		v.wake()
 		v.mu.Unlock()
+		if aerr != nil {
+			return aerr
+		}
 		if v.cfg.StateDir != "" {
 			if err := v.save(ctx, reps); err != nil {
 				return err
@@ -447,15 +503,15 @@ func (v *View[K, S]) openStore(ctx context.Context, adm *kadm.Client, p int32, r
 	}
 	for _, e := range es {
 		r.kv[e.Key] = e.Value
-		if isFoldKey(e.Key) {
+		if state.IsFoldKey(e.Key) {
 			r.folds++
 		}
 	}
 	// Restore returns only once no transaction is open and everything
 	// below the checkpoint is applied: a transaction boundary.
-	r.applied = st.Checkpoint()
-	r.hwm = max(r.hwm, r.applied)
-	r.target = max(r.target, r.applied)
+	r.f = state.NewFollower(r, st.Checkpoint())
+	r.hwm = max(r.hwm, r.applied())
+	r.target = max(r.target, r.applied())
 	return nil
 }
 
@@ -468,7 +524,8 @@ func (v *View[K, S]) save(ctx context.Context, reps map[int32]*replica) error {
 		for _, m := range r.unsaved {
 			muts = append(muts, m)
 		}
-		applied, changed := r.applied, len(r.unsaved) > 0 || r.applied > r.store.Checkpoint()
+		applied := r.applied()
+		changed := len(r.unsaved) > 0 || applied > r.store.Checkpoint()
 		clear(r.unsaved)
 		v.mu.Unlock()
 		if !changed {
@@ -515,55 +572,33 @@ func (v *View[K, S]) listPartitions(ctx context.Context, adm *kadm.Client) ([]in
 	return parts, all, nil
 }
 
-// apply folds one partition's fetched records into its replica. Data
-// records wait in pending until a control record: read_committed returns
-// only records of decided transactions, aborted ones filtered out, so
-// everything pending at a marker is committed, and applying it there never
-// exposes part of a transaction. Called with v.mu held.
-func (v *View[K, S]) apply(fp kgo.FetchTopicPartition) {
+// apply hands one partition's fetched records to its replica's follower,
+// which applies each transaction at its commit marker (state.Follower):
+// never part of one. Called with v.mu held.
+func (v *View[K, S]) apply(ctx context.Context, fp kgo.FetchTopicPartition) error {
 	r := v.parts[fp.Partition]
 	if r == nil {
-		return
+		return nil
 	}
 	r.hwm = max(r.hwm, fp.HighWatermark)
+	next := r.f.Position()
 	for _, rec := range fp.Records {
-		if rec.Offset < r.applied {
-			continue
+		x, err := state.RecordOf(rec)
+		if err != nil {
+			return fmt.Errorf("view: %w", err)
 		}
-		if !rec.Attrs.IsControl() {
-			r.pending = append(r.pending, kgo.Record{Key: rec.Key, Value: rec.Value, Offset: rec.Offset})
-			continue
-		}
-		for _, m := range r.pending {
-			k := string(m.Key)
-			if r.store != nil {
-				if r.unsaved == nil {
-					r.unsaved = map[string]protocol.Mutation{}
-				}
-				r.unsaved[k] = protocol.Mutation{Key: k, Value: m.Value, Delete: m.Value == nil}
-			}
-			_, had := r.kv[k]
-			isFold := isFoldKey(k)
-			if m.Value == nil {
-				delete(r.kv, k)
-				if had && isFold {
-					r.folds--
-				}
-			} else {
-				r.kv[k] = m.Value
-				if !had && isFold {
-					r.folds++
-				}
-			}
-		}
-		v.stats.records += int64(len(r.pending))
-		v.stats.txns++
-		r.pending = r.pending[:0]
-		r.applied = rec.Offset + 1
+		r.f.Add(&x)
+		next = max(next, rec.Offset+1)
 	}
-	if !r.ready && r.applied >= r.target && len(r.pending) == 0 {
+	records, txns := r.f.Applies()
+	err := r.f.Flush(ctx, next)
+	nr, nt := r.f.Applies()
+	v.stats.records += nr - records
+	v.stats.txns += nt - txns
+	if !r.ready && r.applied() >= r.target {
 		r.ready = true
 	}
+	return err
 }
 
 // wake tells every waiting GetAfter that the replicas changed. Called with
@@ -571,18 +606,6 @@ func (v *View[K, S]) apply(fp kgo.FetchTopicPartition) {
 func (v *View[K, S]) wake() {
 	close(v.changed)
 	v.changed = make(chan struct{})
-}
-
-// isFoldKey says whether a store key is a fold's (not the protocol's, not
-// the tick slot's).
-func isFoldKey(k string) bool { return len(k) > 0 && (k[0] == 0x01 || k[0] == 0x02) }
-
-// foldKey is the stage's store key of an encoded message key.
-func foldKey(key []byte) string {
-	if key == nil {
-		return "\x01"
-	}
-	return "\x02" + string(key)
 }
 
 // owner returns the partition of the task that owns an encoded key: Kafka's
@@ -629,8 +652,8 @@ func (v *View[K, S]) Get(key K) (S, bool, error) {
 		lag   int64
 	)
 	if r != nil {
-		ready, lag = r.ready, max(r.hwm-r.applied, 0)
-		b, ok = r.kv[foldKey(kb)]
+		ready, lag = r.ready, max(r.hwm-r.applied(), 0)
+		b, ok = r.kv[state.FoldKey(kb)]
 	}
 	v.mu.RUnlock()
 	switch {
@@ -690,7 +713,7 @@ func (v *View[K, S]) All() iter.Seq2[Entry[K, S], error] {
 				return
 			}
 			for k, b := range r.kv {
-				if isFoldKey(k) {
+				if state.IsFoldKey(k) {
 					snap = append(snap, kvp{k, b})
 				}
 			}
@@ -698,8 +721,8 @@ func (v *View[K, S]) All() iter.Seq2[Entry[K, S], error] {
 			slices.SortFunc(snap, func(a, b kvp) int { return cmpString(a.k, b.k) })
 			for _, e := range snap {
 				var kb []byte
-				if e.k[0] == 0x02 {
-					kb = []byte(e.k[1:])
+				if rk, isNil, _ := state.RecordKey(e.k); !isNil {
+					kb = []byte(rk)
 				}
 				k, err := v.keys.Decode(kb)
 				if err != nil {
@@ -773,7 +796,7 @@ func (v *View[K, S]) Status() []PartitionStatus {
 	defer v.mu.RUnlock()
 	out := make([]PartitionStatus, 0, len(v.parts))
 	for p, r := range v.parts {
-		out = append(out, PartitionStatus{Partition: p, Applied: r.applied, Lag: max(r.hwm-r.applied, 0), Ready: r.ready,
+		out = append(out, PartitionStatus{Partition: p, Applied: r.applied(), Lag: max(r.hwm-r.applied(), 0), Ready: r.ready,
 			Wiped: r.restored.Wiped, WipeReason: r.restored.Reason, RestoreRecords: r.restored.Records})
 	}
 	slices.SortFunc(out, func(a, b PartitionStatus) int { return int(a.Partition - b.Partition) })

@@ -11,7 +11,7 @@ import (
 	"github.com/parsley-go/parsley/adapters/saramaclock"
 	"github.com/parsley-go/parsley/clock"
 	"github.com/parsley-go/parsley/headers"
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )

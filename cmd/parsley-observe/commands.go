@@ -20,9 +20,9 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/headers"
-	"github.com/parsley-go/parsley/internal/broker"
 	"github.com/parsley-go/parsley/internal/buildinfo"
-	"github.com/parsley-go/parsley/internal/obsdemo"
+	"github.com/parsley-go/parsley/internal/rig/broker"
+	"github.com/parsley-go/parsley/internal/rig/obsdemo"
 	"github.com/parsley-go/parsley/observer"
 	"github.com/parsley-go/parsley/observer/web"
 	"github.com/prometheus/client_golang/prometheus"

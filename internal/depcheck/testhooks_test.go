@@ -12,63 +12,6 @@ import (
 	"testing"
 )
 
-// isTestHook reports whether a package exists for tests: the simulator and
-// conformance kit, a test-support package of the module (its name ends in
-// "test", as stagetest and extest do), a test rig under internal/rig (the
-// soaks, their kit and the launchers), a benchmark under bench/ (peers and
-// drivers run by hand, which may use the rigs), or the standard library's
-// testing package. Production code imports none of them, directly or through
-// another package of the module.
-func isTestHook(pkg string) bool {
-	if pkg == "testing" || pkg == module+"/sim" || pkg == rigs || strings.HasPrefix(pkg, rigs+"/") ||
-		strings.HasPrefix(pkg, module+"/bench/") {
-		return true
-	}
-	return strings.HasPrefix(pkg, module+"/") && strings.HasSuffix(pkg[strings.LastIndexByte(pkg, '/')+1:], "test")
-}
-
-func TestProductionCodeImportsNoTestHooks(t *testing.T) {
-	root := moduleRoot(t)
-	out := goList(t, root, "-f", "{{.ImportPath}}", "./...")
-	var prod []string
-	for _, p := range strings.Fields(out) {
-		if !isTestHook(p) && p != module+"/internal/depcheck" {
-			prod = append(prod, p)
-		}
-	}
-	if len(prod) == 0 {
-		t.Fatal("no production package found")
-	}
-	graph := goList(t, root, append([]string{"-deps", "-f", "{{.ImportPath}}:{{join .Imports \" \"}}"}, prod...)...)
-	imports := map[string][]string{}
-	for _, line := range strings.Split(strings.TrimSpace(graph), "\n") {
-		if pkg, imps, ok := strings.Cut(line, ":"); ok {
-			imports[pkg] = strings.Fields(imps)
-		}
-	}
-	// Walk from the production packages through the module's own packages.
-	seen := map[string]bool{}
-	var walk func(pkg, via string)
-	walk = func(pkg, via string) {
-		if seen[pkg] {
-			return
-		}
-		seen[pkg] = true
-		for _, imp := range imports[pkg] {
-			if isTestHook(imp) {
-				t.Errorf("production package %s imports test hook %s%s", pkg, imp, via)
-				continue
-			}
-			if strings.HasPrefix(imp, module+"/") {
-				walk(imp, " (reached from "+pkg+")")
-			}
-		}
-	}
-	for _, p := range prod {
-		walk(p, "")
-	}
-}
-
 // TestSabotageOnlyInVerificationBuilds: the protocol's and the stage
 // host's sabotage switches are test hooks. A default build of package
 // protocol exports none of them; the parsley_sabotage build of each

@@ -124,44 +124,50 @@ func RestoreFrom(ctx context.Context, src Source, st *Store, now func() time.Tim
 		now = time.Now
 	}
 	res := Restored{From: st.Checkpoint(), To: st.Checkpoint()}
-	pos := st.Checkpoint()
 	inc, err := src.Incarnation(ctx)
 	if err != nil {
 		return res, err
 	}
 	res.Changelog = inc
-	for first := true; ; first = false {
+	var f *Follower // from the first listing on
+	for {
 		// Records at or past the end listed below are written after at.
 		at := now()
 		lso, hwm, start, err := src.Bounds(ctx)
 		if err != nil {
 			return res, err
 		}
-		if first {
+		if f == nil {
 			if err := wipeIfStale(ctx, src, st, inc, start, hwm, at, &res); err != nil {
 				return res, err
 			}
-			pos = st.Checkpoint()
-		}
-		if pos > hwm {
-			return res, &ChangelogLostError{Path: st.Path(), Topic: topic, Partition: p, Incarnation: inc, End: hwm, Checkpoint: pos}
-		}
-		if pos < start {
-			if !first {
-				// Retention moved the log start past the replay while it
-				// ran: the records in between are gone. The next attempt
-				// finds the start past the checkpoint and wipes.
-				return res, fmt.Errorf("state: restore %s[%d]: log start %d passed the replay at %d; retry", topic, p, start, pos)
+			from := st.Checkpoint()
+			if from > hwm {
+				return res, &ChangelogLostError{Path: st.Path(), Topic: topic, Partition: p, Incarnation: inc, End: hwm, Checkpoint: from}
 			}
 			// Compaction or retention removed the head; what survives is
 			// the newest value per key, which is all a replay into an
 			// empty store needs (a non-empty one was wiped above).
-			pos = start
+			f = NewFollower(StoreSink(st), max(from, start))
 		}
-		if pos >= lso && lso == hwm {
-			// Caught up: nothing past pos existed at at. The offsets
-			// listed were the incarnation's read at the start only if
-			// it is still the current one.
+		pos := f.Position()
+		switch {
+		case pos > hwm:
+			return res, &ChangelogLostError{Path: st.Path(), Topic: topic, Partition: p, Incarnation: inc, End: hwm, Checkpoint: pos}
+		case pos < start:
+			// Retention moved the log start past the replay while it ran:
+			// the records in between are gone. The next attempt finds the
+			// start past the checkpoint and wipes.
+			return res, fmt.Errorf("state: restore %s[%d]: log start %d passed the replay at %d; retry", topic, p, start, pos)
+		case pos >= lso && lso == hwm:
+			// Caught up: nothing past pos existed at at, and no
+			// transaction is open, so every one the replay read a record
+			// of was decided below pos and is applied.
+			if f.Holding() {
+				return res, fmt.Errorf("state: restore %s[%d]: records below %d have no transaction marker below the last stable offset", topic, p, pos)
+			}
+			// The offsets listed were the incarnation's read at the start
+			// only if it is still the current one.
 			if cur, err := src.Incarnation(ctx); err != nil {
 				return res, err
 			} else if cur != inc {
@@ -172,27 +178,27 @@ func RestoreFrom(ctx context.Context, src Source, st *Store, now func() time.Tim
 			}
 			res.To = st.Checkpoint()
 			return res, nil
-		}
-		if pos >= lso {
+		case pos >= lso:
 			// A transaction is open on the partition: wait for its end.
 			if err := src.Await(ctx); err != nil {
 				return res, err
 			}
 			continue
 		}
-		for pos < lso {
-			muts, next, _, err := src.Fetch(ctx, pos)
+		for f.Position() < lso {
+			recs, next, _, err := src.Fetch(ctx, f.Position())
 			if err != nil {
 				return res, fmt.Errorf("state: restore %s[%d]: %w", topic, p, err)
 			}
-			res.Records += int64(len(muts))
-			if next > pos {
-				// The zero time keeps the recorded one: these records were
-				// written at any time before now.
-				if err := st.Apply(ctx, lastPerKey(muts), next, time.Time{}); err != nil {
-					return res, err
+			for _, r := range recs {
+				if !r.Control && r.Offset >= f.Position() {
+					res.Records++
 				}
-				pos = next
+			}
+			// Applied at commit markers: these records were written at
+			// any time before now, and the checkpoint keeps its time.
+			if err := f.Read(ctx, recs, next); err != nil {
+				return res, fmt.Errorf("state: restore %s[%d]: %w", topic, p, err)
 			}
 		}
 	}

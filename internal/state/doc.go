@@ -20,6 +20,13 @@
 // same incarnation that ends before the checkpoint lost committed records,
 // and Restore refuses it with a *ChangelogLostError.
 //
+// The package owns the layout of a task's store (keys.go: the fold keys,
+// the tick slot, the changelog topic's name) and the one changelog
+// follower (Follower): a restore, a standby's Tailer and a view in another
+// process all apply the changelog through it, each committed transaction
+// whole at its commit marker, into a Sink — a Store (StoreSink) or a
+// view's map.
+//
 // The store runs in WAL mode with synchronous=NORMAL (durability comes from
 // the changelog) over a single connection: one writer, and a task is never
 // used by two goroutines. Reads of committed values go through a cache

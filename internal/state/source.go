@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/internal/wait"
-	"github.com/parsley-go/parsley/protocol"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -31,12 +30,14 @@ type Source interface {
 	// DeleteRetention reads the topic's delete.retention.ms, or
 	// DefaultDeleteRetention when the topic does not report it.
 	DeleteRetention(ctx context.Context) (time.Duration, error)
-	// Fetch reads, read_committed, once from pos on: the mutations of the
-	// data records at or past pos in offset order; the offset past the
-	// last record read, control records included (pos when nothing was);
-	// and the high watermark the read reported (0 when nothing was read).
-	// It never skips a gap silently: records below the log start fail it.
-	Fetch(ctx context.Context, pos int64) (muts []protocol.Mutation, next, hwm int64, err error)
+	// Fetch reads, read_committed, once from pos on: the records at or
+	// past pos in offset order, transaction markers included; the offset
+	// past the last record read or left out as aborted (pos when nothing
+	// was); and the high watermark the read reported (0 when nothing was
+	// read). It never skips a gap silently: records below the log start
+	// fail it. A Follower takes what it returns; the next Fetch may reuse
+	// recs.
+	Fetch(ctx context.Context, pos int64) (recs []Record, next, hwm int64, err error)
 	// Await returns after a while, or with ctx's error: a restore that
 	// found a transaction open on the partition asks again after it.
 	Await(ctx context.Context) error
@@ -59,6 +60,7 @@ type kafkaSource struct {
 	partition int32
 	cl        *kgo.Client
 	at        int64 // where cl consumes from next; -1 before the first Fetch
+	recs      []Record
 }
 
 func (s *kafkaSource) Topic() string    { return s.topic }
@@ -76,7 +78,7 @@ func (s *kafkaSource) DeleteRetention(ctx context.Context) (time.Duration, error
 	return deleteRetention(ctx, s.admin, s.topic)
 }
 
-func (s *kafkaSource) Fetch(ctx context.Context, pos int64) ([]protocol.Mutation, int64, int64, error) {
+func (s *kafkaSource) Fetch(ctx context.Context, pos int64) ([]Record, int64, int64, error) {
 	if s.cl != nil && s.at != pos {
 		// Asked for another position than the client's: start over there.
 		s.cl.Close()
@@ -96,9 +98,9 @@ func (s *kafkaSource) Fetch(ctx context.Context, pos int64) ([]protocol.Mutation
 		}
 		s.cl = cl
 	}
-	muts, next, hwm, err := poll(ctx, s.cl, pos)
-	s.at = next
-	return muts, next, hwm, err
+	recs, next, hwm, err := poll(ctx, s.cl, pos, reuse(s.recs))
+	s.at, s.recs = next, recs
+	return recs, next, hwm, err
 }
 
 func (s *kafkaSource) Await(ctx context.Context) error { return wait.Sleep(ctx, 50*time.Millisecond) }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/parsley-go/parsley/protocol"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -61,8 +60,8 @@ type Tailer struct {
 // Run brings the store up to date with Restore — with every check Restore
 // makes: a store of another incarnation, or one whose checkpoint cannot be
 // trusted, is wiped; a changelog that lost committed records is refused —
-// and then applies, read_committed, every committed changelog record as it
-// is written, until ctx ends. It returns the first Restore's result and
+// and then follows the changelog (Follower): it applies each committed
+// transaction at its commit marker, until ctx ends. It returns the first Restore's result and
 // ctx's error, or the error that stopped it: a fetch error, a log start
 // past the checkpoint (ErrLogStartPassed), a recreated changelog
 // (ErrRecreatedDuringRestore) or one that lost records
@@ -70,8 +69,9 @@ type Tailer struct {
 // way Restore does.
 //
 // A store that Run applied to is, at any moment, the changelog's state at
-// some offset of it; Restore from its checkpoint completes it to exactly
-// what a full replay would give.
+// a transaction boundary of it (its checkpoint), never part of a step;
+// Restore from its checkpoint completes it to exactly what a full replay
+// would give.
 func (t *Tailer) Run(ctx context.Context) (Restored, error) {
 	now := t.Now
 	if now == nil {
@@ -90,20 +90,20 @@ func (t *Tailer) Run(ctx context.Context) (Restored, error) {
 	if err != nil {
 		return res, err
 	}
-	pos := t.Store.Checkpoint()
+	f := NewFollower(StoreSink(t.Store), t.Store.Checkpoint())
 	progress := func(hwm int64) {
 		if t.Progress != nil {
-			t.Progress(ctx, TailProgress{Applied: pos, Lag: max(hwm-pos, 0)})
+			t.Progress(ctx, TailProgress{Applied: f.Applied(), Lag: max(hwm-f.Applied(), 0)})
 		}
 	}
-	progress(pos)
-	hwm := pos
+	hwm := f.Applied()
+	progress(hwm)
 	// The checkpoint time Restore wrote is fresh; the next refresh is due
 	// a Check from now, and is retried at every poll until it succeeds (it
 	// needs a moment with no transaction open on the partition).
 	nextCheck := now().Add(check)
 	for {
-		muts, next, end, err := src.Fetch(ctx, pos)
+		recs, next, end, err := src.Fetch(ctx, f.Position())
 		if err != nil {
 			if ctx.Err() != nil {
 				return res, ctx.Err()
@@ -111,16 +111,11 @@ func (t *Tailer) Run(ctx context.Context) (Restored, error) {
 			return res, fmt.Errorf("state: tail %s[%d]: %w", src.Topic(), src.Partition(), err)
 		}
 		hwm = max(hwm, end)
-		if next > pos {
-			// The zero time keeps the recorded one, which holds for every
-			// record past a later checkpoint too.
-			if err := t.Store.Apply(ctx, lastPerKey(muts), next, time.Time{}); err != nil {
-				return res, err
-			}
-			pos = next
+		if err := f.Read(ctx, recs, next); err != nil {
+			return res, fmt.Errorf("state: tail %s[%d]: %w", src.Topic(), src.Partition(), err)
 		}
 		if at := now(); !at.Before(nextCheck) {
-			caughtUp, end, err := t.check(ctx, src, res.Changelog, pos, at)
+			caughtUp, end, err := t.check(ctx, src, res.Changelog, f, at)
 			if err != nil {
 				return res, err
 			}
@@ -134,12 +129,13 @@ func (t *Tailer) Run(ctx context.Context) (Restored, error) {
 }
 
 // poll fetches once from a client consuming one changelog partition at
-// pos, and returns the mutations of the data records at or past pos, in
-// offset order; the offset past the last record fetched, control records
-// included (pos when nothing was); and the partition's high watermark as
-// the fetch reported it (0 when nothing was fetched). A fetch error fails
-// it, naming what polls (a restore or a tail); ctx's end is its error.
-func poll(ctx context.Context, cl *kgo.Client, pos int64) (muts []protocol.Mutation, next, hwm int64, err error) {
+// pos, and returns the records at or past pos, in offset order, appended
+// to recs; the offset
+// past the last record fetched, control records included (pos when nothing
+// was); and the partition's high watermark as the fetch reported it (0
+// when nothing was fetched). A fetch error fails it, naming what polls (a
+// restore or a tail); ctx's end is its error.
+func poll(ctx context.Context, cl *kgo.Client, pos int64, recs []Record) (_ []Record, next, hwm int64, err error) {
 	pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	fs := cl.PollFetches(pctx)
 	cancel()
@@ -158,16 +154,17 @@ func poll(ctx context.Context, cl *kgo.Client, pos int64) (muts []protocol.Mutat
 	fs.EachPartition(func(p kgo.FetchTopicPartition) {
 		hwm = max(hwm, p.HighWatermark)
 		for _, r := range p.Records {
-			if r.Offset < next {
+			if r.Offset < next || err != nil {
 				continue
 			}
-			next = r.Offset + 1
-			if !r.Attrs.IsControl() {
-				muts = append(muts, protocol.Mutation{Key: string(r.Key), Value: r.Value, Delete: r.Value == nil})
+			var rec Record
+			if rec, err = RecordOf(r); err == nil {
+				next = r.Offset + 1
+				recs = append(recs, rec)
 			}
 		}
 	})
-	return muts, next, hwm, nil
+	return recs, next, hwm, err
 }
 
 // check lists the partition's offsets and the changelog's identity as of
@@ -175,7 +172,7 @@ func poll(ctx context.Context, cl *kgo.Client, pos int64) (muts []protocol.Mutat
 // checkpoint time to at when the store has applied everything committed
 // and no transaction is open (the rule Restore uses). It returns whether
 // it refreshed, and the high watermark.
-func (t *Tailer) check(ctx context.Context, src Source, inc Incarnation, pos int64, at time.Time) (bool, int64, error) {
+func (t *Tailer) check(ctx context.Context, src Source, inc Incarnation, f *Follower, at time.Time) (bool, int64, error) {
 	lso, hwm, start, err := src.Bounds(ctx)
 	if err != nil {
 		return false, 0, err
@@ -184,6 +181,7 @@ func (t *Tailer) check(ctx context.Context, src Source, inc Incarnation, pos int
 	if err != nil {
 		return false, hwm, err
 	}
+	pos := f.Applied()
 	switch {
 	case cur != inc:
 		return false, hwm, fmt.Errorf("%w: %s was %s, now %s", ErrRecreatedDuringRestore, src.Topic(), inc, cur)

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 	"github.com/parsley-go/parsley/internal/rig/obstest"
 	"github.com/parsley-go/parsley/observer"
 	"github.com/parsley-go/parsley/observer/web"

@@ -16,7 +16,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 	"github.com/parsley-go/parsley/internal/rig/obstest"
 	"github.com/parsley-go/parsley/observer"
 	"github.com/parsley-go/parsley/observer/web"

@@ -13,8 +13,8 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/parsley-go/parsley/headers"
-	"github.com/parsley-go/parsley/internal/broker"
-	"github.com/parsley-go/parsley/internal/obsdemo"
+	"github.com/parsley-go/parsley/internal/rig/broker"
+	"github.com/parsley-go/parsley/internal/rig/obsdemo"
 	"github.com/parsley-go/parsley/internal/rig/obstest"
 	"github.com/parsley-go/parsley/observer"
 )

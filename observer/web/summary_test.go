@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 	"github.com/parsley-go/parsley/internal/rig/obstest"
 	"github.com/parsley-go/parsley/observer"
 	"github.com/parsley-go/parsley/observer/web"

@@ -1,7 +1,7 @@
 package stagetest
 
 import (
-	"github.com/parsley-go/parsley/internal/aliascodec"
+	"github.com/parsley-go/parsley/internal/rig/aliascodec"
 	"github.com/parsley-go/parsley/stage"
 )
 

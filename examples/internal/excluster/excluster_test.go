@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/examples/internal/excli"
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 	"github.com/twmb/franz-go/pkg/kadm"
 )
 

@@ -123,7 +123,11 @@ type Rec struct {
 	Key     []byte
 	Value   []byte
 	Headers []kgo.RecordHeader
-	Control bool
+	// Producer is the producer ID of a record written in a transaction
+	// (a marker's too), -1 for one written outside any.
+	Producer int64
+	// Control marks a transaction marker; Commit a commit marker.
+	Control, Commit bool
 }
 
 // ReadCommitted reads tp from pos as a read_committed consumer does: up to
@@ -136,12 +140,16 @@ func (c *Cluster) ReadCommitted(tp TP, pos int64, max int) (recs []Rec, next int
 	for next < lso && len(recs) < max {
 		e := l[next]
 		next++
+		pid := int64(-1)
+		if e.txn != nil {
+			pid = e.txn.p.pid
+		}
 		switch {
 		case e.marker:
-			recs = append(recs, Rec{Offset: e.offset, Control: true})
+			recs = append(recs, Rec{Offset: e.offset, Producer: pid, Control: true, Commit: e.txn.State == TxnCommitted})
 		case e.txn != nil && e.txn.State == TxnAborted:
 		default:
-			recs = append(recs, Rec{Offset: e.offset, Key: e.key, Value: e.value, Headers: e.headers})
+			recs = append(recs, Rec{Offset: e.offset, Key: e.key, Value: e.value, Headers: e.headers, Producer: pid})
 		}
 	}
 	return recs, next

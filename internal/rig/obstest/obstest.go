@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/broker"
-	"github.com/parsley-go/parsley/internal/obsdemo"
+	"github.com/parsley-go/parsley/internal/rig/broker"
+	"github.com/parsley-go/parsley/internal/rig/obsdemo"
 	"github.com/parsley-go/parsley/observer"
 	"github.com/parsley-go/parsley/observer/web"
 	"github.com/prometheus/client_golang/prometheus"

@@ -10,10 +10,10 @@ import (
 )
 
 // Classpath returns the Kafka broker's classpath, resolving it with Maven
-// from the module's testkafka/pom.xml when testkafka/target/classpath.txt
-// is missing or older than the pom. Maven downloads the jars into its own
-// repository (~/.m2) on first use; nothing lands in the source tree but
-// target/, which is ignored.
+// from the launcher's pom.xml, beside this file, when target/classpath.txt
+// beside it is missing or older than the pom. Maven downloads the jars into
+// its own repository (~/.m2) on first use; nothing lands in the source tree
+// but target/, which is ignored.
 func Classpath(ctx context.Context) (string, error) {
 	dir, err := launcherDir()
 	if err != nil {
@@ -56,9 +56,10 @@ func fresh(out, src string) bool {
 	return err == nil && o.ModTime().After(s.ModTime())
 }
 
-// launcherDir finds testkafka/ beside the module's go.mod, walking up from
-// the working directory (go test runs in the package's directory), or
-// takes it from PARSLEY_TESTKAFKA_DIR.
+// launcherDir finds this package's directory, internal/rig/testkafka
+// under the module's go.mod (walking up from the working directory: go
+// test runs in a package's directory, the command anywhere in the tree),
+// or takes it from PARSLEY_TESTKAFKA_DIR.
 func launcherDir() (string, error) {
 	if d := os.Getenv("PARSLEY_TESTKAFKA_DIR"); d != "" {
 		return d, nil
@@ -69,7 +70,7 @@ func launcherDir() (string, error) {
 	}
 	for d := wd; ; d = filepath.Dir(d) {
 		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			p := filepath.Join(d, "testkafka")
+			p := filepath.Join(d, "internal", "rig", "testkafka")
 			if _, err := os.Stat(filepath.Join(p, "pom.xml")); err != nil {
 				return "", fmt.Errorf("testkafka: no launcher pom beside %s: %w", filepath.Join(d, "go.mod"), err)
 			}

@@ -1,6 +1,6 @@
 package testkafka
 
-// The launcher vocabulary shared with internal/broker (broker.Launcher,
+// The launcher vocabulary shared with internal/rig/broker (broker.Launcher,
 // broker.Nodes), so a soak written against it runs on the embedded broker
 // or on this real cluster.
 
@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/broker"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -211,6 +212,30 @@ func TestClusterIDNeverLooksLikeAnOption(t *testing.T) {
 		}
 		if len(id) != 22 {
 			t.Fatalf("cluster ID %q: %d characters, want 22 (16 bytes, base64url)", id, len(id))
+		}
+	}
+}
+
+// The launcher's Maven file sits beside its Go code: launcherDir finds it
+// from this package's directory and from the module's root, as go test and
+// the command run.
+func TestLauncherPomBesideTheLauncher(t *testing.T) {
+	t.Setenv("PARSLEY_TESTKAFKA_DIR", "")
+	here, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, wd := range []string{here, filepath.Join(here, "..", "..", "..")} {
+		t.Chdir(wd)
+		dir, err := launcherDir()
+		if err != nil {
+			t.Fatalf("from %s: %v", wd, err)
+		}
+		if dir != here {
+			t.Fatalf("from %s: launcher directory %s, want this package's, %s", wd, dir, here)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "pom.xml")); err != nil {
+			t.Fatalf("no pom.xml beside the launcher: %v", err)
 		}
 	}
 }

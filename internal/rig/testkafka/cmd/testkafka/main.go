@@ -4,7 +4,7 @@
 //	testkafka [-nodes 1] [-min-isr 1] [-sasl-ssl] [-- command args...]
 //
 // With a command, it sets PARSLEY_TEST_BROKERS to the cluster's listeners
-// (internal/broker then runs the integration tests against it instead of
+// (internal/rig/broker then runs the integration tests against it instead of
 // kfake), runs the command, stops the cluster and exits with the
 // command's status. Without one, it prints PARSLEY_TEST_BROKERS=... and
 // keeps the cluster up until SIGINT or SIGTERM. Either way the brokers are
