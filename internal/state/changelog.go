@@ -123,6 +123,11 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 	}
 	res := Restored{From: st.Checkpoint(), To: st.Checkpoint()}
 	pos := st.Checkpoint()
+	giveBack, err := st.replaySpace(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer giveBack()
 	inc, err := incarnation(ctx, admin, topic)
 	if err != nil {
 		return res, err
@@ -191,20 +196,37 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 				return res, fmt.Errorf("state: restore %s[%d]: %w", topic, p, err)
 			}
 		}
+		// The polls' mutations are written restoreBatch keys at a time:
+		// sorted and written in one transaction, a batch's rows land on
+		// neighbouring B-tree pages, where rows in changelog order land
+		// all over the file (a step's writes are sorted, the steps'
+		// keys are not) and cost a page cache miss each.
+		var batch []protocol.Mutation
+		var batchBytes int
 		for pos < lso {
 			muts, next, _, err := poll(ctx, cl, "restore", pos)
 			if err != nil {
 				return res, err
 			}
 			res.Records += int64(len(muts))
-			if next > pos {
-				// The zero time keeps the recorded one: these records were
-				// written at any time before now.
-				if err := st.Apply(ctx, lastPerKey(muts), next, time.Time{}); err != nil {
-					return res, err
-				}
-				pos = next
+			if next <= pos {
+				continue
 			}
+			batch = append(batch, muts...)
+			for _, m := range muts {
+				batchBytes += len(m.Key) + len(m.Value)
+			}
+			pos = next
+			if len(batch) < restoreBatchKeys && batchBytes < restoreBatchBytes && pos < lso {
+				continue
+			}
+			// The zero time keeps the recorded one: these records were
+			// written at any time before now.
+			if err := st.Apply(ctx, lastPerKey(batch), pos, time.Time{}); err != nil {
+				return res, err
+			}
+			clear(batch) // keep no fetch buffer alive
+			batch, batchBytes = batch[:0], 0
 		}
 	}
 }
@@ -286,8 +308,15 @@ func deleteRetention(ctx context.Context, admin *kadm.Client, topic string) (tim
 	return DefaultDeleteRetention, nil
 }
 
-// lastPerKey keeps the last mutation of each key, in first-seen order of the
-// surviving writes (order between distinct keys does not matter).
+// Restore writes at most restoreBatchKeys changelog records, or about
+// restoreBatchBytes of their keys and values, in one SQLite transaction.
+const (
+	restoreBatchKeys  = 1 << 16
+	restoreBatchBytes = 8 << 20
+)
+
+// lastPerKey keeps the last mutation of each key, in key order: SQLite
+// writes rows in key order to neighbouring pages of its B-tree.
 func lastPerKey(ms []protocol.Mutation) []protocol.Mutation {
 	idx := make(map[string]int, len(ms))
 	out := ms[:0:0]
@@ -299,6 +328,7 @@ func lastPerKey(ms []protocol.Mutation) []protocol.Mutation {
 		idx[m.Key] = len(out)
 		out = append(out, m)
 	}
+	protocol.SortMutations(out)
 	return out
 }
 
