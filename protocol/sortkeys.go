@@ -8,8 +8,8 @@ import (
 	"strings"
 )
 
-// SortMutations sorts ms by key, in place; the order of mutations with
-// equal keys is unspecified.
+// SortMutations sorts ms by key, in place; mutations with equal keys keep
+// their order (a host that replays writes can keep the last of each key).
 //
 // A host sorts tens of thousands of keys at a time (a step's writes for
 // its changelog, committed steps' writes for its store), and those keys'
@@ -21,7 +21,7 @@ func SortMutations(ms []Mutation) {
 		return
 	}
 	if len(ms) > math.MaxInt32 {
-		slices.SortFunc(ms, func(x, y Mutation) int { return strings.Compare(x.Key, y.Key) })
+		slices.SortStableFunc(ms, func(x, y Mutation) int { return strings.Compare(x.Key, y.Key) })
 		return
 	}
 	type entry struct {
@@ -40,7 +40,10 @@ func SortMutations(ms []Mutation) {
 		if c := cmp.Compare(a.lo, b.lo); c != 0 {
 			return c
 		}
-		return strings.Compare(ms[a.i].Key, ms[b.i].Key)
+		if c := strings.Compare(ms[a.i].Key, ms[b.i].Key); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.i, b.i)
 	})
 	sorted := make([]Mutation, len(ms))
 	for j, e := range es {
