@@ -112,6 +112,12 @@ func wipeAge(window time.Duration) time.Duration {
 // changelog's end is refused, with a *ChangelogLostError: the broker lost
 // committed records, and a wipe would hide that.
 func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt) (*kgo.Client, error), topic string, p int32, st *Store, now func() time.Time) (Restored, error) {
+	return restore(ctx, admin, newClient, topic, p, st, now, bulkReplayMin)
+}
+
+// restore is Restore, replaying in bulk into an empty store when at least
+// bulkMin changelog offsets are ahead of it.
+func restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt) (*kgo.Client, error), topic string, p int32, st *Store, now func() time.Time, bulkMin int64) (Restored, error) {
 	var cl *kgo.Client
 	defer func() {
 		if cl != nil {
@@ -128,6 +134,13 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 		return res, err
 	}
 	defer giveBack()
+	var bulk *bulkReplay
+	defer func() {
+		// Before giveBack, which needs the connection the replay holds.
+		if bulk != nil {
+			bulk.close()
+		}
+	}()
 	inc, err := incarnation(ctx, admin, topic)
 	if err != nil {
 		return res, err
@@ -145,6 +158,15 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 				return res, err
 			}
 			pos = st.Checkpoint()
+		}
+		if first && lso-max(pos, start) >= bulkMin {
+			if empty, err := st.empty(ctx); err != nil {
+				return res, err
+			} else if empty {
+				if bulk, err = st.beginBulk(ctx); err != nil {
+					return res, err
+				}
+			}
 		}
 		if pos > hwm {
 			return res, &ChangelogLostError{Path: st.Path(), Topic: topic, Partition: p, Incarnation: inc, End: hwm, Checkpoint: pos}
@@ -170,7 +192,12 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 			} else if cur != inc {
 				return res, fmt.Errorf("%w: %s was %s, now %s", ErrRecreatedDuringRestore, topic, inc, cur)
 			}
-			if err := st.Apply(ctx, nil, pos, at); err != nil {
+			if bulk != nil {
+				err = bulk.finish(ctx, pos, at)
+			} else {
+				err = st.Apply(ctx, nil, pos, at)
+			}
+			if err != nil {
 				return res, err
 			}
 			res.To = st.Checkpoint()
@@ -220,9 +247,15 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 			if len(batch) < restoreBatchKeys && batchBytes < restoreBatchBytes && pos < lso {
 				continue
 			}
-			// The zero time keeps the recorded one: these records were
-			// written at any time before now.
-			if err := st.Apply(ctx, lastPerKey(batch), pos, time.Time{}); err != nil {
+			if bulk != nil {
+				// The store's checkpoint moves when finish builds it.
+				err = bulk.append(ctx, batch)
+			} else {
+				// The zero time keeps the recorded one: these records
+				// were written at any time before now.
+				err = st.Apply(ctx, lastPerKey(batch), pos, time.Time{})
+			}
+			if err != nil {
 				return res, err
 			}
 			clear(batch) // keep no fetch buffer alive
@@ -315,20 +348,19 @@ const (
 	restoreBatchBytes = 8 << 20
 )
 
-// lastPerKey keeps the last mutation of each key, in key order: SQLite
-// writes rows in key order to neighbouring pages of its B-tree.
+// lastPerKey sorts ms by key, in place, and returns it with only the last
+// mutation of each key: SQLite writes rows in key order to neighbouring
+// pages of its B-tree. The sort keeps one key's writes in their order.
 func lastPerKey(ms []protocol.Mutation) []protocol.Mutation {
-	idx := make(map[string]int, len(ms))
-	out := ms[:0:0]
-	for _, m := range ms {
-		if i, ok := idx[m.Key]; ok {
-			out[i] = m
-			continue
+	protocol.SortMutations(ms)
+	out := ms[:0]
+	for i, m := range ms {
+		if i+1 < len(ms) && ms[i+1].Key == m.Key {
+			continue // a later write of the key follows
 		}
-		idx[m.Key] = len(out)
 		out = append(out, m)
 	}
-	protocol.SortMutations(out)
+	clear(ms[len(out):]) // keep no record alive past its write
 	return out
 }
 

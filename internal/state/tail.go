@@ -156,6 +156,7 @@ func poll(ctx context.Context, cl *kgo.Client, what string, pos int64) (muts []p
 		return nil, pos, 0, err
 	}
 	next = pos
+	muts = make([]protocol.Mutation, 0, fs.NumRecords())
 	fs.EachPartition(func(p kgo.FetchTopicPartition) {
 		hwm = max(hwm, p.HighWatermark)
 		for _, r := range p.Records {
