@@ -86,9 +86,10 @@ func (b bench) restoreRounds(ctx context.Context, cl *kgo.Client) error {
 		return nil
 	}
 	fmt.Printf("restore: %d payments, each of a new key, on an input of each peer's own (the probes below go to it); each peer folds them, is killed (SIGKILL), and restarts twice once its group is empty: on the state directory it left, then on an empty one; a restart ends when %d payments produced after its launch, on folded keys, are read back with the right totals\n", o.restoreKeys, probes)
+	systems := strings.Split(o.systems, ",")
 	for r := 1; r <= o.restoreRounds; r++ {
-		spans := map[string][]time.Duration{}
-		for _, sys := range []string{"parsley", "streams"} {
+		spans := map[string]time.Duration{}
+		for _, sys := range systems {
 			rinput := fmt.Sprintf("restore-payments-%d-%s", r, sys)
 			if err := b.createTopic(ctx, rinput, o.partitions, false); err != nil {
 				return err
@@ -100,12 +101,14 @@ func (b bench) restoreRounds(ctx context.Context, cl *kgo.Client) error {
 			if err != nil {
 				return fmt.Errorf("restore round %d %s: %w", r, sys, err)
 			}
-			for _, x := range rs {
-				spans[sys] = append(spans[sys], x.restore)
+			if len(rs) > 0 {
+				spans[sys] = rs[len(rs)-1].restore // the full restore
 			}
 		}
-		if len(spans["parsley"]) == 2 && len(spans["streams"]) == 2 && spans["streams"][1] > 0 {
-			fmt.Printf("round %d: full restore (empty directory), Parsley/Streams time %.2f\n", r, float64(spans["parsley"][1])/float64(spans["streams"][1]))
+		for _, sys := range systems {
+			if sys != "streams" && spans[sys] > 0 && spans["streams"] > 0 {
+				fmt.Printf("round %d: full restore (empty directory), %s/streams time %.2f\n", r, sys, float64(spans[sys])/float64(spans["streams"]))
+			}
 		}
 	}
 	return nil
@@ -175,6 +178,9 @@ func (b bench) restoreRound(ctx context.Context, cl *kgo.Client, r int, sys, inp
 	fmt.Println("      restart    wait-empty  ready    restore  restored  probes    cpu     maxRSS  load")
 	var out []restart
 	for phase, what := range []string{"in place", "empty dir"} {
+		if phase == 0 && !b.o.inPlace {
+			continue
+		}
 		waited := time.Now()
 		if err := waitGroupEmpty(ctx, b.adm, app); err != nil {
 			return out, fmt.Errorf("%s: wait for the group to empty: %w", what, err)
@@ -229,6 +235,7 @@ func (b bench) restart(ctx context.Context, cl *kgo.Client, s peerSpec, n, phase
 	defer consumer.Close()
 	pctx, pcancel := context.WithCancel(ctx)
 	defer pcancel()
+	s.tag = fmt.Sprintf("restart%d", phase)
 	pp, err := b.launchPeer(pcancel, s)
 	if err != nil {
 		return rs, nil, err

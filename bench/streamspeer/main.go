@@ -69,6 +69,8 @@ type options struct {
 	large                  bool // large.go
 	largeKeys, restoreKeys int
 	restoreRounds          int
+	inPlace                bool
+	systems                string
 	scaleout               bool // scaleout.go
 	instances              string
 	partitionsSet          bool // -partitions given: scale-out keeps it
@@ -95,6 +97,8 @@ func main() {
 	flag.IntVar(&o.largeKeys, "large-keys", 1000000, "with -large: records of the fold rounds, each of a new key (0: no fold rounds)")
 	flag.IntVar(&o.restoreKeys, "restore-keys", 10000000, "with -large: keys of state built, killed and restored in each restore round (0: no restore rounds)")
 	flag.IntVar(&o.restoreRounds, "restore-rounds", 1, "with -large: restore rounds (each peer builds, is killed and restarted twice)")
+	flag.BoolVar(&o.inPlace, "restart-in-place", true, "with -large: restart each killed peer on its state directory before the restart on an empty one")
+	flag.StringVar(&o.systems, "systems", "parsley,streams", "with -large: the peers of the restore rounds, in the order run (parsley, parsley-b with -peer-b, streams)")
 	flag.BoolVar(&o.scaleout, "scaleout", false, "run the scale-out rounds on a three-broker cluster: -instances instances of each peer over -partitions (default 12)")
 	flag.StringVar(&o.instances, "instances", "1,2,4", "with -scaleout: the instance counts, in the order run")
 	flag.Parse()
@@ -107,6 +111,11 @@ func main() {
 	}
 	if o.large && (o.largeKeys == 1 || o.largeKeys < 0 || o.restoreKeys < 0 || o.restoreRounds < 0 || (o.restoreKeys > 0 && o.restoreKeys < 2*probes)) {
 		log.Fatalf("-large-keys must be 0 (no fold rounds) or at least 2, -restore-keys 0 or at least %d, -restore-rounds not negative", 2*probes)
+	}
+	for sys := range strings.SplitSeq(o.systems, ",") {
+		if sys != "parsley" && sys != "streams" && (sys != "parsley-b" || o.peerB == "") {
+			log.Fatalf("-systems %q: %q is not parsley, streams, or parsley-b with -peer-b", o.systems, sys)
+		}
 	}
 	if !o.large && !o.scaleout && !o.throughput && o.rate == 0 {
 		log.Fatal("-throughput=false with -rate 0 runs nothing")
@@ -341,6 +350,7 @@ type peerSpec struct {
 	stateDir                   string // "": the run's directory for app
 	instance                   string // Parsley's instance ID; "": peer-1
 	timeline                   bool
+	tag                        string // names the peer's -profile files beside app and instance
 }
 
 // createRoundTopics creates a round's output topic, and for Parsley its
@@ -395,8 +405,10 @@ func (b bench) launchPeer(cancel context.CancelFunc, s peerSpec) (*peerProc, err
 		}
 		if o.profileDir != "" {
 			name := s.app
-			if s.instance != "" {
-				name += "-" + s.instance
+			for _, part := range []string{s.instance, s.tag} {
+				if part != "" {
+					name += "-" + part
+				}
 			}
 			args = append(args, "-cpuprofile", filepath.Join(o.profileDir, name+".pprof"), "-requests", filepath.Join(o.profileDir, name+".requests.json"))
 		}
