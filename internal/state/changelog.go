@@ -163,7 +163,7 @@ func restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 			if empty, err := st.empty(ctx); err != nil {
 				return res, err
 			} else if empty {
-				if bulk, err = st.beginBulk(ctx); err != nil {
+				if bulk, err = st.beginBulk(); err != nil {
 					return res, err
 				}
 			}
@@ -249,7 +249,7 @@ func restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 			}
 			if bulk != nil {
 				// The store's checkpoint moves when finish builds it.
-				err = bulk.append(ctx, batch)
+				err = bulk.append(batch)
 			} else {
 				// The zero time keeps the recorded one: these records
 				// were written at any time before now.

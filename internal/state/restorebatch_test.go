@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"errors"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -42,7 +43,7 @@ func TestRestoreKeepsTheLastWrite(t *testing.T) {
 				t.Errorf("read %d records, want %d", res.Records, restoreBatchKeys+4000)
 			}
 			checkRestored(t, s, want, end)
-			if _, err := os.Stat(replayPath(s.Path())); !errors.Is(err, os.ErrNotExist) {
+			if _, err := os.Stat(replayDir(s.Path())); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("replay file after the restore: %v", err)
 			}
 		})
@@ -147,10 +148,13 @@ func TestBulkReplayThatStopsLeavesTheStoreEmpty(t *testing.T) {
 	if got := contents(t, s); len(got) != 0 || s.Checkpoint() != 0 {
 		t.Fatalf("after a failed bulk replay: %d keys at checkpoint %d, want none at 0", len(got), s.Checkpoint())
 	}
-	if _, err := os.Stat(replayPath(s.Path())); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(replayDir(s.Path())); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("replay file after a failed restore: %v", err)
 	}
-	if err := os.WriteFile(replayPath(s.Path()), []byte("not a database"), 0o644); err != nil {
+	if err := os.MkdirAll(replayDir(s.Path()), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(replayDir(s.Path()), "0"), []byte("a run a stopped replay left"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := restore(ctx, l.c.Admin(), newClient, "cl", 0, s, nil, 1); err != nil {
@@ -192,5 +196,39 @@ func TestRestoreGivesThePageCacheBack(t *testing.T) {
 	}
 	if got := pages(); got != before {
 		t.Errorf("page cache %d KiB after a failed restore, want %d", got, before)
+	}
+}
+
+// TestBulkReplayMergesRunsNewestFirst: the merge takes each key's write
+// from the newest run that has one — the empty key too — and drops a key
+// whose newest write deletes it.
+func TestBulkReplayMergesRunsNewestFirst(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, filepath.Join(t.TempDir(), "t.db"))
+	b, err := s.beginBulk()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	put := func(k, v string) protocol.Mutation { return protocol.Mutation{Key: k, Value: []byte(v)} }
+	del := func(k string) protocol.Mutation { return protocol.Mutation{Key: k, Delete: true} }
+	for _, run := range [][]protocol.Mutation{
+		{put("", "old"), put("a", "1"), put("gone", "x"), put("kept", "k")},
+		{put("a", "2"), put("", "new"), put("a", "3")}, // a's last write in the run wins
+		{del("gone"), put("z", "")},
+	} {
+		if err := b.append(run); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.finish(ctx, 7, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"": "new", "a": "3", "kept": "k", "z": ""}
+	if got := contents(t, s); !maps.Equal(got, want) {
+		t.Fatalf("merged %q, want %q", got, want)
+	}
+	if s.Checkpoint() != 7 {
+		t.Fatalf("checkpoint %d, want 7", s.Checkpoint())
 	}
 }
