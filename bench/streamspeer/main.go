@@ -56,6 +56,7 @@ import (
 	"github.com/parsley-go/parsley/stage"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 type options struct {
@@ -181,7 +182,7 @@ func run(ctx context.Context, o options) error {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	b := bench{o: o, p: p, adm: adm, brokers: brokers, brokerPIDs: brokerPIDs, rf: rf}
+	b := bench{o: o, p: p, cl: cl, adm: adm, brokers: brokers, nodeIDs: c.NodeIDs(), brokerPIDs: brokerPIDs, rf: rf}
 	switch {
 	case o.large:
 		return b.largeRounds(ctx, cl)
@@ -204,8 +205,10 @@ func run(ctx context.Context, o options) error {
 type bench struct {
 	o          options
 	p          peers
+	cl         *kgo.Client
 	adm        *kadm.Client
 	brokers    []string
+	nodeIDs    []int32
 	brokerPIDs []int
 	rf         int
 }
@@ -669,31 +672,53 @@ func buildPeers(ctx context.Context, dir string) (peers, error) {
 // createTopic creates a topic of b's replication factor and waits until
 // the cluster lists it with every partition.
 func (b bench) createTopic(ctx context.Context, name string, partitions int, compact bool) error {
-	adm := b.adm
 	var cfg map[string]*string
 	if compact {
 		c := "compact"
 		cfg = map[string]*string{"cleanup.policy": &c}
 	}
-	resp, err := adm.CreateTopic(ctx, int32(partitions), int16(b.rf), cfg, name)
+	resp, err := b.adm.CreateTopic(ctx, int32(partitions), int16(b.rf), cfg, name)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", name, err)
 	}
 	if resp.Err != nil {
 		return fmt.Errorf("create %s: %w", name, resp.Err)
 	}
-	// A peer that checks its topics at start must find this one.
-	for {
-		td, err := adm.ListTopics(ctx, name)
-		if err == nil && td.Has(name) && td[name].Err == nil && len(td[name].Partitions) == partitions {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("create %s: %w", name, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+	// A peer that checks its topics at start must find this one, whichever
+	// broker it asks: each learns of a new topic on its own.
+	for _, id := range b.nodeIDs {
+		for !b.brokerLists(ctx, id, name, partitions) {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("create %s: broker %d: %w", name, id, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
 	}
+	return nil
+}
+
+// brokerLists reports whether broker id's metadata has topic with all its
+// partitions and their leaders.
+func (b bench) brokerLists(ctx context.Context, id int32, topic string, partitions int) bool {
+	req := kmsg.NewPtrMetadataRequest()
+	t := kmsg.NewMetadataRequestTopic()
+	t.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, b.cl.Broker(int(id)))
+	if err != nil || len(resp.Topics) != 1 {
+		return false
+	}
+	rt := resp.Topics[0]
+	if rt.ErrorCode != 0 || len(rt.Partitions) != partitions {
+		return false
+	}
+	for _, p := range rt.Partitions {
+		if p.ErrorCode != 0 || p.Leader < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // produce writes n payments with ids from..from+n-1 over keys accounts,
