@@ -80,6 +80,18 @@ func (k chanKey) compare(o chanKey) int {
 	return 0
 }
 
+// less reports whether k sorts before o; it is compare(o) < 0 without
+// building the three-way result.
+func (k chanKey) less(o chanKey) bool {
+	switch {
+	case k.hi != o.hi:
+		return k.hi < o.hi
+	case k.lo != o.lo:
+		return k.lo < o.lo
+	}
+	return k.part < o.part
+}
+
 // compareHalves orders two 128-bit IDs held as sign-flipped halves: Java's
 // signed UUID order, as plain unsigned compares.
 func compareHalves(ahi, alo, bhi, blo uint64) int {
@@ -337,17 +349,22 @@ func mergeOffsets(dst, src []offsetEntry) []offsetEntry {
 	}
 	// Every channel of src already in dst (a record's clock folded into a
 	// wider aggregate of the same stream): raise in place with direct
-	// compares; mergeSorted's indirect calls cost twice as much.
+	// compares; mergeSorted's indirect calls cost twice as much. Most
+	// entries of src match the next entry of dst, so equality, three
+	// machine compares, is tested before order.
 	i, j := 0, 0
-	for ; j < len(src); j++ {
-		for i < len(dst) && dst[i].key.compare(src[j].key) < 0 {
+	for i < len(dst) && j < len(src) {
+		switch {
+		case dst[i].key == src[j].key:
+			if src[j].off > dst[i].off {
+				dst[i].off = src[j].off
+			}
 			i++
-		}
-		if i == len(dst) || dst[i].key != src[j].key {
-			break
-		}
-		if src[j].off > dst[i].off {
-			dst[i].off = src[j].off
+			j++
+		case dst[i].key.less(src[j].key):
+			i++
+		default:
+			i = len(dst) // src[j] is not in dst
 		}
 	}
 	if j == len(src) {

@@ -243,7 +243,7 @@ func (b *Batch) Mutations() []Mutation {
 	for _, m := range b.writes {
 		out = append(out, m)
 	}
-	slices.SortFunc(out, func(x, y Mutation) int { return strings.Compare(x.Key, y.Key) })
+	SortMutations(out)
 	return out
 }
 

@@ -10,7 +10,7 @@ import (
 // prefetch reads the committed fold state of a fetch's keys from the file
 // into the store's cache in batched queries before the records are fed: a
 // point read per new key cost more than the rest of the record's work in a
-// large state (docs/performance.md, "Cost flat in state size"). Keys the
+// large state (docs/performance.md, "State store"). Keys the
 // step already holds are skipped: their reads never reach the file. Keys
 // of the unwritten committed steps are not looked up here: in a large
 // state that lookup misses every time, in a map of tens of thousands of

@@ -24,12 +24,12 @@ import (
 // state, how fast a changelog restores into an empty store, and how much
 // memory a task keeps per held record. It runs minutes, so it is skipped
 // unless PARSLEY_SCALE is set; PARSLEY_SCALE_KEYS (default 1,000,000)
-// scales its largest point down on a smaller machine. Its output, pasted
-// into docs/performance.md ("How cost grows"), is what the plots in
-// docs/scale are drawn from:
+// scales its largest point down on a smaller machine. Its output, kept in
+// docs/scale/bench.txt (docs/performance.md, "How cost grows"), is what
+// the plots in docs/scale are drawn from:
 //
-//	PARSLEY_SCALE=1 go test ./stage -run '^$' -bench Scale -benchtime 1x -count 3 -timeout 3h | tee /tmp/scale.txt
-//	go -C tools/scaleplot run . ../../docs/performance.md ../../docs/scale
+//	PARSLEY_SCALE=1 go test ./stage -run '^$' -bench Scale -benchtime 1x -count 3 -timeout 3h | tee docs/scale/bench.txt
+//	go -C tools/scaleplot run . ../../docs/scale/bench.txt ../../docs/scale
 func BenchmarkScale(b *testing.B) {
 	if os.Getenv("PARSLEY_SCALE") == "" {
 		b.Skip("long: set PARSLEY_SCALE=1 (docs/performance.md, How cost grows)")

@@ -23,6 +23,15 @@
 // -latency-dump writes every output's send and receipt time as CSV, and
 // -timeline the Parsley peer's request and delivery timeline. It needs a
 // JDK and Maven, like the real-Kafka test tier.
+//
+// -large runs the large-state rounds instead (large.go): the stateful fold
+// over -large-keys records each of a new key (1,000,000 by default),
+// alternating Parsley and Streams rounds, then -restore-rounds rounds that
+// fold -restore-keys keys (10,000,000 by default), SIGKILL the peer and
+// time its restart twice: on the state directory it left, and on an empty
+// one (a full restore from the changelog). -scaleout runs the scale-out
+// rounds (scaleout.go): a three-broker cluster, -partitions 12, and 1, 2 and
+// 4 instances of each peer (-instances) on the same input.
 package main
 
 import (
@@ -47,6 +56,7 @@ import (
 	"github.com/parsley-go/parsley/stage"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 type options struct {
@@ -56,6 +66,15 @@ type options struct {
 	profileDir, timelineDir           string
 	latencyDump, peerB                string
 	timeout                           time.Duration
+
+	large                  bool // large.go
+	largeKeys, restoreKeys int
+	restoreRounds          int
+	inPlace                bool
+	systems                string
+	scaleout               bool // scaleout.go
+	instances              string
+	partitionsSet          bool // -partitions given: scale-out keeps it
 }
 
 func main() {
@@ -69,18 +88,46 @@ func main() {
 	flag.IntVar(&o.rate, "rate", 5000, "input rate of the latency rounds, records/s (0: none)")
 	flag.IntVar(&o.latencyRecords, "latency-records", 25000, "measured records per latency round")
 	flag.IntVar(&o.warmup, "warmup", 5000, "warm-up records per latency round, produced at -rate and read back before the measured ones")
-	flag.StringVar(&o.peerB, "peer-b", "", "a second Parsley peer binary (go build ./bench/streamspeer/parsleypeer of another commit): latency rounds run it as parsley-b beside the others, an A/B control in the same run")
+	flag.StringVar(&o.peerB, "peer-b", "", "a second Parsley peer binary (go build ./bench/streamspeer/parsleypeer of another commit): latency rounds and the large-state fold rounds run it as parsley-b beside the others, an A/B control in the same run")
 	flag.BoolVar(&o.throughput, "throughput", true, "run the throughput rounds (false: latency rounds only)")
 	flag.StringVar(&o.latencyDump, "latency-dump", "", "write every latency round output (system, round, phase, id, send, receipt, latency) to this CSV file")
 	flag.StringVar(&o.timelineDir, "timeline", "", "directory for the Parsley peer's timeline (requests, fetches, deliveries, acknowledgements; CSV) and client debug log per latency round")
 	flag.StringVar(&o.profileDir, "profile", "", "directory for the Parsley peer's CPU profiles and request counts")
-	flag.DurationVar(&o.timeout, "round-timeout", 5*time.Minute, "give up on a round after this long")
+	flag.DurationVar(&o.timeout, "round-timeout", 5*time.Minute, "give up on a round after this long (the large-state rounds allow ten times as long)")
+	flag.BoolVar(&o.large, "large", false, "run the large-state rounds: the fold over -large-keys new keys, then the -restore-keys restore after a kill")
+	flag.IntVar(&o.largeKeys, "large-keys", 1000000, "with -large: records of the fold rounds, each of a new key (0: no fold rounds)")
+	flag.IntVar(&o.restoreKeys, "restore-keys", 10000000, "with -large: keys of state built, killed and restored in each restore round (0: no restore rounds)")
+	flag.IntVar(&o.restoreRounds, "restore-rounds", 1, "with -large: restore rounds (each peer builds, is killed and restarted twice)")
+	flag.BoolVar(&o.inPlace, "restart-in-place", true, "with -large: restart each killed peer on its state directory before the restart on an empty one")
+	flag.StringVar(&o.systems, "systems", "parsley,streams", "with -large: the peers of the restore rounds, in the order run (parsley, parsley-b with -peer-b, streams)")
+	flag.BoolVar(&o.scaleout, "scaleout", false, "run the scale-out rounds on a three-broker cluster: -instances instances of each peer over -partitions (default 12)")
+	flag.StringVar(&o.instances, "instances", "1,2,4", "with -scaleout: the instance counts, in the order run")
 	flag.Parse()
+	flag.Visit(func(f *flag.Flag) { o.partitionsSet = o.partitionsSet || f.Name == "partitions" })
 	if o.rounds < 1 || o.records < 1 || o.keys < 1 || o.partitions < 1 || o.rate < 0 || o.warmup < 0 || o.latencyRecords < 1 {
 		log.Fatal("rounds, records, keys, partitions and latency-records must be positive, rate and warmup not negative")
 	}
-	if !o.throughput && o.rate == 0 {
+	if o.large && o.scaleout {
+		log.Fatal("-large and -scaleout are separate runs")
+	}
+	if o.large && (o.largeKeys == 1 || o.largeKeys < 0 || o.restoreKeys < 0 || o.restoreRounds < 0 || (o.restoreKeys > 0 && o.restoreKeys < 2*probes)) {
+		log.Fatalf("-large-keys must be 0 (no fold rounds) or at least 2, -restore-keys 0 or at least %d, -restore-rounds not negative", 2*probes)
+	}
+	for sys := range strings.SplitSeq(o.systems, ",") {
+		if sys != "parsley" && sys != "streams" && (sys != "parsley-b" || o.peerB == "") {
+			log.Fatalf("-systems %q: %q is not parsley, streams, or parsley-b with -peer-b", o.systems, sys)
+		}
+	}
+	if !o.large && !o.scaleout && !o.throughput && o.rate == 0 {
 		log.Fatal("-throughput=false with -rate 0 runs nothing")
+	}
+	if o.scaleout {
+		if _, err := parseInstances(o.instances); err != nil {
+			log.Fatal(err)
+		}
+		if !o.partitionsSet {
+			o.partitions = 12
+		}
 	}
 	for flagName, d := range map[string]string{"-profile": o.profileDir, "-timeline": o.timelineDir} {
 		if d == "" {
@@ -111,15 +158,21 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	cfg, rf := testkafka.Config{Nodes: 1}, 1
+	if o.scaleout {
+		// Three brokers, each topic on all three and acknowledged by two,
+		// as a production cluster runs.
+		cfg, rf = testkafka.Config{Nodes: 3, MinInsyncReplicas: 2}, 3
+	}
 	sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	c, err := testkafka.Start(sctx, testkafka.Config{Nodes: 1})
+	c, err := testkafka.Start(sctx, cfg)
 	cancel()
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	brokers := c.Addrs()
-	brokerPID, err := childPID("kafka.Kafka")
+	brokerPIDs, err := childPIDs("kafka.Kafka", cfg.Nodes)
 	if err != nil {
 		return err
 	}
@@ -129,7 +182,13 @@ func run(ctx context.Context, o options) error {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	b := bench{o: o, p: p, adm: adm, brokers: brokers, brokerPID: brokerPID}
+	b := bench{o: o, p: p, cl: cl, adm: adm, brokers: brokers, nodeIDs: c.NodeIDs(), brokerPIDs: brokerPIDs, rf: rf}
+	switch {
+	case o.large:
+		return b.largeRounds(ctx, cl)
+	case o.scaleout:
+		return b.scaleoutRounds(ctx, cl)
+	}
 	if o.throughput {
 		if err := b.throughputRounds(ctx, cl); err != nil {
 			return err
@@ -141,24 +200,41 @@ func run(ctx context.Context, o options) error {
 	return b.latencyRounds(ctx)
 }
 
-// bench is what every round needs: the options, the peers and the broker.
+// bench is what every round needs: the options, the peers and the
+// brokers, and the replication factor of the topics it creates.
 type bench struct {
-	o         options
-	p         peers
-	adm       *kadm.Client
-	brokers   []string
-	brokerPID int
+	o          options
+	p          peers
+	cl         *kgo.Client
+	adm        *kadm.Client
+	brokers    []string
+	nodeIDs    []int32
+	brokerPIDs []int
+	rf         int
+}
+
+// brokerCPU is the CPU time the broker processes have used so far.
+func (b bench) brokerCPU() (time.Duration, error) {
+	var sum time.Duration
+	for _, pid := range b.brokerPIDs {
+		d, err := procCPU(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += d
+	}
+	return sum, nil
 }
 
 func (b bench) throughputRounds(ctx context.Context, cl *kgo.Client) error {
 	o := b.o
-	if err := createTopic(ctx, b.adm, "payments", o.partitions, false); err != nil {
+	if err := b.createTopic(ctx, "payments", o.partitions, false); err != nil {
 		return err
 	}
 	if err := produce(ctx, cl, "payments", 0, o.records, o.keys, 0); err != nil {
 		return err
 	}
-	fmt.Printf("input: %d payments over %d keys, %d partitions; broker %s (pid %d)\n", o.records, o.keys, o.partitions, strings.Join(b.brokers, ","), b.brokerPID)
+	fmt.Printf("input: %d payments over %d keys, %d partitions; broker %s (pid %v)\n", o.records, o.keys, o.partitions, strings.Join(b.brokers, ","), b.brokerPIDs)
 
 	type cell struct{ sys, mode string }
 	order := []cell{{"parsley", "stateful"}, {"streams", "stateful"}, {"parsley", "stateless"}, {"streams", "stateless"}}
@@ -260,51 +336,102 @@ func (r result) throughput() float64 {
 }
 
 // peerProc is a running peer: Wait's result arrives on exited, and the
-// round's context is cancelled when it does.
+// round's context is cancelled when it does. events holds what it reported
+// (events.go).
 type peerProc struct {
 	cmd     *exec.Cmd
 	exited  chan error
 	stopped bool
+	events  *events
+	launch  time.Time
+}
+
+// peerSpec is one peer process: sys's peer running mode over input into
+// out as application app.
+type peerSpec struct {
+	app, sys, mode, input, out string
+	stateDir                   string // "": the run's directory for app
+	instance                   string // Parsley's instance ID; "": peer-1
+	timeline                   bool
+	tag                        string // names the peer's -profile files beside app and instance
+}
+
+// createRoundTopics creates a round's output topic, and for Parsley its
+// changelog (Streams creates its own internal topics).
+func (b bench) createRoundTopics(ctx context.Context, s peerSpec) error {
+	if err := b.createTopic(ctx, s.out, b.o.partitions, false); err != nil {
+		return err
+	}
+	if isParsley(s.sys) {
+		return b.createTopic(ctx, stage.ChangelogTopic(s.app, stageName(s.mode)), b.o.partitions, true)
+	}
+	return nil
+}
+
+func isParsley(sys string) bool { return sys == "parsley" || sys == "parsley-b" }
+
+// stageName is the Parsley peer's stage name in mode, which names its
+// changelog.
+func stageName(mode string) string {
+	if mode == "stateful" {
+		return "fold"
+	}
+	return "map"
+}
+
+func (b bench) stateDir(s peerSpec) string {
+	if s.stateDir != "" {
+		return s.stateDir
+	}
+	return filepath.Join(b.p.dir, s.app)
 }
 
 // startPeer creates the round's output (and changelog) topics and starts
 // sys's peer on input. cancel is called when the peer exits.
-func (b bench) startPeer(ctx context.Context, cancel context.CancelFunc, app, sys, mode, input, out string, timeline bool) (*peerProc, error) {
-	o := b.o
-	if err := createTopic(ctx, b.adm, out, o.partitions, false); err != nil {
+func (b bench) startPeer(ctx context.Context, cancel context.CancelFunc, s peerSpec) (*peerProc, error) {
+	if err := b.createRoundTopics(ctx, s); err != nil {
 		return nil, err
 	}
-	stateDir := filepath.Join(b.p.dir, app)
+	return b.launchPeer(cancel, s)
+}
+
+// launchPeer starts s's peer process; its topics exist. cancel is called
+// when the peer exits.
+func (b bench) launchPeer(cancel context.CancelFunc, s peerSpec) (*peerProc, error) {
+	o := b.o
+	stateDir := b.stateDir(s)
 	var cmd *exec.Cmd
-	switch sys {
-	case "parsley", "parsley-b":
-		name := "map"
-		if mode == "stateful" {
-			name = "fold"
+	if isParsley(s.sys) {
+		args := []string{"-brokers", strings.Join(b.brokers, ","), "-app", s.app, "-input", s.input, "-output", s.out, "-state-dir", stateDir, "-mode", s.mode, "-events"}
+		if s.instance != "" {
+			args = append(args, "-instance", s.instance)
 		}
-		if err := createTopic(ctx, b.adm, stage.ChangelogTopic(app, name), o.partitions, true); err != nil {
-			return nil, err
-		}
-		args := []string{"-brokers", strings.Join(b.brokers, ","), "-app", app, "-input", input, "-output", out, "-state-dir", stateDir, "-mode", mode}
 		if o.profileDir != "" {
-			args = append(args, "-cpuprofile", filepath.Join(o.profileDir, app+".pprof"), "-requests", filepath.Join(o.profileDir, app+".requests.json"))
+			name := s.app
+			for _, part := range []string{s.instance, s.tag} {
+				if part != "" {
+					name += "-" + part
+				}
+			}
+			args = append(args, "-cpuprofile", filepath.Join(o.profileDir, name+".pprof"), "-requests", filepath.Join(o.profileDir, name+".requests.json"))
 		}
-		if timeline && o.timelineDir != "" {
-			args = append(args, "-timeline", filepath.Join(o.timelineDir, app+".timeline.csv"), "-debuglog", filepath.Join(o.timelineDir, app+".debug.log"))
+		if s.timeline && o.timelineDir != "" {
+			args = append(args, "-timeline", filepath.Join(o.timelineDir, s.app+".timeline.csv"), "-debuglog", filepath.Join(o.timelineDir, s.app+".debug.log"))
 		}
 		bin := b.p.parsley
-		if sys == "parsley-b" {
+		if s.sys == "parsley-b" {
 			bin = o.peerB
 		}
 		cmd = exec.Command(bin, args...)
-	default:
-		cmd = exec.Command("java", "-cp", b.p.javaCP, "parsley.bench.StreamsPeer", strings.Join(b.brokers, ","), app, input, out, stateDir, mode)
+	} else {
+		cmd = exec.Command("java", "-cp", b.p.javaCP, "parsley.bench.StreamsPeer", strings.Join(b.brokers, ","), s.app, s.input, s.out, stateDir, s.mode, strconv.Itoa(b.rf))
 	}
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	ev := newEvents(os.Stderr)
+	cmd.Stdout, cmd.Stderr = ev, os.Stderr
+	pp := &peerProc{cmd: cmd, exited: make(chan error, 1), events: ev, launch: time.Now()}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	pp := &peerProc{cmd: cmd, exited: make(chan error, 1)}
 	go func() {
 		pp.exited <- cmd.Wait()
 		cancel() // a peer that exits before the round ends fails the round
@@ -354,26 +481,36 @@ func (b bench) runRound(ctx context.Context, tag, sys, mode, input string, n int
 	defer cancel()
 	app := fmt.Sprintf("sp-%s-%s-%s", tag, sys, mode)
 	out := app + "-out"
-	brokerBefore, err := procCPU(b.brokerPID)
-	if err != nil {
-		return result{}, err
+	res, pp, err := b.foldRound(ctx, cancel, peerSpec{app: app, sys: sys, mode: mode, input: input, out: out}, n)
+	if pp != nil {
+		pp.stop()
 	}
-	consumer, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.ConsumeTopics(out), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	return res, err
+}
+
+// foldRound starts s's peer and waits for n outputs; it returns the peer
+// still running, for the caller to stop or kill.
+func (b bench) foldRound(ctx context.Context, cancel context.CancelFunc, s peerSpec, n int) (result, *peerProc, error) {
+	brokerBefore, err := b.brokerCPU()
 	if err != nil {
-		return result{}, err
+		return result{}, nil, err
+	}
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.ConsumeTopics(s.out), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		return result{}, nil, err
 	}
 	defer consumer.Close()
-	launch := time.Now()
-	pp, err := b.startPeer(ctx, cancel, app, sys, mode, input, out, false)
+	pp, err := b.startPeer(ctx, cancel, s)
 	if err != nil {
-		return result{}, err
+		return result{}, nil, err
 	}
-	defer pp.kill()
+	launch := pp.launch
 	var res result
 	for res.n < n {
 		fs := consumer.PollFetches(ctx)
 		if ctx.Err() != nil {
-			return res, pp.exitErr(ctx, res.n, n)
+			pp.kill()
+			return res, nil, pp.exitErr(ctx, res.n, n)
 		}
 		now := time.Now()
 		fs.EachRecord(func(*kgo.Record) {
@@ -386,18 +523,20 @@ func (b bench) runRound(ctx context.Context, tag, sys, mode, input string, n int
 	}
 	res.startup = res.first
 	if res.cpu, err = procCPU(pp.cmd.Process.Pid); err != nil {
-		return res, err
+		pp.kill()
+		return res, nil, err
 	}
 	if res.rss, err = procRSS(pp.cmd.Process.Pid); err != nil {
-		return res, err
+		pp.kill()
+		return res, nil, err
 	}
-	brokerAfter, err := procCPU(b.brokerPID)
+	brokerAfter, err := b.brokerCPU()
 	if err != nil {
-		return res, err
+		pp.kill()
+		return res, nil, err
 	}
 	res.brokerCPU = brokerAfter - brokerBefore
-	pp.stop()
-	return res, nil
+	return res, pp, nil
 }
 
 // latencyResult is one latency round: the warm-up's and the measured
@@ -421,7 +560,7 @@ func (b bench) latencyRound(ctx context.Context, round int, sys string) (latency
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	input := fmt.Sprintf("lat-r%d-%s", round, sys)
-	if err := createTopic(ctx, b.adm, input, o.partitions, false); err != nil {
+	if err := b.createTopic(ctx, input, o.partitions, false); err != nil {
 		return latencyResult{}, err
 	}
 	app := fmt.Sprintf("sp-lat%d-%s-stateful", round, sys)
@@ -432,7 +571,7 @@ func (b bench) latencyRound(ctx context.Context, round int, sys string) (latency
 	}
 	defer cl.Close()
 	launch := time.Now()
-	pp, err := b.startPeer(ctx, cancel, app, sys, "stateful", input, out, true)
+	pp, err := b.startPeer(ctx, cancel, peerSpec{app: app, sys: sys, mode: "stateful", input: input, out: out, timeline: true})
 	if err != nil {
 		return latencyResult{}, err
 	}
@@ -530,31 +669,56 @@ func buildPeers(ctx context.Context, dir string) (peers, error) {
 	return p, nil
 }
 
-func createTopic(ctx context.Context, adm *kadm.Client, name string, partitions int, compact bool) error {
+// createTopic creates a topic of b's replication factor and waits until
+// the cluster lists it with every partition.
+func (b bench) createTopic(ctx context.Context, name string, partitions int, compact bool) error {
 	var cfg map[string]*string
 	if compact {
 		c := "compact"
 		cfg = map[string]*string{"cleanup.policy": &c}
 	}
-	resp, err := adm.CreateTopic(ctx, int32(partitions), 1, cfg, name)
+	resp, err := b.adm.CreateTopic(ctx, int32(partitions), int16(b.rf), cfg, name)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", name, err)
 	}
 	if resp.Err != nil {
 		return fmt.Errorf("create %s: %w", name, resp.Err)
 	}
-	// A peer that checks its topics at start must find this one.
-	for {
-		td, err := adm.ListTopics(ctx, name)
-		if err == nil && td.Has(name) && td[name].Err == nil && len(td[name].Partitions) == partitions {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("create %s: %w", name, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+	// A peer that checks its topics at start must find this one, whichever
+	// broker it asks: each learns of a new topic on its own.
+	for _, id := range b.nodeIDs {
+		for !b.brokerLists(ctx, id, name, partitions) {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("create %s: broker %d: %w", name, id, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
 	}
+	return nil
+}
+
+// brokerLists reports whether broker id's metadata has topic with all its
+// partitions and their leaders.
+func (b bench) brokerLists(ctx context.Context, id int32, topic string, partitions int) bool {
+	req := kmsg.NewPtrMetadataRequest()
+	t := kmsg.NewMetadataRequestTopic()
+	t.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, b.cl.Broker(int(id)))
+	if err != nil || len(resp.Topics) != 1 {
+		return false
+	}
+	rt := resp.Topics[0]
+	if rt.ErrorCode != 0 || len(rt.Partitions) != partitions {
+		return false
+	}
+	for _, p := range rt.Partitions {
+		if p.ErrorCode != 0 || p.Leader < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // produce writes n payments with ids from..from+n-1 over keys accounts,
@@ -638,14 +802,16 @@ func procRSS(pid int) (int64, error) {
 	return parseVmHWM(b)
 }
 
-// childPID finds this process's child whose command line holds marker:
-// testkafka starts the broker JVM as a child and does not expose its pid.
-func childPID(marker string) (int, error) {
+// childPIDs finds this process's n children whose command lines hold
+// marker: testkafka starts each broker JVM as a child and does not expose
+// its pid.
+func childPIDs(marker string, n int) ([]int, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	self := os.Getpid()
+	var pids []int
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -660,8 +826,11 @@ func childPID(marker string) (int, error) {
 		}
 		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		if err == nil && bytes.Contains(cmdline, []byte(marker)) {
-			return pid, nil
+			pids = append(pids, pid)
 		}
 	}
-	return 0, fmt.Errorf("streamspeer: no child process running %s", marker)
+	if len(pids) != n {
+		return nil, fmt.Errorf("streamspeer: %d child processes running %s, want %d", len(pids), marker, n)
+	}
+	return pids, nil
 }

@@ -33,6 +33,11 @@ func (s *Store) CacheLimit() int64 { return max(s.cacheBytes, 0) }
 // pageCacheKiB is SQLite's page cache for a value cache of n bytes, in KiB.
 func pageCacheKiB(n int64) int64 { return max(n/4, 2<<20) >> 10 }
 
+// restoreCacheKiB is SQLite's page cache while a restore replays the
+// changelog into a store whose value cache is n bytes, in KiB: the whole
+// of n, which the value cache does not use meanwhile (replaySpace).
+func restoreCacheKiB(n int64) int64 { return max(n, 2<<20) >> 10 }
+
 // valueCache is a CLOCK cache: a hit sets the slot's reference bit, and
 // eviction sweeps the slots, sparing each referenced one once. That keeps
 // what the steps keep touching at the cost of a bit per hit, where an LRU

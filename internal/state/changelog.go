@@ -119,11 +119,29 @@ func Restore(ctx context.Context, admin *kadm.Client, newClient func(...kgo.Opt)
 // RestoreFrom is Restore reading the changelog partition from src, which
 // it leaves open.
 func RestoreFrom(ctx context.Context, src Source, st *Store, now func() time.Time) (Restored, error) {
+	return restoreFrom(ctx, src, st, now, bulkReplayMin)
+}
+
+// restoreFrom is RestoreFrom, replaying in bulk into an empty store when at
+// least bulkMin changelog offsets are ahead of it (replay.go).
+func restoreFrom(ctx context.Context, src Source, st *Store, now func() time.Time, bulkMin int64) (Restored, error) {
 	topic, p := src.Topic(), src.Partition()
 	if now == nil {
 		now = time.Now
 	}
 	res := Restored{From: st.Checkpoint(), To: st.Checkpoint()}
+	giveBack, err := st.replaySpace(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer giveBack()
+	sink := &replaySink{st: st}
+	defer func() {
+		// Before giveBack, which needs the connection the replay holds.
+		if sink.bulk != nil {
+			sink.bulk.close()
+		}
+	}()
 	inc, err := src.Incarnation(ctx)
 	if err != nil {
 		return res, err
@@ -145,10 +163,19 @@ func RestoreFrom(ctx context.Context, src Source, st *Store, now func() time.Tim
 			if from > hwm {
 				return res, &ChangelogLostError{Path: st.Path(), Topic: topic, Partition: p, Incarnation: inc, End: hwm, Checkpoint: from}
 			}
+			if lso-max(from, start) >= bulkMin {
+				if empty, err := st.empty(ctx); err != nil {
+					return res, err
+				} else if empty {
+					if sink.bulk, err = st.beginBulk(); err != nil {
+						return res, err
+					}
+				}
+			}
 			// Compaction or retention removed the head; what survives is
 			// the newest value per key, which is all a replay into an
 			// empty store needs (a non-empty one was wiped above).
-			f = NewFollower(StoreSink(st), max(from, start))
+			f = NewFollower(sink, max(from, start))
 		}
 		pos := f.Position()
 		switch {
@@ -173,7 +200,7 @@ func RestoreFrom(ctx context.Context, src Source, st *Store, now func() time.Tim
 			} else if cur != inc {
 				return res, fmt.Errorf("%w: %s was %s, now %s", ErrRecreatedDuringRestore, topic, inc, cur)
 			}
-			if err := st.Apply(ctx, nil, pos, at); err != nil {
+			if err := sink.finish(ctx, pos, at); err != nil {
 				return res, err
 			}
 			res.To = st.Checkpoint()
@@ -202,6 +229,67 @@ func RestoreFrom(ctx context.Context, src Source, st *Store, now func() time.Tim
 			}
 		}
 	}
+}
+
+// replaySink is a restore's Sink. It writes the committed transactions it
+// is given restoreBatchKeys keys (or about restoreBatchBytes) at a time,
+// sorted, in one SQLite transaction with the checkpoint of the read that
+// completed the batch: a batch's rows land on neighbouring B-tree pages,
+// where rows in changelog order land all over the file (a step's writes
+// are sorted, the steps' keys are not) and cost a page cache miss each.
+// Into an empty store with much to replay it writes sorted runs instead,
+// merged into the table at the end (bulk, replay.go). What it holds staged
+// is written by finish; a restore cut short restarts from the store's
+// checkpoint, which only a write moves.
+type replaySink struct {
+	st    *Store
+	bulk  *bulkReplay // nil: batches go to the table
+	muts  []protocol.Mutation
+	bytes int
+}
+
+func (s *replaySink) Put(m protocol.Mutation) {
+	s.muts = append(s.muts, m)
+	s.bytes += len(m.Key) + len(m.Value)
+}
+
+// Commit writes the staged batch once it is full.
+func (s *replaySink) Commit(ctx context.Context, next int64) error {
+	if len(s.muts) < restoreBatchKeys && s.bytes < restoreBatchBytes {
+		return nil
+	}
+	return s.write(ctx, next)
+}
+
+func (s *replaySink) write(ctx context.Context, next int64) error {
+	var err error
+	if s.bulk != nil {
+		// The store's checkpoint moves when finish builds it.
+		err = s.bulk.append(s.muts)
+	} else {
+		// The zero time keeps the recorded one: these records were
+		// written at any time before now.
+		err = s.st.Apply(ctx, lastPerKey(s.muts), next, time.Time{})
+	}
+	if err != nil {
+		return err
+	}
+	clear(s.muts) // keep no fetch buffer alive
+	s.muts, s.bytes = s.muts[:0], 0
+	return nil
+}
+
+// finish writes what is staged and the checkpoint pos, at time at.
+func (s *replaySink) finish(ctx context.Context, pos int64, at time.Time) error {
+	if s.bulk == nil {
+		return s.st.Apply(ctx, lastPerKey(s.muts), pos, at)
+	}
+	if len(s.muts) > 0 {
+		if err := s.bulk.append(s.muts); err != nil {
+			return err
+		}
+	}
+	return s.bulk.finish(ctx, pos, at)
 }
 
 // wipeIfStale resets st when its checkpoint cannot be trusted (see Restore),
@@ -282,19 +370,26 @@ func deleteRetention(ctx context.Context, admin *kadm.Client, topic string) (tim
 	return DefaultDeleteRetention, nil
 }
 
-// lastPerKey keeps the last mutation of each key, in first-seen order of the
-// surviving writes (order between distinct keys does not matter).
+// Restore writes at most restoreBatchKeys changelog records, or about
+// restoreBatchBytes of their keys and values, in one SQLite transaction.
+const (
+	restoreBatchKeys  = 1 << 16
+	restoreBatchBytes = 8 << 20
+)
+
+// lastPerKey sorts ms by key, in place, and returns it with only the last
+// mutation of each key: SQLite writes rows in key order to neighbouring
+// pages of its B-tree. The sort keeps one key's writes in their order.
 func lastPerKey(ms []protocol.Mutation) []protocol.Mutation {
-	idx := make(map[string]int, len(ms))
-	out := ms[:0:0]
-	for _, m := range ms {
-		if i, ok := idx[m.Key]; ok {
-			out[i] = m
-			continue
+	protocol.SortMutations(ms)
+	out := ms[:0]
+	for i, m := range ms {
+		if i+1 < len(ms) && ms[i+1].Key == m.Key {
+			continue // a later write of the key follows
 		}
-		idx[m.Key] = len(out)
 		out = append(out, m)
 	}
+	clear(ms[len(out):]) // keep no record alive past its write
 	return out
 }
 

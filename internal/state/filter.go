@@ -4,7 +4,7 @@ package state
 // a read of a key the file has never held costs no query. A fold over a
 // growing key space reads a new key per record, and a query that finds
 // nothing cost as much as one that finds a value (docs/performance.md,
-// "State cache and batched reads").
+// "State store").
 //
 // It must never answer "absent" for a key the file holds: a fold would
 // then start that key over from its zero state and the changelog would

@@ -335,6 +335,27 @@ func (s *Store) Apply(ctx context.Context, muts []protocol.Mutation, checkpoint 
 	return nil
 }
 
+// replaySpace gives SQLite's page cache the memory of the value cache
+// while a replay writes the changelog into the file, and returns the
+// function that gives it back. A replay reads nothing through the value
+// cache, and it writes batches of rows spread over the whole file: with a
+// page cache a quarter the size, the pages a batch dirties outgrow it and
+// SQLite writes them out, and reads them back, in the middle of the
+// transaction. The value cache is dropped first (it only ever holds
+// committed values, so dropping it is always safe), so the store's memory
+// stays within its bound.
+func (s *Store) replaySpace(ctx context.Context) (func(), error) {
+	s.DropCache()
+	if _, err := s.db.ExecContext(ctx, fmt.Sprintf("PRAGMA cache_size = -%d", restoreCacheKiB(s.cacheBytes))); err != nil {
+		return nil, fmt.Errorf("state: page cache for the replay: %w", err)
+	}
+	return func() {
+		// A failure here leaves the larger cache; the next statement on
+		// the connection reports what is wrong with it.
+		_, _ = s.db.ExecContext(context.Background(), fmt.Sprintf("PRAGMA cache_size = -%d", pageCacheKiB(s.cacheBytes)))
+	}, nil
+}
+
 // Reset deletes every key, sets the checkpoint to zero and its time to
 // unknown, and records inc as the changelog the file now mirrors, for a
 // replay of the whole changelog. The time must not survive: a replay from

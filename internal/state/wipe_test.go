@@ -17,12 +17,12 @@ import (
 // changelog is a compacted one-partition changelog on an embedded broker
 // and a transactional writer for it.
 type changelog struct {
-	t  *testing.T
+	t  testing.TB
 	c  *broker.Cluster
 	tx *kgo.Client
 }
 
-func newChangelog(t *testing.T, configs map[string]*string) *changelog {
+func newChangelog(t testing.TB, configs map[string]*string) *changelog {
 	t.Helper()
 	cfg := map[string]*string{"cleanup.policy": ptr("compact")}
 	for k, v := range configs {
@@ -50,9 +50,14 @@ func (l *changelog) commit(ctx context.Context, ts time.Time, ms ...protocol.Mut
 	for i := range rs {
 		r := &rs[i]
 		r.Timestamp = ts
-		if err := l.tx.ProduceSync(ctx, r).FirstErr(); err != nil {
-			l.t.Fatal(err)
-		}
+		l.tx.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				l.t.Error(err)
+			}
+		})
+	}
+	if err := l.tx.Flush(ctx); err != nil {
+		l.t.Fatal(err)
 	}
 	if err := l.tx.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		l.t.Fatal(err)
@@ -111,7 +116,7 @@ func (l *changelog) keys(ctx context.Context) map[string]bool {
 	return keys
 }
 
-func contents(t *testing.T, s *Store) map[string]string {
+func contents(t testing.TB, s *Store) map[string]string {
 	t.Helper()
 	all, err := s.Entries()
 	if err != nil {

@@ -2,7 +2,7 @@
 // "How cost grows") from the output of BenchmarkScale, and prints the best
 // and the median run of each point as Markdown tables.
 //
-//	go -C tools/scaleplot run . ../../docs/performance.md ../../docs/scale
+//	go -C tools/scaleplot run . ../../docs/scale/bench.txt ../../docs/scale
 //
 // The first argument is the benchmark output (go test -bench text, any
 // number of runs of each point; other lines are ignored, so a document

@@ -2,7 +2,7 @@
 // at Parsley's default Config doing the fold the Kafka Streams peer does,
 // run as its own process so the driver can read its CPU and RSS from /proc.
 //
-//	parsleypeer -brokers B -app ID -input T -output T -state-dir D -mode stateful|stateless
+//	parsleypeer -brokers B -app ID -input T -output T -state-dir D -mode stateful|stateless [-instance ID] [-events]
 //
 // Stateful folds each payment's amount into its key's total (OnFold) and
 // emits the payment with the total; stateless emits it with a fee (On).
@@ -60,11 +60,13 @@ func main() {
 	requests := flag.String("requests", "", "write Kafka request counts (JSON) here on exit")
 	timelineFile := flag.String("timeline", "", "write a CSV timeline of requests, fetches, deliveries and acknowledgements here")
 	debugLog := flag.String("debuglog", "", "write franz-go's and the stage's debug logs here")
+	instance := flag.String("instance", "peer-1", "instance ID (Config.InstanceID): one per instance of the application")
+	events := flag.Bool("events", false, "print restore and readiness events on standard output")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	o := runOpts{*brokers, *app, *input, *output, *stateDir, *mode, *cpuprofile, *requests, *timelineFile, *debugLog}
+	o := runOpts{*brokers, *app, *input, *output, *stateDir, *mode, *cpuprofile, *requests, *timelineFile, *debugLog, *instance, *events}
 	if err := run(ctx, o); err != nil {
 		log.Print(err)
 		os.Exit(1)
@@ -121,6 +123,8 @@ func build(mode, input, output string, deliver func(topic string, partition int3
 type runOpts struct {
 	brokers, app, input, output, stateDir, mode string
 	cpuprofile, requests, timeline, debugLog    string
+	instance                                    string
+	events                                      bool
 }
 
 func run(ctx context.Context, o runOpts) (err error) {
@@ -164,7 +168,7 @@ func run(ctx context.Context, o runOpts) (err error) {
 	}
 	a, err := stage.New(stage.Config{
 		ApplicationID: o.app,
-		InstanceID:    "peer-1",
+		InstanceID:    o.instance,
 		Brokers:       strings.Split(o.brokers, ","),
 		StateDir:      o.stateDir,
 		Logger:        logger,
@@ -184,6 +188,11 @@ func run(ctx context.Context, o runOpts) (err error) {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if o.events {
+		ectx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go reportEvents(ectx, a, os.Stdout)
 	}
 	err = a.Run(ctx)
 	if requests != "" {
@@ -245,4 +254,36 @@ func (c *requestCounter) json() []byte {
 	}
 	b, _ := json.MarshalIndent(out, "", "  ")
 	return b
+}
+
+// reportEvents prints the restore and readiness events of a until ctx
+// ends, from the task snapshot the App publishes after every step and idle
+// poll, looked at every 10 ms.
+func reportEvents(ctx context.Context, a *stage.App, w io.Writer) {
+	event := func(name string) { fmt.Fprintf(w, "streamspeer-event %s %d\n", name, time.Now().UnixNano()) }
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	restoring, ready := false, false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := false
+		for _, ti := range a.Tasks() {
+			now = now || ti.Restoring
+		}
+		switch {
+		case now && !restoring:
+			event("restore-start")
+		case !now && restoring:
+			event("restore-end")
+		}
+		restoring = now
+		if !ready && a.Ready() {
+			ready = true
+			event("ready")
+		}
+	}
 }

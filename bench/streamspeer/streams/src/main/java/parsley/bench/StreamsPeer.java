@@ -2,15 +2,18 @@ package parsley.bench;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.time.Instant;
 import java.util.Properties;
 import java.util.Set;
 import java.util.concurrent.CountDownLatch;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.processor.StateRestoreListener;
 import org.apache.kafka.streams.processor.api.FixedKeyProcessor;
 import org.apache.kafka.streams.processor.api.FixedKeyProcessorContext;
 import org.apache.kafka.streams.processor.api.FixedKeyProcessorSupplier;
@@ -21,19 +24,28 @@ import org.apache.kafka.streams.state.Stores;
 
 /**
  * The Kafka Streams side of bench/streamspeer. Arguments: brokers
- * application-id input output state-dir stateful|stateless. Stateful adds
- * each payment's amount to its key's total in a RocksDB store and emits the
- * payment with the total; stateless emits the payment with a fee
- * (mapValues). Everything else is Kafka Streams' default, but
- * processing.guarantee=exactly_once_v2, whose commit interval defaults to
- * 100 ms.
+ * application-id input output state-dir stateful|stateless
+ * [replication-factor]. Stateful adds each payment's amount to its key's
+ * total in a RocksDB store and emits the payment with the total; stateless
+ * emits the payment with a fee (mapValues). Everything else is Kafka
+ * Streams' default, but processing.guarantee=exactly_once_v2, whose commit
+ * interval defaults to 100 ms, and the replication factor of its internal
+ * topics (default 1, for one broker). The store has Streams' record cache
+ * (statestore.cache.max.bytes, 10 MiB by default), as a DSL aggregation's
+ * store has by default; a Processor API store builder leaves it off unless
+ * asked.
+ *
+ * It prints lines "streamspeer-event NAME UNIX_NANOS [details]" on standard
+ * output for the driver: ready (the client went RUNNING), restore-start
+ * (partition, first and end offset), restore-end (partition, records
+ * restored).
  */
 public final class StreamsPeer {
   private static final ObjectMapper JSON = new ObjectMapper();
 
   public static void main(String[] args) throws Exception {
-    if (args.length != 6) {
-      System.err.println("usage: StreamsPeer brokers application-id input output state-dir stateful|stateless");
+    if (args.length != 6 && args.length != 7) {
+      System.err.println("usage: StreamsPeer brokers application-id input output state-dir stateful|stateless [replication-factor]");
       System.exit(2);
     }
     Properties p = new Properties();
@@ -41,7 +53,7 @@ public final class StreamsPeer {
     p.put(StreamsConfig.APPLICATION_ID_CONFIG, args[1]);
     p.put(StreamsConfig.STATE_DIR_CONFIG, args[4]);
     p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
-    p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
+    p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, args.length == 7 ? Integer.parseInt(args[6]) : 1);
     p.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
 
     StreamsBuilder b = new StreamsBuilder();
@@ -64,8 +76,33 @@ public final class StreamsPeer {
       e.printStackTrace();
       return org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
     });
+    ks.setStateListener((now, before) -> {
+      if (now == KafkaStreams.State.RUNNING) {
+        event("ready", "");
+      }
+    });
+    ks.setGlobalStateRestoreListener(new StateRestoreListener() {
+      @Override
+      public void onRestoreStart(TopicPartition tp, String store, long from, long to) {
+        event("restore-start", tp.partition() + " " + from + " " + to);
+      }
+
+      @Override
+      public void onBatchRestored(TopicPartition tp, String store, long batchEnd, long n) {}
+
+      @Override
+      public void onRestoreEnd(TopicPartition tp, String store, long total) {
+        event("restore-end", tp.partition() + " " + total);
+      }
+    });
     ks.start();
     done.await();
+  }
+
+  static synchronized void event(String name, String details) {
+    Instant t = Instant.now();
+    System.out.println("streamspeer-event " + name + " " + (t.getEpochSecond() * 1_000_000_000L + t.getNano()) + (details.isEmpty() ? "" : " " + details));
+    System.out.flush();
   }
 
   static String withFee(String v) {
@@ -111,7 +148,7 @@ public final class StreamsPeer {
 
     @Override
     public Set<StoreBuilder<?>> stores() {
-      return Set.of(Stores.keyValueStoreBuilder(Stores.persistentKeyValueStore(STORE), Serdes.String(), Serdes.Long()));
+      return Set.of(Stores.keyValueStoreBuilder(Stores.persistentKeyValueStore(STORE), Serdes.String(), Serdes.Long()).withCachingEnabled());
     }
   }
 }
