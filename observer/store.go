@@ -393,13 +393,23 @@ type Record struct {
 	Offsets    int // offset entries in its clock
 	Seqs       int // sequence entries in its clock
 	HeaderSize int // bytes of stamp headers (keys and values)
-	Headers    []headers.Header
-	Err        string // why the stamp does not decode, if it does not
-	id         int64
+	// Headers are the record's stamp headers: verbatim when the stamp does
+	// not decode; else re-encoded from the stored stamp, in the dialects
+	// the record carried (the same stamp, not necessarily the same bytes).
+	Headers []headers.Header
+	Err     string // why the stamp does not decode, if it does not
+	id      int64
+	stamp   *headers.Stamp // decoded when the store kept the compact form
 }
 
-// Stamp decodes the record's stamp again from its stored headers.
+// Stamp returns the record's stamp, decoded from the store.
 func (r *Record) Stamp() (*headers.Stamp, error) {
+	if r.stamp != nil {
+		var st headers.Stamp
+		st.Clock.CopyFrom(&r.stamp.Clock)
+		st.Tagged, st.Sender, st.Seq = r.stamp.Tagged, r.stamp.Sender, r.stamp.Seq
+		return &st, nil
+	}
 	var st headers.Stamp
 	if err := headers.ReadStamp(&st, r.Headers); err != nil {
 		return nil, fmt.Errorf("observer: stamp of %s: %w", r.Coordinate, err)
@@ -426,11 +436,11 @@ func scanRecord(sc scanner) (*Record, error) {
 	copy(r.Coordinate.Topic[:], topic)
 	copy(r.Sender[:], sender)
 	r.Control, r.Aborted, r.Pending = kind == kindControl, kind == kindAborted, kind == kindPending
-	hs, err := decodeStampHeaders(stamp)
+	hs, st, err := storedHeaders(stamp)
 	if err != nil {
 		return nil, fmt.Errorf("observer: record %s: %w", r.Coordinate, err)
 	}
-	r.Headers = hs
+	r.Headers, r.stamp = hs, st
 	return &r, nil
 }
 
