@@ -42,6 +42,26 @@ func synthetic(n, entries, changed int) []incoming {
 	return out
 }
 
+// transactional makes recs the output of a stage under exactly-once: each
+// run of txn records is one transaction of producer 7, followed by its
+// commit marker, which takes the next offset. Offsets and stamps' own
+// claims shift to make room for the markers.
+func transactional(recs []incoming, txn int) []incoming {
+	var out []incoming
+	var off int64
+	for i, r := range recs {
+		r.Offset, r.Transactional, r.ProducerID = off, true, 7
+		out = append(out, r)
+		off++
+		if (i+1)%txn == 0 {
+			out = append(out, incoming{Channel: r.Channel, Topic: r.Topic, Offset: off, Timestamp: r.Timestamp, Control: true, Commit: true,
+				Transactional: true, ProducerID: 7, Key: []byte{0, 0, 0, 1}})
+			off++
+		}
+	}
+	return out
+}
+
 func benchStore(b *testing.B) (*Store, *writer) {
 	ctx := context.Background()
 	st, err := OpenStore(ctx, filepath.Join(b.TempDir(), "bench.db"))
@@ -63,10 +83,16 @@ func BenchmarkIngest(b *testing.B) {
 	for _, bc := range []struct {
 		name             string
 		entries, changed int
-	}{{"unstamped", 0, 0}, {"entries=16/changed=2", 16, 2}, {"entries=16/changed=16", 16, 16}} {
+		txn              int // records per transaction; 0: not transactional
+	}{{"unstamped", 0, 0, 0}, {"entries=16/changed=2", 16, 2, 0}, {"entries=16/changed=16", 16, 16, 0},
+		{"entries=16/changed=2/txn=100", 16, 2, 100}} {
 		b.Run(bc.name, func(b *testing.B) {
 			const batch = 1000
 			recs := synthetic(batch*20, bc.entries, bc.changed)
+			if bc.txn > 0 {
+				recs = transactional(recs, bc.txn)
+				recs = recs[:len(recs)-len(recs)%batch]
+			}
 			_, w := benchStore(b)
 			ctx := context.Background()
 			b.ReportAllocs()

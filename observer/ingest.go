@@ -58,21 +58,26 @@ type chanState struct {
 // writer turns fetched records into store rows and per-record findings. It
 // is the store's only writer and is not safe for concurrent use.
 type writer struct {
-	st       *Store
-	chans    map[headers.Channel]*chanState
-	senders  map[headers.SenderID]int64
-	state    map[senderKey]*senderState
-	nextRec  int64
-	stamp    headers.Stamp
-	rows     []recordRow // buffered records rows
-	recArgs  []any       // their insert arguments, reused
-	clmArgs  []any
-	blocks   map[blockKey]*claimBlock // a batch's open blocks of offset claims
-	closed   []*claimBlock            // and its full ones
-	agg      map[statsKey]*stats
-	seqArgs  []any
-	c        *wconn
-	findings []Finding
+	st      *Store
+	chans   map[headers.Channel]*chanState
+	senders map[headers.SenderID]int64
+	state   map[senderKey]*senderState
+	nextRec int64
+	stamp   headers.Stamp
+	rows    []recordRow // the batch's records rows, written at its end
+	// pending are the batch's rows of open transactions, by producer and
+	// channel (indexes into rows); pendStored the open transactions with
+	// rows written by earlier batches.
+	pending    map[pendKey][]int
+	pendStored map[pendKey]bool
+	recArgs    []any // their insert arguments, reused
+	clmArgs    []any
+	blocks     map[blockKey]*claimBlock // a batch's open blocks of offset claims
+	closed     []*claimBlock            // and its full ones
+	agg        map[statsKey]*stats
+	seqArgs    []any
+	c          *wconn
+	findings   []Finding
 	// arena holds a batch's stored stamps back to back: one allocation
 	// for many records, reset when the batch begins. keep hands out its
 	// tail.
@@ -119,7 +124,8 @@ func newWriter(ctx context.Context, st *Store) (*writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("observer: store writer: %w", err)
 	}
-	w := &writer{st: st, c: &wconn{conn: conn, stmts: map[string]*sql.Stmt{}}, agg: map[statsKey]*stats{}, blocks: map[blockKey]*claimBlock{}}
+	w := &writer{st: st, c: &wconn{conn: conn, stmts: map[string]*sql.Stmt{}}, agg: map[statsKey]*stats{}, blocks: map[blockKey]*claimBlock{},
+		pending: map[pendKey][]int{}}
 	if err := w.load(ctx); err != nil {
 		w.c.close()
 		return nil, err
@@ -279,6 +285,20 @@ func (w *writer) load(ctx context.Context) error {
 		}
 	}
 	rows.Close()
+	w.pendStored = map[pendKey]bool{}
+	rows, err = db.QueryContext(ctx, `SELECT DISTINCT ch, pid FROM records WHERE kind = `+sqlKindPending)
+	if err != nil {
+		return fmt.Errorf("observer: load open transactions: %w", err)
+	}
+	for rows.Next() {
+		var k pendKey
+		if err := rows.Scan(&k.ch, &k.pid); err != nil {
+			rows.Close()
+			return fmt.Errorf("observer: load open transactions: %w", err)
+		}
+		w.pendStored[k] = true
+	}
+	rows.Close()
 	var max sql.NullInt64
 	if err := db.QueryRowContext(ctx, `SELECT max(id) FROM records`).Scan(&max); err != nil {
 		return fmt.Errorf("observer: load: %w", err)
@@ -379,6 +399,7 @@ func (w *writer) ingest(ctx context.Context, batch []incoming) (err error) {
 			w.c.rollback()
 			w.rows, w.clmArgs, w.seqArgs, w.findings, w.closed = w.rows[:0], w.clmArgs[:0], w.seqArgs[:0], w.findings[:0], w.closed[:0]
 			clear(w.agg)
+			clear(w.pending)
 			clear(w.blocks)
 			w.reload(ctx)
 		}
@@ -517,19 +538,38 @@ func (w *writer) add(ctx context.Context, in *incoming) error {
 func (w *writer) addMarker(ctx context.Context, cs *chanState, in *incoming, row recordRow) error {
 	w.stats(cs.id, in.Offset, in.Timestamp).marker++
 	row.kind, row.pid = kindControl, in.ProducerID
-	w.rows = append(w.rows, row)
-	// The producer's open records must be written before they are settled.
-	if err := w.flushRecords(ctx, true); err != nil {
-		return err
-	}
+	w.appendRow(row)
 	kind := kindAborted
 	if in.Commit {
 		kind = kindData
 	}
-	if _, err := w.c.ExecContext(ctx, `UPDATE records SET kind = ? WHERE ch = ? AND pid = ? AND kind = ?`, kind, cs.id, in.ProducerID, kindPending); err != nil {
-		return fmt.Errorf("observer: ingest: settle transaction of producer %d on %s: %w", in.ProducerID, in.Channel, err)
+	// The batch's rows are written at its end: settle those in memory, and
+	// those an earlier batch wrote through the index of pending records.
+	k := pendKey{cs.id, in.ProducerID}
+	for _, i := range w.pending[k] {
+		w.rows[i].kind = kind
+	}
+	delete(w.pending, k)
+	if w.pendStored[k] {
+		if _, err := w.c.ExecContext(ctx, `UPDATE records SET kind = ? WHERE ch = ? AND pid = ? AND kind = `+sqlKindPending, kind, cs.id, in.ProducerID); err != nil {
+			return fmt.Errorf("observer: ingest: settle transaction of producer %d on %s: %w", in.ProducerID, in.Channel, err)
+		}
+		delete(w.pendStored, k)
 	}
 	return nil
+}
+
+// pendKey names the open transaction of a producer on a channel.
+type pendKey struct{ ch, pid int64 }
+
+// appendRow buffers a records row until the batch ends, noting a pending
+// one so that its marker can settle it in memory.
+func (w *writer) appendRow(row recordRow) {
+	if row.kind == kindPending {
+		k := pendKey{row.ch, row.pid}
+		w.pending[k] = append(w.pending[k], len(w.rows))
+	}
+	w.rows = append(w.rows, row)
 }
 
 // addUndecodable stores a record whose stamp headers do not decode, with
@@ -537,7 +577,7 @@ func (w *writer) addMarker(ctx context.Context, cs *chanState, in *incoming, row
 func (w *writer) addUndecodable(ctx context.Context, cs *chanState, in *incoming, row recordRow, derr error) error {
 	at := headers.Coordinate{Channel: in.Channel, Offset: in.Offset}
 	row.stamped, row.err = true, derr.Error()
-	w.rows = append(w.rows, row)
+	w.appendRow(row)
 	cs.prevOffs, cs.prevSeqs = cs.prevOffs[:0], cs.prevSeqs[:0]
 	agg := w.stats(cs.id, in.Offset, in.Timestamp)
 	agg.data++
@@ -571,7 +611,7 @@ func (w *writer) addData(ctx context.Context, cs *chanState, in *incoming, row r
 		setFirst(&agg.firstUnstamped, row.id)
 	}
 	row.tagged, row.seq, row.nOff, row.nSeq = st.Tagged, st.Seq, st.Clock.NumOffsets(), st.Clock.NumSeqs()
-	w.rows = append(w.rows, row)
+	w.appendRow(row)
 	prev := cs.prevOffs
 	for _, e := range w.offs {
 		if e.Channel == in.Channel && e.Offset >= in.Offset {
@@ -690,21 +730,19 @@ const (
 	seqChunk = 192
 )
 
-// flushRecords writes buffered record rows in full chunks, and all of them
-// when all is set.
-func (w *writer) flushRecords(ctx context.Context, all bool) error {
-	n := len(w.rows)
-	if !all {
-		n -= n % recChunk
-	}
-	if n == 0 {
-		return nil
-	}
+// flushRecords writes the batch's record rows. They wait for the end of
+// the batch so that a marker arriving in the same batch settles its
+// transaction's rows before they are written.
+func (w *writer) flushRecords(ctx context.Context) error {
 	w.recArgs = w.recArgs[:0]
-	for i := range n {
+	for i := range w.rows {
 		w.recArgs = w.rows[i].appendArgs(w.recArgs)
 	}
-	w.rows = append(w.rows[:0], w.rows[n:]...)
+	w.rows = w.rows[:0]
+	for k := range w.pending {
+		w.pendStored[k] = true // written pending: its marker settles it in the store
+	}
+	clear(w.pending)
 	var err error
 	w.recArgs, err = w.flushRows(ctx, recInsert, w.recArgs, recCols, recChunk, true)
 	return err
@@ -713,8 +751,10 @@ func (w *writer) flushRecords(ctx context.Context, all bool) error {
 // flush writes buffered rows in full chunks, and everything when all is
 // set. Multi-row inserts through cached statements keep ingest fast.
 func (w *writer) flush(ctx context.Context, all bool) error {
-	if err := w.flushRecords(ctx, all); err != nil {
-		return err
+	if all {
+		if err := w.flushRecords(ctx); err != nil {
+			return err
+		}
 	}
 	var err error
 	if all {

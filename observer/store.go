@@ -83,6 +83,9 @@ CREATE UNIQUE INDEX IF NOT EXISTS records_at ON records(ch, off);
 CREATE INDEX IF NOT EXISTS records_seq ON records(ch, sender, seq) WHERE tagged;
 -- Markers and aborted records: the positions a claim must not name.
 CREATE INDEX IF NOT EXISTS records_holes ON records(ch, off) WHERE kind IN ` + sqlHoleKinds + `;
+-- Records of transactions whose marker was not seen when they were written:
+-- the marker settles them through this index.
+CREATE INDEX IF NOT EXISTS records_pending ON records(ch, pid) WHERE kind = ` + sqlKindPending + `;
 -- Offsets a fetch skipped (aborted records under read_committed).
 CREATE TABLE IF NOT EXISTS gaps(ch INTEGER NOT NULL, from_off INTEGER NOT NULL, to_off INTEGER NOT NULL,
 	PRIMARY KEY(ch, from_off)) WITHOUT ROWID;
