@@ -88,6 +88,11 @@ type writer struct {
 	// uncommitted: records of open and aborted transactions are fetched.
 	uncommitted bool
 	place       placement // partition counts for checkPlacement (placement.go)
+	// partials are the contributions counted at ingest (partials.go).
+	partials map[partialKey]*partial
+	// sharded: the observer shares the topics with a group; a channel is
+	// owned only once assigned.
+	sharded bool
 	// broken, once set, is returned by every call: the caches could not be
 	// rebuilt after a failed batch.
 	broken error
@@ -113,9 +118,9 @@ func (w *writer) stats(ch, off, ts int64) *stats {
 	return s
 }
 
-func setFirst(v *sql.NullInt64, id int64) {
+func setFirst(v *sql.NullInt64, off int64) {
 	if !v.Valid {
-		*v = sql.NullInt64{Int64: id, Valid: true}
+		*v = sql.NullInt64{Int64: off, Valid: true}
 	}
 }
 
@@ -140,13 +145,6 @@ func newWriter(ctx context.Context, st *Store) (*writer, error) {
 type wconn struct {
 	conn  *sql.Conn
 	stmts map[string]*sql.Stmt
-}
-
-// txLike is what writes inside a transaction need: a *sql.Tx or the
-// writer's connection.
-type txLike interface {
-	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
-	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
 }
 
 func (c *wconn) prepared(ctx context.Context, q string) (*sql.Stmt, error) {
@@ -285,6 +283,9 @@ func (w *writer) load(ctx context.Context) error {
 		}
 	}
 	rows.Close()
+	if err := w.loadPartials(ctx); err != nil {
+		return err
+	}
 	w.pendStored = map[pendKey]bool{}
 	rows, err = db.QueryContext(ctx, `SELECT DISTINCT ch, pid FROM records WHERE kind = `+sqlKindPending)
 	if err != nil {
@@ -315,7 +316,7 @@ func (w *writer) channel(ctx context.Context, ch headers.Channel, name string) (
 		}
 		return cs, nil
 	}
-	res, err := w.c.ExecContext(ctx, `INSERT INTO channels(topic, part, name) VALUES(?, ?, ?)`, ch.Topic[:], ch.Partition, name)
+	res, err := w.c.ExecContext(ctx, `INSERT INTO channels(topic, part, name, owned) VALUES(?, ?, ?, ?)`, ch.Topic[:], ch.Partition, name, !w.sharded)
 	if err != nil {
 		return nil, fmt.Errorf("observer: add channel %s: %w", ch, err)
 	}
@@ -605,10 +606,10 @@ func (w *writer) addData(ctx context.Context, cs *chanState, in *incoming, row r
 		agg.entries += n
 		agg.maxEntries = max(agg.maxEntries, n)
 		agg.bytes += int64(row.hdrBytes)
-		setFirst(&agg.firstStamped, row.id)
-		agg.lastStamped = sql.NullInt64{Int64: row.id, Valid: true}
+		setFirst(&agg.firstStamped, in.Offset)
+		agg.lastStamped = sql.NullInt64{Int64: in.Offset, Valid: true}
 	} else {
-		setFirst(&agg.firstUnstamped, row.id)
+		setFirst(&agg.firstUnstamped, in.Offset)
 	}
 	row.tagged, row.seq, row.nOff, row.nSeq = st.Tagged, st.Seq, st.Clock.NumOffsets(), st.Clock.NumSeqs()
 	w.appendRow(row)
@@ -760,7 +761,7 @@ func (w *writer) flush(ctx context.Context, all bool) error {
 	if all {
 		w.clmArgs = w.blockArgs(w.clmArgs)
 	}
-	if w.clmArgs, err = w.flushRows(ctx, `INSERT INTO claims(ch, lo, rec, hi, last, pairs) VALUES `, w.clmArgs, 6, clmChunk, all); err != nil {
+	if w.clmArgs, err = w.flushRows(ctx, `INSERT INTO claims(ch, lo, rec, hi, last, pairs, src) VALUES `, w.clmArgs, 7, clmChunk, all); err != nil {
 		return err
 	}
 	if w.seqArgs, err = w.flushRows(ctx, `INSERT OR IGNORE INTO seq_claims(ch, sender, value, rec) VALUES `, w.seqArgs, 4, seqChunk, all); err != nil {
@@ -800,7 +801,10 @@ func (w *writer) flush(ctx context.Context, all bool) error {
 		}
 	}
 	clear(w.agg)
-	if err := storeIngestFindings(ctx, w.c, w.findings); err != nil {
+	if err := w.flushPartials(ctx); err != nil {
+		return err
+	}
+	if err := w.storeIngestFindings(ctx, w.findings); err != nil {
 		return err
 	}
 	w.findings = w.findings[:0]
@@ -845,27 +849,39 @@ func (w *writer) close() { w.c.close() }
 
 // storeIngestFindings records findings detected at ingest: a new key is a
 // new open finding; a repeat adds to its count, and a repeat of a finding
-// that had resolved reopens it, with the new records, unacknowledged.
-func storeIngestFindings(ctx context.Context, tx txLike, fs []Finding) error {
+// that had resolved reopens it, with the new records, unacknowledged. A
+// finding is anchored at the channel of the record it is about, and a
+// record at or below the highest offset counted into it is one read again
+// (its channel moved here from another shard, or was read anew), which
+// counts nothing.
+func (w *writer) storeIngestFindings(ctx context.Context, fs []Finding) error {
 	now := time.Now().UnixMilli()
 	for _, f := range fs {
 		coords := strings.Join(f.Coordinates, " ")
-		var id int64
+		ref, err := ParseRef(f.Coordinates[0])
+		if err != nil || !ref.ByID {
+			return fmt.Errorf("observer: ingest: finding %s names %q: %w", f.Code, f.Coordinates[0], ErrBadCoordinate)
+		}
+		anchor := headers.Channel{Topic: ref.ID, Partition: ref.Partition}.String()
+		var id, hw int64
 		var resolved bool
-		err := tx.QueryRowContext(ctx, `SELECT id, resolved_at IS NOT NULL FROM findings WHERE key = ?`, f.Key).Scan(&id, &resolved)
+		err = w.c.QueryRowContext(ctx, `SELECT id, resolved_at IS NOT NULL, hw FROM findings WHERE key = ?`, f.Key).Scan(&id, &resolved, &hw)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			_, err = tx.ExecContext(ctx, `INSERT INTO findings(key, code, severity, topic, coords, summary, first_seen, last_seen) VALUES(?, ?, ?, ?, ?, ?, ?, ?)`,
-				f.Key, string(f.Code), int(f.Severity), f.Topic, coords, f.Summary, now, now)
+			_, err = w.c.ExecContext(ctx, `INSERT INTO findings(id, key, code, severity, topic, coords, summary, first_seen, last_seen, anchor, hw, epoch)
+				VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`,
+				w.st.newFindingID(f.Key), f.Key, string(f.Code), int(f.Severity), f.Topic, coords, f.Summary, now, now, anchor, ref.Offset)
 		case err != nil:
+		case ref.Offset <= hw:
+			continue // counted when the record was first read
 		case resolved:
-			_, err = tx.ExecContext(ctx, `UPDATE findings SET count = count + 1, last_seen = ?, coords = ?, summary = ?,
-				resolved_at = NULL, resolved_why = '', ack_at = NULL, ack_by = '', ack_reason = '' WHERE id = ?`, now, coords, f.Summary, id)
+			_, err = w.c.ExecContext(ctx, `UPDATE findings SET count = count + 1, last_seen = ?, coords = ?, summary = ?, hw = ?, epoch = epoch + 1,
+				resolved_at = NULL, resolved_why = '', ack_at = NULL, ack_by = '', ack_reason = '' WHERE id = ?`, now, coords, f.Summary, ref.Offset, id)
 			if err == nil {
-				err = addEvent(ctx, tx, id, now, "reopened", "", "seen again: "+f.Coordinates[0])
+				err = addEvent(ctx, w.c, id, now, "reopened", "", "seen again: "+f.Coordinates[0])
 			}
 		default:
-			_, err = tx.ExecContext(ctx, `UPDATE findings SET count = count + 1, last_seen = ? WHERE id = ?`, now, id)
+			_, err = w.c.ExecContext(ctx, `UPDATE findings SET count = count + 1, last_seen = ?, hw = ? WHERE id = ?`, now, ref.Offset, id)
 		}
 		if err != nil {
 			return fmt.Errorf("observer: ingest: finding %s: %w", f.Code, err)

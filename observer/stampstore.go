@@ -134,6 +134,19 @@ func (r *compactReader) uvarint(max uint64) uint64 {
 	return v
 }
 
+func (r *compactReader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.err = errCorruptStore
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
 func (r *compactReader) id() (id [16]byte) {
 	if r.err != nil {
 		return id

@@ -20,7 +20,7 @@ import (
 
 // schemaVersion is bumped on every incompatible schema change; a store
 // written by another version is refused rather than misread.
-const schemaVersion = "3"
+const schemaVersion = "4"
 
 // ErrSchemaVersion is wrapped when a store was written by an incompatible
 // version of the observer, or by an older one and opened read-only (a
@@ -113,7 +113,7 @@ CREATE TABLE IF NOT EXISTS chan_stats(
 	max_entries INTEGER NOT NULL,
 	sum_bytes INTEGER NOT NULL,
 	min_ts INTEGER NOT NULL,
-	first_stamped INTEGER,                -- record ids
+	first_stamped INTEGER,                -- offsets (record ids before schema 4)
 	first_unstamped INTEGER,
 	last_stamped INTEGER,
 	PRIMARY KEY(ch, bucket)) WITHOUT ROWID;
@@ -138,6 +138,9 @@ type Store struct {
 	// lifeMu serialises the writes of the finding lifecycle: evaluations
 	// recording what they found, and acknowledgements.
 	lifeMu sync.Mutex
+	// sharded: the store is one shard's of a group (shard.go); set before
+	// the observer runs.
+	sharded bool
 }
 
 // OpenStore opens (creating if needed) the store at path. WAL mode with
@@ -195,8 +198,8 @@ func (s *Store) check(ctx context.Context) error {
 	if err := s.db.QueryRowContext(ctx, `SELECT v FROM meta WHERE k = 'schema'`).Scan(&v); err != nil {
 		return fmt.Errorf("observer: %s is not an observer store (no schema version: %v): %w", s.path, err, ErrNotStore)
 	}
-	if v == "2" {
-		return fmt.Errorf("observer: store %s has schema version 2, this observer reads %q; open it once with `parsley-observe serve --db` or `scan --db`, which migrate it keeping every record and finding: %w", s.path, schemaVersion, ErrSchemaVersion)
+	if v == "2" || v == "3" {
+		return fmt.Errorf("observer: store %s has schema version %s, this observer reads %q; open it once with `parsley-observe serve --db` or `scan --db`, which migrate it keeping every record and finding: %w", s.path, v, schemaVersion, ErrSchemaVersion)
 	}
 	if v != schemaVersion {
 		return fmt.Errorf("observer: store %s has schema version %q, this observer reads %q: %w", s.path, v, schemaVersion, ErrSchemaVersion)
@@ -218,7 +221,7 @@ func (s *Store) init(ctx context.Context) error {
 		}
 	case err != nil:
 		return fmt.Errorf("observer: read schema version in %s: %w", s.path, err)
-	case v != "2" && v != schemaVersion:
+	case v != "2" && v != "3" && v != schemaVersion:
 		return fmt.Errorf("observer: store %s has schema version %q, this observer reads %q: %w", s.path, v, schemaVersion, ErrSchemaVersion)
 	}
 	// key_hash came within schema 2: a store written before it gains the
@@ -234,6 +237,12 @@ func (s *Store) init(ctx context.Context) error {
 	}
 	if v == "2" {
 		if err := s.migrate(ctx, "3", s.migrate3); err != nil {
+			return err
+		}
+		v = "3"
+	}
+	if v == "3" {
+		if err := s.migrate(ctx, "4", s.migrate4); err != nil {
 			return err
 		}
 	}
