@@ -44,6 +44,10 @@ type chanState struct {
 	name        string
 	start, next int64
 	dirty       bool
+	// assigned: this observer reads the channel; owned: and has read it
+	// up to its target (writer.targets), so its records are the truth for
+	// the channel (see migrate.go).
+	assigned, owned bool
 	// prevOffs and prevSeqs are the entries of the clock of the channel's
 	// last data record (empty when it was unstamped or undecodable), in
 	// clock order. A claim the previous record already made is not
@@ -69,15 +73,20 @@ type writer struct {
 	// channel (indexes into rows); pendStored the open transactions with
 	// rows written by earlier batches.
 	pending    map[pendKey][]int
-	pendStored map[pendKey]bool
-	recArgs    []any // their insert arguments, reused
-	clmArgs    []any
-	blocks     map[blockKey]*claimBlock // a batch's open blocks of offset claims
-	closed     []*claimBlock            // and its full ones
-	agg        map[statsKey]*stats
-	seqArgs    []any
-	c          *wconn
-	findings   []Finding
+	pendStored map[pendKey]int64 // the lowest offset written pending
+	// touched is what the batch changed, for a shard to publish (shard.go).
+	touched touched
+	// targets are the log ends the channels assigned to a shard had when
+	// they were assigned: each is owned once read that far.
+	targets  map[headers.Channel]int64
+	recArgs  []any // their insert arguments, reused
+	clmArgs  []any
+	blocks   map[blockKey]*claimBlock // a batch's open blocks of offset claims
+	closed   []*claimBlock            // and its full ones
+	agg      map[statsKey]*stats
+	seqArgs  []any
+	c        *wconn
+	findings []Finding
 	// arena holds a batch's stored stamps back to back: one allocation
 	// for many records, reset when the batch begins. keep hands out its
 	// tail.
@@ -130,7 +139,7 @@ func newWriter(ctx context.Context, st *Store) (*writer, error) {
 		return nil, fmt.Errorf("observer: store writer: %w", err)
 	}
 	w := &writer{st: st, c: &wconn{conn: conn, stmts: map[string]*sql.Stmt{}}, agg: map[statsKey]*stats{}, blocks: map[blockKey]*claimBlock{},
-		pending: map[pendKey][]int{}}
+		pending: map[pendKey][]int{}, touched: newTouched(), targets: map[headers.Channel]int64{}}
 	if err := w.load(ctx); err != nil {
 		w.c.close()
 		return nil, err
@@ -212,14 +221,14 @@ func (w *writer) load(ctx context.Context) error {
 	w.senders = make(map[headers.SenderID]int64)
 	w.state = make(map[senderKey]*senderState)
 	db := w.st.db
-	rows, err := db.QueryContext(ctx, `SELECT id, topic, part, name, start_off, next_off FROM channels`)
+	rows, err := db.QueryContext(ctx, `SELECT id, topic, part, name, start_off, next_off, assigned, owned FROM channels`)
 	if err != nil {
 		return fmt.Errorf("observer: load channels: %w", err)
 	}
 	for rows.Next() {
 		cs := new(chanState)
 		var topic []byte
-		if err := rows.Scan(&cs.id, &topic, &cs.ch.Partition, &cs.name, &cs.start, &cs.next); err != nil {
+		if err := rows.Scan(&cs.id, &topic, &cs.ch.Partition, &cs.name, &cs.start, &cs.next, &cs.assigned, &cs.owned); err != nil {
 			rows.Close()
 			return fmt.Errorf("observer: load channels: %w", err)
 		}
@@ -286,18 +295,19 @@ func (w *writer) load(ctx context.Context) error {
 	if err := w.loadPartials(ctx); err != nil {
 		return err
 	}
-	w.pendStored = map[pendKey]bool{}
-	rows, err = db.QueryContext(ctx, `SELECT DISTINCT ch, pid FROM records WHERE kind = `+sqlKindPending)
+	w.pendStored = map[pendKey]int64{}
+	rows, err = db.QueryContext(ctx, `SELECT ch, pid, min(off) FROM records WHERE kind = `+sqlKindPending+` GROUP BY ch, pid`)
 	if err != nil {
 		return fmt.Errorf("observer: load open transactions: %w", err)
 	}
 	for rows.Next() {
 		var k pendKey
-		if err := rows.Scan(&k.ch, &k.pid); err != nil {
+		var first int64
+		if err := rows.Scan(&k.ch, &k.pid, &first); err != nil {
 			rows.Close()
 			return fmt.Errorf("observer: load open transactions: %w", err)
 		}
-		w.pendStored[k] = true
+		w.pendStored[k] = first
 	}
 	rows.Close()
 	var max sql.NullInt64
@@ -316,7 +326,7 @@ func (w *writer) channel(ctx context.Context, ch headers.Channel, name string) (
 		}
 		return cs, nil
 	}
-	res, err := w.c.ExecContext(ctx, `INSERT INTO channels(topic, part, name, owned) VALUES(?, ?, ?, ?)`, ch.Topic[:], ch.Partition, name, !w.sharded)
+	res, err := w.c.ExecContext(ctx, `INSERT INTO channels(topic, part, name, owned, assigned) VALUES(?, ?, ?, ?, ?)`, ch.Topic[:], ch.Partition, name, !w.sharded, !w.sharded)
 	if err != nil {
 		return nil, fmt.Errorf("observer: add channel %s: %w", ch, err)
 	}
@@ -324,7 +334,7 @@ func (w *writer) channel(ctx context.Context, ch headers.Channel, name string) (
 	if err != nil {
 		return nil, fmt.Errorf("observer: add channel %s: %w", ch, err)
 	}
-	cs := &chanState{id: id, ch: ch, name: name, start: -1, next: -1}
+	cs := &chanState{id: id, ch: ch, name: name, start: -1, next: -1, assigned: !w.sharded, owned: !w.sharded}
 	w.chans[ch] = cs
 	return cs, nil
 }
@@ -489,8 +499,10 @@ func (w *writer) add(ctx context.Context, in *incoming) error {
 		if _, err := w.c.ExecContext(ctx, `INSERT OR IGNORE INTO gaps(ch, from_off, to_off) VALUES(?, ?, ?)`, cs.id, cs.next, in.Offset); err != nil {
 			return fmt.Errorf("observer: ingest: gap %d..%d on %s: %w", cs.next, in.Offset, in.Channel, err)
 		}
+		w.touched.holes(cs.id, cs.next, cs.next)
 	}
 	cs.next, cs.dirty = in.Offset+1, true
+	w.touched.chans[cs.id] = true
 	row := recordRow{id: w.nextRec, ch: cs.id, off: in.Offset, ts: in.Timestamp, kind: kindData, pid: -1}
 	if len(in.Key) > 0 {
 		row.keyHash = keyHash(in.Key)
@@ -549,14 +561,21 @@ func (w *writer) addMarker(ctx context.Context, cs *chanState, in *incoming, row
 	k := pendKey{cs.id, in.ProducerID}
 	for _, i := range w.pending[k] {
 		w.rows[i].kind = kind
+		if kind == kindAborted {
+			w.touched.holes(cs.id, w.rows[i].off, w.rows[i].off)
+		}
 	}
 	delete(w.pending, k)
-	if w.pendStored[k] {
+	if first, ok := w.pendStored[k]; ok {
 		if _, err := w.c.ExecContext(ctx, `UPDATE records SET kind = ? WHERE ch = ? AND pid = ? AND kind = `+sqlKindPending, kind, cs.id, in.ProducerID); err != nil {
 			return fmt.Errorf("observer: ingest: settle transaction of producer %d on %s: %w", in.ProducerID, in.Channel, err)
 		}
 		delete(w.pendStored, k)
+		if kind == kindAborted {
+			w.touched.holes(cs.id, first, in.Offset)
+		}
 	}
+	w.touched.holes(cs.id, in.Offset, in.Offset)
 	return nil
 }
 
@@ -739,11 +758,14 @@ func (w *writer) flushRecords(ctx context.Context) error {
 	for i := range w.rows {
 		w.recArgs = w.rows[i].appendArgs(w.recArgs)
 	}
-	w.rows = w.rows[:0]
-	for k := range w.pending {
-		w.pendStored[k] = true // written pending: its marker settles it in the store
+	for k, rows := range w.pending {
+		// Written pending: its marker settles it in the store.
+		if first, ok := w.pendStored[k]; !ok || w.rows[rows[0]].off < first {
+			w.pendStored[k] = w.rows[rows[0]].off
+		}
 	}
 	clear(w.pending)
+	w.rows = w.rows[:0]
 	var err error
 	w.recArgs, err = w.flushRows(ctx, recInsert, w.recArgs, recCols, recChunk, true)
 	return err
@@ -799,6 +821,9 @@ func (w *writer) flush(ctx context.Context, all bool) error {
 			a.firstStamped, a.firstUnstamped, a.lastStamped); err != nil {
 			return fmt.Errorf("observer: ingest: statistics: %w", err)
 		}
+	}
+	for k := range w.agg {
+		w.touched.buckets[k] = true
 	}
 	clear(w.agg)
 	if err := w.flushPartials(ctx); err != nil {

@@ -9,9 +9,11 @@ import (
 // shard.go), and makes what the rules report independent of the order in
 // which records were ingested:
 //
-//   - channels.owned: whether this observer owns the channel, so its own
-//     records are the truth for it (always, without a group); data about
-//     the channels other shards own arrives in the remote_* tables;
+//   - channels.assigned: whether this observer reads the channel for its
+//     group (always, without a group); channels.owned: whether, in
+//     addition, it has read it far enough that its own records are the
+//     truth for it — a channel that moved here is read anew first. Data
+//     about the channels others own arrives in the remote_* tables;
 //   - claims.src: the channel of the claiming records of a block, so a
 //     shard judges only the claims its own channels make;
 //   - chan_stats names records by offset, not by ingest order, so that
@@ -24,6 +26,7 @@ import (
 //   - partials: what one channel's records contribute to a finding about
 //     more than one channel, which the anchor's owner adds up.
 const schema4 = `
+ALTER TABLE channels ADD COLUMN assigned INTEGER NOT NULL DEFAULT 1;
 ALTER TABLE channels ADD COLUMN owned INTEGER NOT NULL DEFAULT 1;
 ALTER TABLE claims ADD COLUMN src INTEGER;
 UPDATE claims SET src = (SELECT r.ch FROM records r WHERE r.id = claims.rec);
@@ -49,7 +52,6 @@ CREATE INDEX partials_src ON partials(src);
 CREATE TABLE remote_channels(
 	ch INTEGER PRIMARY KEY,
 	owner TEXT NOT NULL,
-	gen INTEGER NOT NULL,
 	start_off INTEGER NOT NULL,
 	next_off INTEGER NOT NULL,
 	pruned_below INTEGER NOT NULL,
@@ -65,6 +67,10 @@ CREATE TABLE remote_holes(ch INTEGER NOT NULL, from_off INTEGER NOT NULL, to_off
 	PRIMARY KEY(ch, from_off)) WITHOUT ROWID;
 CREATE TABLE remote_fine(ch INTEGER PRIMARY KEY, parts BLOB NOT NULL);
 CREATE TABLE members(instance TEXT PRIMARY KEY, url TEXT NOT NULL, at INTEGER NOT NULL);
+-- Every fact of the group's state topic as last read, this shard's own
+-- included: what it published is what it diffs its next facts against.
+CREATE TABLE facts(key TEXT PRIMARY KEY, owner TEXT NOT NULL, value BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE shard_meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
 -- The statistics every rule reads: a channel's own where this observer
 -- owns it, else what its owner published.
 CREATE VIEW all_stats AS

@@ -76,7 +76,29 @@ type Config struct {
 	ClientOpts []kgo.Opt
 	// Logger receives progress and errors; nil means slog.Default().
 	Logger *slog.Logger
+
+	// Group, when set, makes this observer one shard of a group that
+	// shares the topics through a Kafka consumer group of that name: each
+	// partition is read and judged by one shard, and the shards share what
+	// they find through the group's state topic (see shard.go). Run is the
+	// only way to run a shard; Scan refuses.
+	Group string
+	// Instance is this shard's static member ID in the group, stable
+	// across restarts (a host or pod name): required with Group.
+	Instance string
+	// AdvertiseURL is where this shard's web UI answers, published to the
+	// group so that the others can send a reader there.
+	AdvertiseURL string
+	// StateTopic is the group's state topic; "" means DefaultStateTopic.
+	StateTopic string
+	// SessionTimeout is how long the group waits for a shard that stopped
+	// heartbeating before its partitions move (franz-go's default, 45s,
+	// when zero).
+	SessionTimeout time.Duration
 }
+
+// ErrNoInstance is wrapped when Config.Group is set without an instance.
+var ErrNoInstance = errors.New("a group member needs an instance name")
 
 // Observer tails topics into a Store and derives findings.
 type Observer struct {
@@ -97,7 +119,13 @@ type Observer struct {
 	mu       sync.Mutex // guards w, topics, assigned and the ingest path
 	w        *writer
 	topics   map[string]headers.TopicID // observed topic name → ID
-	assigned map[headers.Channel]bool   // channels being consumed
+	assigned map[headers.Channel]bool   // channels being consumed (without a group)
+
+	// With Config.Group: the membership, and the client consuming the
+	// observed topics as a member (client then reads the state topic and
+	// publishes to it).
+	shard *shard
+	group *kgo.Client
 }
 
 // New returns an observer writing to store. It connects to the brokers
@@ -108,6 +136,9 @@ func New(cfg Config, store *Store) (*Observer, error) {
 	}
 	if len(cfg.Topics) == 0 && cfg.Pattern == nil {
 		return nil, fmt.Errorf("observer: no topics or pattern configured: %w", ErrNoTopics)
+	}
+	if cfg.Group != "" && cfg.Instance == "" {
+		return nil, fmt.Errorf("observer: group %q: %w", cfg.Group, ErrNoInstance)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -130,13 +161,25 @@ func New(cfg Config, store *Store) (*Observer, error) {
 		return nil, fmt.Errorf("observer: connect to %v: %w", cfg.Brokers, err)
 	}
 	h := newHealthState(time.Now())
-	o := &Observer{cfg: cfg, store: store, client: cl, admin: kadm.NewClient(cl), log: log, metrics: newMetrics(h), health: h,
+	o := &Observer{cfg: cfg, store: store, client: cl, admin: kadm.NewClient(cl), log: log, metrics: newMetrics(h, cfg.Instance), health: h,
 		topics: map[string]headers.TopicID{}, assigned: map[headers.Channel]bool{}}
+	if cfg.Group != "" {
+		store.sharded = true
+		o.shard = newShard(o)
+	}
 	return o, nil
 }
 
-// Close closes the observer's Kafka client.
+// Close closes the observer's Kafka clients. A shard stays a member of
+// its group until its session times out, so a restart within it moves
+// nothing.
 func (o *Observer) Close() {
+	o.mu.Lock()
+	group := o.group
+	o.mu.Unlock()
+	if group != nil {
+		group.CloseAllowingRebalance()
+	}
 	o.client.Close()
 	o.mu.Lock()
 	if o.w != nil {
@@ -216,13 +259,8 @@ func (o *Observer) nameSenders(ctx context.Context, all kadm.TopicDetails) error
 func (o *Observer) assign(ctx context.Context, sel kadm.TopicDetails) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.w == nil {
-		w, err := newWriter(ctx, o.store)
-		if err != nil {
-			return err
-		}
-		w.uncommitted = o.cfg.ReadUncommitted
-		o.w = w
+	if err := o.ensureWriter(ctx); err != nil {
+		return err
 	}
 	var starts kadm.ListedOffsets
 	add := map[string]map[int32]kgo.Offset{}
@@ -290,13 +328,34 @@ func (o *Observer) assign(ctx context.Context, sel kadm.TopicDetails) error {
 	return nil
 }
 
+// ensureWriter makes the store's writer. The caller holds o.mu.
+func (o *Observer) ensureWriter(ctx context.Context) error {
+	if o.w != nil {
+		return nil
+	}
+	w, err := newWriter(ctx, o.store)
+	if err != nil {
+		return err
+	}
+	w.uncommitted, w.sharded = o.cfg.ReadUncommitted, o.shard != nil
+	o.w = w
+	return nil
+}
+
 // Poll fetches once and ingests what came back. It returns the number of
 // records (markers included) stored.
 func (o *Observer) poll(ctx context.Context) (int, error) {
+	consumer := o.client
+	if o.group != nil {
+		consumer = o.group
+		// A rebalance waits for the batch to be stored, so no record of a
+		// channel is stored after the channel is let go.
+		defer consumer.AllowRebalance()
+	}
 	// Wait at most a second for data, so the caller's loop keeps turning
 	// (new topics, pruning) on a quiet cluster.
 	pctx, cancel := context.WithTimeout(ctx, time.Second)
-	fs := o.client.PollRecords(pctx, 10000)
+	fs := consumer.PollRecords(pctx, 10000)
 	cancel()
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -319,12 +378,12 @@ func (o *Observer) poll(ctx context.Context) (int, error) {
 	defer o.mu.Unlock()
 	fs.EachTopic(func(t kgo.FetchTopic) {
 		id, ok := o.topics[t.Topic]
-		if !ok {
-			return
-		}
 		if tid := headers.TopicID(t.TopicID); !tid.IsZero() && tid != id {
 			// A recreated topic: these records belong to the new incarnation.
-			id = tid
+			id, ok = tid, true
+		}
+		if !ok {
+			return
 		}
 		for _, p := range t.Partitions {
 			ch := headers.Channel{Topic: id, Partition: p.Partition}
@@ -357,6 +416,21 @@ func (o *Observer) poll(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	o.metrics.ingested.Add(float64(len(batch)))
+	if o.shard != nil {
+		owned, err := o.w.promote(ctx)
+		if err != nil {
+			return 0, err
+		}
+		for _, ch := range owned {
+			o.log.Info("caught up", "topic", o.nameOf(ch.Topic), "partition", ch.Partition)
+			if err := o.shard.publishAll(ctx, ch); err != nil {
+				return 0, err
+			}
+		}
+		if err := o.shard.publishTouched(ctx, o.w); err != nil {
+			return 0, err
+		}
+	}
 	return len(batch), nil
 }
 
@@ -371,6 +445,9 @@ func lastOffset(rs []*kgo.Record) int64 {
 // (or high watermarks with ReadUncommitted) listed when it starts, and
 // returns. It is what `parsley-observe scan` runs.
 func (o *Observer) Scan(ctx context.Context) error {
+	if o.shard != nil {
+		return fmt.Errorf("observer: group %q: a shard only runs; scan reads every topic itself", o.cfg.Group)
+	}
 	sel, _, err := o.selectTopics(ctx)
 	if err != nil {
 		return err
@@ -424,9 +501,25 @@ func (o *Observer) caughtUp(ends kadm.ListedOffsets) bool {
 // and says so in Health, the metrics and the log. It returns nil when ctx
 // ends, and an error only when the store can no longer be written.
 func (o *Observer) Run(ctx context.Context) error {
+	if o.shard != nil {
+		return o.runShard(ctx)
+	}
+	return o.tail(ctx)
+}
+
+// tail is Run's loop: it probes the cluster every Refresh, with backoff
+// while it cannot be read; prunes and evaluates every PruneEvery; for a
+// shard publishes its findings every second; and polls in between.
+func (o *Observer) tail(ctx context.Context) error {
 	refresh := cmp.Or(o.cfg.Refresh, 10*time.Second)
 	prune := time.NewTicker(cmp.Or(o.cfg.PruneEvery, time.Minute))
 	defer prune.Stop()
+	var publish <-chan time.Time
+	if o.shard != nil {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		publish = t.C
+	}
 	const minBackoff = time.Second
 	backoff := min(minBackoff, refresh)
 	var nextProbe time.Time
@@ -458,6 +551,11 @@ func (o *Observer) Run(ctx context.Context) error {
 			if _, err := o.Findings(ctx); err != nil && ctx.Err() == nil {
 				o.log.Warn("evaluate findings", "err", err)
 			}
+			if o.shard != nil {
+				o.shard.publishWith(ctx, "publish pruned statistics", o.shard.publishPruned)
+			}
+		case <-publish:
+			o.shard.publishWith(ctx, "publish findings", o.shard.publishFindings)
 		default:
 		}
 		if !o.consuming() {
@@ -518,6 +616,9 @@ func (o *Observer) probeOnce(ctx context.Context) error {
 	if !slices.Equal(before, missing) && len(missing) > 0 {
 		o.log.Warn("waiting for topics", "missing", missing)
 	}
+	if o.shard != nil {
+		return o.probeShard(ctx, sel, missing)
+	}
 	names := sel.Names()
 	slices.Sort(names)
 	o.health.setTopics(names, missing)
@@ -527,15 +628,24 @@ func (o *Observer) probeOnce(ctx context.Context) error {
 	if err := o.assign(ctx, sel); err != nil {
 		return err
 	}
-	ends, err := o.admin.ListEndOffsets(ctx, names...)
+	ends, err := o.endOffsets(ctx, names)
+	if err != nil {
+		return err
+	}
+	o.progress(ends)
+	return nil
+}
+
+// endOffsets lists the log end offsets of topics.
+func (o *Observer) endOffsets(ctx context.Context, topics []string) (kadm.ListedOffsets, error) {
+	ends, err := o.admin.ListEndOffsets(ctx, topics...)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
-		return fmt.Errorf("observer: list end offsets: %w", err)
+		return nil, fmt.Errorf("observer: list end offsets: %w", err)
 	}
-	o.progress(ends)
-	return nil
+	return ends, nil
 }
 
 // progress publishes each partition's lag behind ends, marks topics read
@@ -613,11 +723,12 @@ func (l *lagLog) observe(behind int64) (string, bool) {
 	return msg, true
 }
 
-// consuming reports whether any partition is assigned.
+// consuming reports whether any partition is assigned; a shard's group
+// assigns them while it polls.
 func (o *Observer) consuming() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return len(o.assigned) > 0
+	return len(o.assigned) > 0 || o.group != nil
 }
 
 func (o *Observer) prune(ctx context.Context) {
@@ -702,6 +813,10 @@ func (o *Observer) Findings(ctx context.Context) ([]Finding, error) {
 	if err != nil {
 		return nil, err
 	}
-	o.metrics.setFindings(fs)
+	if o.shard == nil {
+		o.metrics.setFindings(fs)
+	} else {
+		o.metrics.setFindings(o.recorded(fs))
+	}
 	return fs, nil
 }

@@ -27,6 +27,7 @@ package observer
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -297,4 +298,13 @@ func appendFineParts(dst []part, ch headers.Channel, b []byte) ([]part, error) {
 		return dst, errCorruptStore
 	}
 	return dst, nil
+}
+
+// appendFinePart appends one record's part (offset, stamp entries, header
+// bytes, timestamp) as appendFineParts reads it.
+func appendFinePart(b []byte, off, entries, bytes, ts int64) []byte {
+	b = binary.AppendUvarint(b, uint64(off))
+	b = binary.AppendUvarint(b, uint64(entries))
+	b = binary.AppendUvarint(b, uint64(bytes))
+	return binary.AppendVarint(b, ts)
 }
