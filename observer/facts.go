@@ -641,6 +641,32 @@ func (s *Store) publishedFacts(ctx context.Context, self string, prefixes ...str
 const channelText = `(lower(substr(hex(c.topic), 1, 8) || '-' || substr(hex(c.topic), 9, 4) || '-' || substr(hex(c.topic), 13, 4) || '-' ||
 	substr(hex(c.topic), 17, 4) || '-' || substr(hex(c.topic), 21, 12)) || '/' || c.part)`
 
+// members returns the group's members as published: instance → URL.
+func (s *Store) members(ctx context.Context) (map[string]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT instance, url FROM members`)
+	if err != nil {
+		return nil, fmt.Errorf("observer: members: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var i, u string
+		if err := rows.Scan(&i, &u); err != nil {
+			return nil, fmt.Errorf("observer: members: %w", err)
+		}
+		out[i] = u
+	}
+	return out, rows.Err()
+}
+
+// ownerOf returns the shard that published ch's channel fact last, or "".
+func (s *Store) ownerOf(ctx context.Context, ch headers.Channel) string {
+	var owner string
+	s.db.QueryRowContext(ctx, `SELECT rc.owner FROM remote_channels rc JOIN channels c ON c.id = rc.ch WHERE c.topic = ? AND c.part = ?`,
+		ch.Topic[:], ch.Partition).Scan(&owner)
+	return owner
+}
+
 // nowMilli is the time facts carry.
 func nowMilli() int64 { return time.Now().UnixMilli() }
 

@@ -361,12 +361,29 @@ func (o *Observer) poll(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	var batch []incoming
-	var ferr error
+	var ferr, gerr error
 	fs.EachError(func(t string, p int32, err error) {
-		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		switch {
+		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		case t == "" && o.group != nil:
+			// Not a partition's: the group's (joining it, or its session).
+			gerr = err
+		default:
 			ferr = errors.Join(ferr, fmt.Errorf("observer: fetch %q partition %d: %w", t, p, err))
 		}
 	})
+	if o.group != nil {
+		if gerr != nil {
+			gerr = fmt.Errorf("observer: group %q: %w", o.cfg.Group, gerr)
+		}
+		if o.health.setGroup(gerr) {
+			if gerr != nil {
+				o.log.Warn("cannot take part in the group", "err", gerr)
+			} else {
+				o.log.Info("taking part in the group", "group", o.cfg.Group)
+			}
+		}
+	}
 	if ferr != nil {
 		// Health follows the probe, not single fetch errors: a partition's
 		// error is logged here, and a cluster out of reach fails the next
@@ -514,11 +531,17 @@ func (o *Observer) tail(ctx context.Context) error {
 	refresh := cmp.Or(o.cfg.Refresh, 10*time.Second)
 	prune := time.NewTicker(cmp.Or(o.cfg.PruneEvery, time.Minute))
 	defer prune.Stop()
-	var publish <-chan time.Time
+	var publish, evaluate <-chan time.Time
 	if o.shard != nil {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		publish = t.C
+		// The group's findings are only as fresh as the evaluations of the
+		// shards recording them: a shard evaluates more often than it
+		// prunes.
+		e := time.NewTicker(min(shardEvaluateEvery, cmp.Or(o.cfg.PruneEvery, time.Minute)))
+		defer e.Stop()
+		evaluate = e.C
 	}
 	const minBackoff = time.Second
 	backoff := min(minBackoff, refresh)
@@ -556,6 +579,10 @@ func (o *Observer) tail(ctx context.Context) error {
 			}
 		case <-publish:
 			o.shard.publishWith(ctx, "publish findings", o.shard.publishFindings)
+		case <-evaluate:
+			if _, err := o.Findings(ctx); err != nil && ctx.Err() == nil {
+				o.log.Warn("evaluate findings", "err", err)
+			}
 		default:
 		}
 		if !o.consuming() {

@@ -78,6 +78,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// shardEvaluateEvery is how often a shard evaluates findings (at most):
+// what it records reaches the others' pages only through its evaluations.
+const shardEvaluateEvery = 5 * time.Second
+
 // touched is what an ingest batch changed that a shard publishes.
 type touched struct {
 	chans   map[int64]bool
@@ -529,7 +533,14 @@ func (o *Observer) groupClient() (*kgo.Client, error) {
 		kgo.FetchMaxWait(500 * time.Millisecond),
 	}
 	if o.cfg.SessionTimeout > 0 {
-		opts = append(opts, kgo.SessionTimeout(o.cfg.SessionTimeout), kgo.HeartbeatInterval(max(100*time.Millisecond, o.cfg.SessionTimeout/10)))
+		// A rebalance waits for the members to rejoin for at most the
+		// rebalance timeout; a shard rejoins within milliseconds (a revoke
+		// waits at most for the batch being stored), so the session
+		// timeout bounds it too, and a shard killed costs the others one
+		// session timeout and no more than another while the group
+		// settles, not franz-go's default minute.
+		opts = append(opts, kgo.SessionTimeout(o.cfg.SessionTimeout), kgo.RebalanceTimeout(o.cfg.SessionTimeout),
+			kgo.HeartbeatInterval(max(100*time.Millisecond, o.cfg.SessionTimeout/10)))
 	}
 	cl, err := kgo.NewClient(append(opts, o.cfg.ClientOpts...)...)
 	if err != nil {
@@ -692,7 +703,7 @@ func (o *Observer) release(ctx context.Context, gone map[string][]int32, publish
 	for _, ch := range chs {
 		delete(o.shard.chanNext, ch)
 		o.metrics.lag.DeletePartialMatch(map[string]string{"partition": strconv.Itoa(int(ch.Partition)), "topic": o.nameOf(ch.Topic)})
-		o.log.Info("revoked", "channel", ch, "topic", o.nameOf(ch.Topic))
+		o.log.Info("revoked", "topic", o.nameOf(ch.Topic), "partition", ch.Partition)
 	}
 	o.healthTopics()
 }
@@ -948,4 +959,112 @@ func (o *Observer) Acknowledge(ctx context.Context, id int64, by, reason string)
 		return f, fmt.Errorf("observer: acknowledge finding %d: publish to the group: %w", id, err)
 	}
 	return f, nil
+}
+
+// Shard is one member of an observer's group, as the group's state topic
+// and the cluster's group coordinator describe it.
+type Shard struct {
+	// Instance is the shard's static member name; URL where its web UI
+	// answers, as it announced it.
+	Instance string `json:"instance"`
+	URL      string `json:"url,omitempty"`
+	// Self marks the shard answering.
+	Self bool `json:"self,omitempty"`
+	// Live: the group coordinator lists the shard as a member now. A shard
+	// killed is listed until its session times out; its partitions then
+	// move to the others.
+	Live bool `json:"live"`
+	// Partitions are the partitions the shard last said it reads, as
+	// "topic/partition".
+	Partitions []string `json:"partitions"`
+}
+
+// Shards describes the members of the observer's group: from the state
+// topic, what each announced and the partitions it publishes for (this
+// shard's own: what it is assigned now), and from the group coordinator
+// which are members now. Without a group it returns nil.
+func (o *Observer) Shards(ctx context.Context) ([]Shard, error) {
+	if o.shard == nil {
+		return nil, nil
+	}
+	members, err := o.store.members(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byInstance := map[string]*Shard{}
+	get := func(i string) *Shard {
+		s, ok := byInstance[i]
+		if !ok {
+			s = &Shard{Instance: i, URL: members[i], Self: i == o.cfg.Instance, Partitions: []string{}}
+			byInstance[i] = s
+		}
+		return s
+	}
+	for i := range members {
+		get(i)
+	}
+	rows, err := o.store.db.QueryContext(ctx, `SELECT CASE WHEN c.assigned THEN ? ELSE rc.owner END, c.name, c.part
+		FROM channels c LEFT JOIN remote_channels rc ON rc.ch = c.id WHERE c.assigned OR rc.owner IS NOT NULL ORDER BY c.name, c.part`, o.cfg.Instance)
+	if err != nil {
+		return nil, fmt.Errorf("observer: shards: %w", err)
+	}
+	for rows.Next() {
+		var owner, name string
+		var part int32
+		if err := rows.Scan(&owner, &name, &part); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("observer: shards: %w", err)
+		}
+		s := get(owner)
+		s.Partitions = append(s.Partitions, name+"/"+strconv.Itoa(int(part)))
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("observer: shards: %w", err)
+	}
+	// A shard that owns nothing now publishes no channel, but is still
+	// listed; one that owned channels is no longer after another owner
+	// took every one of them and it left the group.
+	if groups, err := o.admin.DescribeGroups(ctx, o.cfg.Group); err == nil {
+		if g, ok := groups[o.cfg.Group]; ok && g.Err == nil {
+			for _, m := range g.Members {
+				if m.InstanceID != nil {
+					get(*m.InstanceID).Live = true
+				}
+			}
+		}
+	}
+	get(o.cfg.Instance).Live = true
+	out := make([]Shard, 0, len(byInstance))
+	for _, s := range byInstance {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b Shard) int { return strings.Compare(a.Instance, b.Instance) })
+	return out, nil
+}
+
+// Locate says where the records of channel ch are served: here (an
+// observer without a group, or the shard reading ch), or at the URL of the
+// shard that reads it; "" and false when no shard is known to.
+func (o *Observer) Locate(ctx context.Context, ch headers.Channel) (url string, here bool) {
+	if o.shard == nil {
+		return "", true
+	}
+	o.mu.Lock()
+	assigned := o.w != nil && o.w.chans[ch] != nil && o.w.chans[ch].assigned
+	o.mu.Unlock()
+	if assigned {
+		return "", true
+	}
+	owner := o.store.ownerOf(ctx, ch)
+	if owner == "" || owner == o.cfg.Instance {
+		// Nobody else said it reads ch (or this shard did last): what the
+		// store holds is the best answer.
+		return "", owner == o.cfg.Instance
+	}
+	members, err := o.store.members(ctx)
+	if err != nil {
+		return "", false
+	}
+	return members[owner], false
 }

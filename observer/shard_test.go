@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/parsley-go/parsley/internal/broker"
+	"github.com/parsley-go/parsley/internal/rig/obstest"
 	"github.com/parsley-go/parsley/observer"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -192,17 +193,6 @@ func agree(t *testing.T, ctx context.Context, shards []*shardOf, want []observer
 	}
 }
 
-// single scans the cluster with one observer and returns its findings.
-func single(t *testing.T, ctx context.Context, c *broker.Cluster) []observer.Finding {
-	t.Helper()
-	_, o := scan(t, ctx, c)
-	fs, err := o.Findings(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fs
-}
-
 // TestShardsReportWhatOneObserverReports: two, then three observers sharing
 // the topics in a group list together exactly the findings one observer
 // over the same topics lists — every code, with gaps and late-joiner
@@ -213,23 +203,10 @@ func TestShardsReportWhatOneObserverReports(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c := broker.New(t)
-	b := builder(t, c)
-	if _, err := b.Faulty(ctx); err != nil {
-		t.Fatal(err)
-	}
-	sp, err := b.NewSpread(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	round := func() {
-		t.Helper()
-		if _, err := sp.Round(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	top := obstest.ShardedTopology(t, ctx, c)
+	round, single := top.Round, top.Single
 	round()
-	round()
-	want := single(t, ctx, c)
+	want := single()
 	if len(shapes(want, true)) < 12 {
 		t.Fatalf("the topology gives only %d open findings:\n%s", len(want), strings.Join(shapes(want, false), "\n"))
 	}
@@ -258,13 +235,13 @@ func TestShardsReportWhatOneObserverReports(t *testing.T) {
 	round()
 	cc := runShard(t, ctx, c, "g", "c")
 	round()
-	want = single(t, ctx, c)
+	want = single()
 	agree(t, ctx, []*shardOf{a, bb, cc}, want, acked)
 
 	// A shard leaving for good: its partitions move to the others once its
 	// session times out, and nothing it recorded is lost or doubled.
 	bb.stop()
 	round()
-	want = single(t, ctx, c)
+	want = single()
 	agree(t, ctx, []*shardOf{a, cc}, want, acked)
 }
