@@ -3,6 +3,7 @@ package observer
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
@@ -138,7 +139,7 @@ func newWriter(ctx context.Context, st *Store) (*writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("observer: store writer: %w", err)
 	}
-	w := &writer{st: st, c: &wconn{conn: conn, stmts: map[string]*sql.Stmt{}}, agg: map[statsKey]*stats{}, blocks: map[blockKey]*claimBlock{},
+	w := &writer{st: st, c: &wconn{conn: conn, stmts: map[string]*sql.Stmt{}, driverStmts: map[string]driver.Stmt{}}, agg: map[statsKey]*stats{}, blocks: map[blockKey]*claimBlock{},
 		pending: map[pendKey][]int{}, touched: newTouched(), targets: map[headers.Channel]int64{}}
 	if err := w.load(ctx); err != nil {
 		w.c.close()
@@ -154,6 +155,10 @@ func newWriter(ctx context.Context, st *Store) (*writer, error) {
 type wconn struct {
 	conn  *sql.Conn
 	stmts map[string]*sql.Stmt
+	// The bulk inserts bypass database/sql, which converted and copied
+	// every value of a thousand-row batch again (execDriver).
+	driverStmts map[string]driver.Stmt
+	values      []driver.NamedValue
 }
 
 func (c *wconn) prepared(ctx context.Context, q string) (*sql.Stmt, error) {
@@ -207,10 +212,46 @@ func (c *wconn) rollback() {
 	c.conn.ExecContext(context.Background(), "ROLLBACK")
 }
 
+// execDriver runs q, prepared once on the connection's driver, with
+// args, each already a value the driver binds (int64, bool, []byte,
+// string or nil).
+func (c *wconn) execDriver(ctx context.Context, q string, args []any) error {
+	return c.conn.Raw(func(dc any) error {
+		st, ok := c.driverStmts[q]
+		if !ok {
+			p, ok := dc.(driver.ConnPrepareContext)
+			if !ok {
+				return fmt.Errorf("observer: the SQLite driver cannot prepare statements")
+			}
+			var err error
+			if st, err = p.PrepareContext(ctx, q); err != nil {
+				return err
+			}
+			c.driverStmts[q] = st
+		}
+		ex, ok := st.(driver.StmtExecContext)
+		if !ok {
+			return fmt.Errorf("observer: the SQLite driver cannot execute statements")
+		}
+		c.values = c.values[:0]
+		for i, a := range args {
+			c.values = append(c.values, driver.NamedValue{Ordinal: i + 1, Value: a})
+		}
+		_, err := ex.ExecContext(ctx, c.values)
+		return err
+	})
+}
+
 func (c *wconn) close() {
 	for _, st := range c.stmts {
 		st.Close()
 	}
+	c.conn.Raw(func(any) error {
+		for _, st := range c.driverStmts {
+			st.Close()
+		}
+		return nil
+	})
 	c.conn.Close()
 }
 
@@ -477,8 +518,9 @@ func (r *recordRow) appendArgs(args []any) []any {
 	if r.keyHash != 0 {
 		key = r.keyHash
 	}
-	return append(args, r.id, r.ch, r.off, r.ts, int(r.kind), r.stamped, r.tagged, r.sender, r.seq,
-		r.nOff, r.nSeq, r.hdrBytes, stamp, errText, r.pid, key)
+	// Every value is of a type the driver binds directly (driverValues).
+	return append(args, r.id, r.ch, r.off, r.ts, int64(r.kind), r.stamped, r.tagged, r.sender, r.seq,
+		int64(r.nOff), int64(r.nSeq), int64(r.hdrBytes), stamp, errText, r.pid, key)
 }
 
 // add stores one record: it moves the channel's position, notes skipped
@@ -858,7 +900,7 @@ func (w *writer) flushRows(ctx context.Context, prefix string, args []any, cols,
 	for rows := chunk; rows >= 1; rows /= 2 {
 		per := cols * rows
 		for len(args)-done >= per {
-			if _, err := w.c.ExecContext(ctx, prefix+placeholders(rows, cols), args[done:done+per]...); err != nil {
+			if err := w.c.execDriver(ctx, prefix+placeholders(rows, cols), args[done:done+per]); err != nil {
 				return args, fmt.Errorf("observer: ingest: %w", err)
 			}
 			done += per
