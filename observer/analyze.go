@@ -357,14 +357,25 @@ func (s *Store) lateJoiners(ctx context.Context, offs map[headers.Channel]Channe
 			join, end = co.Stable, co.End
 			chName = cmp.Or(chName, co.Name)
 		}
+		// The sender's last record on the channel, and its first record at
+		// or above the claimed sequence number.
 		var last, claimedOff sql.NullInt64
-		err = s.db.QueryRowContext(ctx, `
-			SELECT (SELECT max(r.off) FROM records r WHERE r.ch = ch.id AND r.tagged AND r.sender = sd.id),
-			       (SELECT min(r.off) FROM records r WHERE r.ch = ch.id AND r.tagged AND r.sender = sd.id AND r.seq >= ?)
-			FROM channels ch, senders sd WHERE ch.topic = ? AND ch.part = ? AND sd.sender = ?`,
-			c.seq, k.ch.Topic[:], k.ch.Partition, k.sender[:]).Scan(&last, &claimedOff)
-		if err != nil && err != sql.ErrNoRows {
+		var chID, senderID sql.NullInt64
+		err = s.db.QueryRowContext(ctx, `SELECT (SELECT id FROM channels WHERE topic = ? AND part = ?), (SELECT id FROM senders WHERE sender = ?)`,
+			k.ch.Topic[:], k.ch.Partition, k.sender[:]).Scan(&chID, &senderID)
+		if err != nil {
 			return nil, fmt.Errorf("observer: late-joiner window on %s: %w", k.ch, err)
+		}
+		if chID.Valid && senderID.Valid {
+			err := s.db.QueryRowContext(ctx, `SELECT max(last_off) FROM seqs WHERE ch = ? AND sender = ?`, chID.Int64, senderID.Int64).Scan(&last)
+			if err != nil {
+				return nil, fmt.Errorf("observer: late-joiner window on %s: %w", k.ch, err)
+			}
+			off, ok, err := firstAtOrAbove(ctx, s.db, chID.Int64, senderID.Int64, c.seq)
+			if err != nil {
+				return nil, fmt.Errorf("observer: late-joiner window on %s: %w", k.ch, err)
+			}
+			claimedOff = sql.NullInt64{Int64: off, Valid: ok}
 		}
 		if last.Valid && last.Int64 >= join {
 			continue // the sender writes at or above the join point: a joiner resolves the claim

@@ -339,8 +339,7 @@ func (s *Store) causes(ctx context.Context, q querier, r *Record, g *Graph, seen
 		}
 	}
 	for e := range st.Clock.SeqEntries() {
-		cr, err := scanRecord(q.QueryRowContext(ctx, `SELECT `+recordCols+recordFrom+`WHERE c.topic = ? AND c.part = ? AND r.tagged AND s.sender = ? AND r.seq = ?`,
-			e.Channel.Topic[:], e.Channel.Partition, e.Sender[:], e.Seq))
+		cr, err := s.bySequence(ctx, q, e)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			id := fmt.Sprintf("seq:%s:%s:%d", e.Channel, e.Sender, e.Seq)
@@ -357,6 +356,28 @@ func (s *Store) causes(ctx context.Context, q querier, r *Record, g *Graph, seen
 		}
 	}
 	return out, edges, nil
+}
+
+// bySequence returns the record a sequence claim names: the sender's first
+// record on the channel with that sequence number, or sql.ErrNoRows.
+func (s *Store) bySequence(ctx context.Context, q querier, e headers.SeqEntry) (*Record, error) {
+	var ch, sender sql.NullInt64
+	err := q.QueryRowContext(ctx, `SELECT (SELECT id FROM channels WHERE topic = ? AND part = ?), (SELECT id FROM senders WHERE sender = ?)`,
+		e.Channel.Topic[:], e.Channel.Partition, e.Sender[:]).Scan(&ch, &sender)
+	if err != nil {
+		return nil, err
+	}
+	if !ch.Valid || !sender.Valid {
+		return nil, sql.ErrNoRows // a channel or sender never seen
+	}
+	ps, err := sequenced(ctx, q, ch.Int64, sender.Int64, e.Seq)
+	if err != nil {
+		return nil, err
+	}
+	if len(ps) == 0 {
+		return nil, sql.ErrNoRows
+	}
+	return scanRecord(q.QueryRowContext(ctx, `SELECT `+recordCols+recordFrom+`WHERE r.id = ?`, ps[0].rec))
 }
 
 // effects returns the records whose stamps claim r exactly: an offset

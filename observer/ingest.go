@@ -79,15 +79,21 @@ type writer struct {
 	touched touched
 	// targets are the log ends the channels assigned to a shard had when
 	// they were assigned: each is owned once read that far.
-	targets  map[headers.Channel]int64
-	recArgs  []any // their insert arguments, reused
-	clmArgs  []any
-	blocks   map[blockKey]*claimBlock // a batch's open blocks of offset claims
-	closed   []*claimBlock            // and its full ones
-	agg      map[statsKey]*stats
-	seqArgs  []any
-	c        *wconn
-	findings []Finding
+	targets map[headers.Channel]int64
+	recArgs []any // their insert arguments, reused
+	clmArgs []any
+	blocks  map[blockKey]*claimBlock // a batch's open blocks of offset claims
+	closed  []*claimBlock            // and its full ones
+	// seqBlocks and seqClosed are the same for the sequence index
+	// (seqblock.go).
+	seqBlocks map[senderKey]*seqBlock
+	seqClosed []*seqBlock
+	agg       map[statsKey]*stats
+	seqArgs   []any
+	// seqIdxArgs are the rows of the sequence index, reused.
+	seqIdxArgs []any
+	c          *wconn
+	findings   []Finding
 	// arena holds a batch's stored stamps back to back: one allocation
 	// for many records, reset when the batch begins. keep hands out its
 	// tail.
@@ -140,7 +146,7 @@ func newWriter(ctx context.Context, st *Store) (*writer, error) {
 		return nil, fmt.Errorf("observer: store writer: %w", err)
 	}
 	w := &writer{st: st, c: &wconn{conn: conn, stmts: map[string]*sql.Stmt{}, driverStmts: map[string]driver.Stmt{}}, agg: map[statsKey]*stats{}, blocks: map[blockKey]*claimBlock{},
-		pending: map[pendKey][]int{}, touched: newTouched(), targets: map[headers.Channel]int64{}}
+		seqBlocks: map[senderKey]*seqBlock{}, pending: map[pendKey][]int{}, touched: newTouched(), targets: map[headers.Channel]int64{}}
 	if err := w.load(ctx); err != nil {
 		w.c.close()
 		return nil, err
@@ -453,6 +459,8 @@ func (w *writer) ingest(ctx context.Context, batch []incoming) (err error) {
 			clear(w.agg)
 			clear(w.pending)
 			clear(w.blocks)
+			clear(w.seqBlocks)
+			w.seqClosed = w.seqClosed[:0]
 			w.reload(ctx)
 		}
 	}()
@@ -674,6 +682,9 @@ func (w *writer) addData(ctx context.Context, cs *chanState, in *incoming, row r
 	}
 	row.tagged, row.seq, row.nOff, row.nSeq = st.Tagged, st.Seq, st.Clock.NumOffsets(), st.Clock.NumSeqs()
 	w.appendRow(row)
+	if st.Tagged {
+		w.sequence(cs.id, row.sender, st.Seq, in.Offset, row.id)
+	}
 	prev := cs.prevOffs
 	for _, e := range w.offs {
 		if e.Channel == in.Channel && e.Offset >= in.Offset {
@@ -833,6 +844,9 @@ func (w *writer) flush(ctx context.Context, all bool) error {
 	}
 	if !all {
 		return nil
+	}
+	if w.seqIdxArgs, err = w.flushRows(ctx, seqInsert, w.seqBlockArgs(w.seqIdxArgs), seqCols, clmChunk, true); err != nil {
+		return err
 	}
 	for k, s := range w.state {
 		if !s.dirty {

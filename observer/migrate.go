@@ -24,7 +24,9 @@ import (
 //     covers one epoch); hw, the highest offset of its anchor channel
 //     counted into it, so a channel read again counts nothing twice;
 //   - partials: what one channel's records contribute to a finding about
-//     more than one channel, which the anchor's owner adds up.
+//     more than one channel, which the anchor's owner adds up;
+//   - seqs: the records of each sender by sequence number, in blocks
+//     (seqblock.go), instead of an index over every tagged record.
 const schema4 = `
 ALTER TABLE channels ADD COLUMN assigned INTEGER NOT NULL DEFAULT 1;
 ALTER TABLE channels ADD COLUMN owned INTEGER NOT NULL DEFAULT 1;
@@ -66,6 +68,10 @@ CREATE TABLE remote_stats(
 CREATE TABLE remote_holes(ch INTEGER NOT NULL, from_off INTEGER NOT NULL, to_off INTEGER NOT NULL, kind INTEGER NOT NULL,
 	PRIMARY KEY(ch, from_off)) WITHOUT ROWID;
 CREATE TABLE remote_fine(ch INTEGER PRIMARY KEY, parts BLOB NOT NULL);
+CREATE TABLE seqs(ch INTEGER NOT NULL, sender INTEGER NOT NULL, lo INTEGER NOT NULL, first INTEGER NOT NULL,
+	hi INTEGER NOT NULL, last INTEGER NOT NULL, last_off INTEGER NOT NULL, pairs BLOB NOT NULL,
+	PRIMARY KEY(ch, sender, lo, first)) WITHOUT ROWID;
+DROP INDEX IF EXISTS records_seq;
 CREATE TABLE members(instance TEXT PRIMARY KEY, url TEXT NOT NULL, at INTEGER NOT NULL);
 -- Every fact of the group's state topic as last read, this shard's own
 -- included: what it published is what it diffs its next facts against.
@@ -86,6 +92,8 @@ CREATE VIEW all_stats AS
 // migrate4 brings a schema 3 store to schema 4 in one transaction, keeping
 // every record and finding.
 func (s *Store) migrate4(ctx context.Context, tx *sql.Tx) error {
-	_, err := tx.ExecContext(ctx, schema4)
-	return err
+	if _, err := tx.ExecContext(ctx, schema4); err != nil {
+		return err
+	}
+	return buildSeqs(ctx, tx)
 }

@@ -80,7 +80,6 @@ CREATE TABLE IF NOT EXISTS records(
 	err TEXT,
 	key_hash INTEGER);                        -- keyHash of the record's key; NULL without a key
 CREATE UNIQUE INDEX IF NOT EXISTS records_at ON records(ch, off);
-CREATE INDEX IF NOT EXISTS records_seq ON records(ch, sender, seq) WHERE tagged;
 -- Markers and aborted records: the positions a claim must not name.
 CREATE INDEX IF NOT EXISTS records_holes ON records(ch, off) WHERE kind IN ` + sqlHoleKinds + `;
 -- Records of transactions whose marker was not seen when they were written:
@@ -542,6 +541,9 @@ func (s *Store) Prune(ctx context.Context, minTS int64, maxRecords int64) (int64
 		return 0, fmt.Errorf("observer: prune: %w", err)
 	}
 	if err := pruneClaims(ctx, tx, cut); err != nil {
+		return 0, fmt.Errorf("observer: prune: %w", err)
+	}
+	if err := pruneSeqs(ctx, tx, cut); err != nil {
 		return 0, fmt.Errorf("observer: prune: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM seq_claims WHERE rec < ?`, cut); err != nil {
