@@ -79,17 +79,31 @@ func benchStore(b *testing.B) (*Store, *writer) {
 	return st, w
 }
 
-// BenchmarkIngest stores records in batches of 1,000, as one poll would
-// bring them: 16-entry stamps, and unstamped records as the control.
+// BenchmarkIngest stores records in batches of 1,000, as one poll of a
+// lightly loaded observer brings them, and of 10,000, the most one poll
+// brings (PollRecords(10000)), as every poll does for an observer that
+// cannot keep up: the batch that bounds its throughput. 16-entry stamps,
+// with 2 or all 16 entries advancing per record, as a stage's output and
+// under exactly-once (a commit marker after every 100 records); unstamped
+// records as the control.
 func BenchmarkIngest(b *testing.B) {
 	for _, bc := range []struct {
 		name             string
 		entries, changed int
 		txn              int // records per transaction; 0: not transactional
-	}{{"unstamped", 0, 0, 0}, {"entries=16/changed=2", 16, 2, 0}, {"entries=16/changed=16", 16, 16, 0},
-		{"entries=16/changed=2/txn=100", 16, 2, 100}} {
+		batch            int
+	}{
+		{"unstamped", 0, 0, 0, 1000},
+		{"entries=16/changed=2", 16, 2, 0, 1000},
+		{"entries=16/changed=16", 16, 16, 0, 1000},
+		{"entries=16/changed=2/txn=100", 16, 2, 100, 1000},
+		{"unstamped/batch=10000", 0, 0, 0, 10000},
+		{"entries=16/changed=2/batch=10000", 16, 2, 0, 10000},
+		{"entries=16/changed=16/batch=10000", 16, 16, 0, 10000},
+		{"entries=16/changed=2/txn=100/batch=10000", 16, 2, 100, 10000},
+	} {
 		b.Run(bc.name, func(b *testing.B) {
-			const batch = 1000
+			batch := bc.batch
 			recs := synthetic(batch*20, bc.entries, bc.changed)
 			if bc.txn > 0 {
 				recs = transactional(recs, bc.txn)

@@ -695,8 +695,9 @@ func (w *writer) addData(ctx context.Context, cs *chanState, in *incoming, row r
 				fmt.Sprintf("record %s (topic %q) claims %s on its own channel, at or past its own position: a position not assigned when it was sent",
 					at, in.Topic, claimed), at.String(), claimed.String())
 		}
-		// Both lists are in clock order: walk the previous one alongside.
-		for len(prev) > 0 && chanOrder(prev[0].Channel, e.Channel) < 0 {
+		// Both lists are in clock order: walk the previous one alongside
+		// (mostly the same channels, so equal ones are not ordered).
+		for len(prev) > 0 && prev[0].Channel != e.Channel && chanOrder(prev[0].Channel, e.Channel) < 0 {
 			prev = prev[1:]
 		}
 		if len(prev) > 0 && prev[0] == e {
@@ -710,7 +711,7 @@ func (w *writer) addData(ctx context.Context, cs *chanState, in *incoming, row r
 	}
 	prevSeqs := cs.prevSeqs
 	for _, e := range w.seqs {
-		for len(prevSeqs) > 0 && seqOrder(prevSeqs[0], e) < 0 {
+		for len(prevSeqs) > 0 && (prevSeqs[0].Channel != e.Channel || prevSeqs[0].Sender != e.Sender) && seqOrder(prevSeqs[0], e) < 0 {
 			prevSeqs = prevSeqs[1:]
 		}
 		if len(prevSeqs) > 0 && prevSeqs[0] == e {
