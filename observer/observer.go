@@ -164,7 +164,9 @@ func New(cfg Config, store *Store) (*Observer, error) {
 	o := &Observer{cfg: cfg, store: store, client: cl, admin: kadm.NewClient(cl), log: log, metrics: newMetrics(h, cfg.Instance), health: h,
 		topics: map[string]headers.TopicID{}, assigned: map[headers.Channel]bool{}}
 	if cfg.Group != "" {
-		store.sharded = true
+		if store != nil {
+			store.sharded = true
+		}
 		o.shard = newShard(o)
 	}
 	return o, nil
