@@ -373,15 +373,20 @@ func (w *writer) channel(ctx context.Context, ch headers.Channel, name string) (
 		}
 		return cs, nil
 	}
-	res, err := w.c.ExecContext(ctx, `INSERT INTO channels(topic, part, name, owned, assigned) VALUES(?, ?, ?, ?, ?)`, ch.Topic[:], ch.Partition, name, !w.sharded, !w.sharded)
-	if err != nil {
+	// A shard's group state adds channels too (facts.go): the row may be
+	// there already.
+	if _, err := w.c.ExecContext(ctx, `INSERT OR IGNORE INTO channels(topic, part, name, owned, assigned) VALUES(?, ?, ?, ?, ?)`,
+		ch.Topic[:], ch.Partition, name, !w.sharded, !w.sharded); err != nil {
 		return nil, fmt.Errorf("observer: add channel %s: %w", ch, err)
 	}
-	id, err := res.LastInsertId()
-	if err != nil {
+	cs := &chanState{ch: ch}
+	if err := w.c.QueryRowContext(ctx, `SELECT id, name, start_off, next_off, assigned, owned FROM channels WHERE topic = ? AND part = ?`,
+		ch.Topic[:], ch.Partition).Scan(&cs.id, &cs.name, &cs.start, &cs.next, &cs.assigned, &cs.owned); err != nil {
 		return nil, fmt.Errorf("observer: add channel %s: %w", ch, err)
 	}
-	cs := &chanState{id: id, ch: ch, name: name, start: -1, next: -1, assigned: !w.sharded, owned: !w.sharded}
+	if cs.name == "" && name != "" {
+		cs.name, cs.dirty = name, true
+	}
 	w.chans[ch] = cs
 	return cs, nil
 }

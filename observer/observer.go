@@ -431,26 +431,34 @@ func (o *Observer) poll(ctx context.Context) (int, error) {
 	if len(batch) == 0 {
 		return 0, nil
 	}
-	if err := o.w.ingest(ctx, batch); err != nil {
+	if err := o.ingest(ctx, batch); err != nil {
 		return 0, err
 	}
+	return len(batch), nil
+}
+
+// ingest stores a batch; a shard then owns the channels it has read up to
+// their targets and publishes what the batch changed. The caller holds
+// o.mu.
+func (o *Observer) ingest(ctx context.Context, batch []incoming) error {
+	if err := o.w.ingest(ctx, batch); err != nil {
+		return err
+	}
 	o.metrics.ingested.Add(float64(len(batch)))
-	if o.shard != nil {
-		owned, err := o.w.promote(ctx)
-		if err != nil {
-			return 0, err
-		}
-		for _, ch := range owned {
-			o.log.Info("caught up", "topic", o.nameOf(ch.Topic), "partition", ch.Partition)
-			if err := o.shard.publishAll(ctx, ch); err != nil {
-				return 0, err
-			}
-		}
-		if err := o.shard.publishTouched(ctx, o.w); err != nil {
-			return 0, err
+	if o.shard == nil {
+		return nil
+	}
+	owned, err := o.w.promote(ctx)
+	if err != nil {
+		return err
+	}
+	for _, ch := range owned {
+		o.log.Info("caught up", "topic", o.nameOf(ch.Topic), "partition", ch.Partition)
+		if err := o.shard.publishAll(ctx, ch); err != nil {
+			return err
 		}
 	}
-	return len(batch), nil
+	return o.shard.publishTouched(ctx, o.w)
 }
 
 func lastOffset(rs []*kgo.Record) int64 {

@@ -114,6 +114,7 @@ type shard struct {
 	o     *Observer
 	topic string // the state topic
 	log   *slog.Logger
+	facts factLog
 
 	mu      sync.Mutex
 	changed *sync.Cond
@@ -135,6 +136,7 @@ func newShard(o *Observer) *shard {
 		s.topic = DefaultStateTopic(o.cfg.Group)
 	}
 	s.changed = sync.NewCond(&s.mu)
+	s.facts = topicLog{cl: o.client, topic: s.topic, log: o.log}
 	return s
 }
 
@@ -240,24 +242,46 @@ func (s *shard) barrier(ctx context.Context) error {
 	return nil
 }
 
-// produce writes a fact; a nil value deletes it.
-func (s *shard) produce(ctx context.Context, key string, value []byte) {
-	r := &kgo.Record{Topic: s.topic, Partition: 0, Key: []byte(key), Value: value,
-		Headers: []kgo.RecordHeader{{Key: factOwnerKey, Value: []byte(s.o.cfg.Instance)}}}
-	s.o.client.Produce(ctx, r, func(r *kgo.Record, err error) {
+// factLog is where a shard publishes facts: the group's state topic (a
+// test's log in memory).
+type factLog interface {
+	// Produce writes a fact of owner, in order; a nil value deletes it.
+	Produce(ctx context.Context, key, owner string, value []byte)
+	// Flush returns once every fact produced is written.
+	Flush(ctx context.Context) error
+}
+
+// topicLog is the group's state topic as a factLog.
+type topicLog struct {
+	cl    *kgo.Client
+	topic string
+	log   *slog.Logger
+}
+
+func (l topicLog) Produce(ctx context.Context, key, owner string, value []byte) {
+	r := &kgo.Record{Topic: l.topic, Partition: 0, Key: []byte(key), Value: value,
+		Headers: []kgo.RecordHeader{{Key: factOwnerKey, Value: []byte(owner)}}}
+	l.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 		if err != nil && ctx.Err() == nil {
-			s.log.Warn("publish to the group's state topic", "key", string(r.Key), "err", err)
+			l.log.Warn("publish to the group's state topic", "key", string(r.Key), "err", err)
 		}
 	})
 }
 
-// flush waits until every fact produced so far is written.
-func (s *shard) flush(ctx context.Context) error {
-	if err := s.o.client.Flush(ctx); err != nil {
+func (l topicLog) Flush(ctx context.Context) error {
+	if err := l.cl.Flush(ctx); err != nil {
 		return fmt.Errorf("observer: publish to the group's state topic: %w", err)
 	}
 	return nil
 }
+
+// produce writes a fact; a nil value deletes it.
+func (s *shard) produce(ctx context.Context, key string, value []byte) {
+	s.facts.Produce(ctx, key, s.o.cfg.Instance, value)
+}
+
+// flush waits until every fact produced so far is written.
+func (s *shard) flush(ctx context.Context) error { return s.facts.Flush(ctx) }
 
 // announce publishes this shard's URL.
 func (s *shard) announce(ctx context.Context) error {
@@ -587,61 +611,90 @@ func (o *Observer) take(ctx context.Context, offs map[string]map[int32]kgo.Offse
 			return nil, fmt.Errorf("observer: start offsets of the assigned topics: %w", err)
 		}
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if err := o.ensureWriter(ctx); err != nil {
-		return nil, err
-	}
-	out := map[string]map[int32]kgo.Offset{}
-	var took []headers.Channel
+	var takes []takeSpec
 	for _, name := range names {
 		td, ok := tds[name]
 		if !ok || headers.TopicID(td.ID).IsZero() {
 			return nil, fmt.Errorf("observer: assigned topic %q has no topic ID", name)
 		}
-		id := headers.TopicID(td.ID)
-		o.topics[name] = id
-		out[name] = map[int32]kgo.Offset{}
 		for p := range offs[name] {
-			ch := headers.Channel{Topic: id, Partition: p}
+			t := takeSpec{ch: headers.Channel{Topic: headers.TopicID(td.ID), Partition: p}, name: name}
 			end, _ := ends.Lookup(name, p)
 			logStart, _ := logStarts.Lookup(name, p)
-			pos := int64(-1)
-			if cs, ok := o.w.chans[ch]; ok && cs.next >= 0 {
-				pos = cs.next
-			} else if first := o.store.groupStart(ctx, ch); first >= 0 {
-				pos = max(first, logStart.Offset)
-			} else {
-				switch {
-				case firsts != nil:
-					lo, _ := firsts.Lookup(name, p)
-					pos = lo.Offset
-				case o.cfg.Start == FromEnd:
-					pos = end.Offset
-				default:
-					pos = logStart.Offset
-				}
+			t.logStart, t.end = logStart.Offset, end.Offset
+			switch {
+			case firsts != nil:
+				lo, _ := firsts.Lookup(name, p)
+				t.start = lo.Offset
+			case o.cfg.Start == FromEnd:
+				t.start = end.Offset
+			default:
+				t.start = logStart.Offset
 			}
-			if err := o.w.assign(ctx, ch, name, pos, end.Offset); err != nil {
-				return nil, err
-			}
-			out[name][p] = kgo.NewOffset().At(pos)
-			took = append(took, ch)
-			o.log.Info("assigned", "topic", name, "partition", p, "from", pos, "catch up to", end.Offset)
+			takes = append(takes, t)
 		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	pos, err := o.takeChannels(ctx, takes)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]map[int32]kgo.Offset{}
+	for i, t := range takes {
+		if out[t.name] == nil {
+			out[t.name] = map[int32]kgo.Offset{}
+		}
+		out[t.name][t.ch.Partition] = kgo.NewOffset().At(pos[i])
+	}
+	o.healthTopics()
+	return out, nil
+}
+
+// takeSpec is a channel the group assigned, with its offsets now: the
+// log start, the end a read_committed reader reaches, and where the
+// configuration starts a channel nobody read before.
+type takeSpec struct {
+	ch                   headers.Channel
+	name                 string
+	logStart, end, start int64
+}
+
+// takeChannels marks the channels of takes assigned here, after the state
+// topic is read to its end, and returns where to read each: the store's
+// position, else where the group first read it (or the log start, if
+// later), else the configured start. Each is owned once read up to its
+// end of now. The caller holds o.mu.
+func (o *Observer) takeChannels(ctx context.Context, takes []takeSpec) ([]int64, error) {
+	if err := o.ensureWriter(ctx); err != nil {
+		return nil, err
+	}
+	pos := make([]int64, len(takes))
+	for i, t := range takes {
+		o.topics[t.name] = t.ch.Topic
+		if cs, ok := o.w.chans[t.ch]; ok && cs.next >= 0 {
+			pos[i] = cs.next
+		} else if first := o.store.groupStart(ctx, t.ch); first >= 0 {
+			pos[i] = max(first, t.logStart)
+		} else {
+			pos[i] = t.start
+		}
+		if err := o.w.assign(ctx, t.ch, t.name, pos[i], t.end); err != nil {
+			return nil, err
+		}
+		o.log.Info("assigned", "topic", t.name, "partition", t.ch.Partition, "from", pos[i], "catch up to", t.end)
 	}
 	if err := o.w.loadPartials(ctx); err != nil {
 		return nil, err
 	}
-	for _, ch := range took {
-		if o.w.chans[ch].owned {
-			if err := o.shard.publishAll(ctx, ch); err != nil {
+	for _, t := range takes {
+		if o.w.chans[t.ch].owned {
+			if err := o.shard.publishAll(ctx, t.ch); err != nil {
 				return nil, err
 			}
 		}
 	}
-	o.healthTopics()
-	return out, nil
+	return pos, nil
 }
 
 // revoked lets channels go: this shard's last word on them is published
@@ -672,9 +725,14 @@ func (o *Observer) release(ctx context.Context, gone map[string][]int32, publish
 			chs = append(chs, headers.Channel{Topic: id, Partition: p})
 		}
 	}
-	if len(chs) == 0 {
-		return
+	if len(chs) > 0 {
+		o.releaseChannels(ctx, chs, publish)
 	}
+}
+
+// releaseChannels lets chs go, first publishing this shard's last word on
+// those it owns when publish is set. The caller holds o.mu.
+func (o *Observer) releaseChannels(ctx context.Context, chs []headers.Channel, publish bool) {
 	if publish {
 		ctx := context.WithoutCancel(ctx) // a close revokes too, with its context ended
 		for _, ch := range chs {
@@ -953,9 +1011,8 @@ func (o *Observer) Acknowledge(ctx context.Context, id int64, by, reason string)
 	if err != nil {
 		return f, err
 	}
-	r := &kgo.Record{Topic: o.shard.topic, Partition: 0, Key: []byte(factAck + f.Key), Value: v,
-		Headers: []kgo.RecordHeader{{Key: factOwnerKey, Value: []byte(o.cfg.Instance)}}}
-	if err := o.client.ProduceSync(ctx, r).FirstErr(); err != nil {
+	o.shard.produce(ctx, factAck+f.Key, v)
+	if err := o.shard.flush(ctx); err != nil {
 		return f, fmt.Errorf("observer: acknowledge finding %d: publish to the group: %w", id, err)
 	}
 	return f, nil
