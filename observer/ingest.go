@@ -109,6 +109,8 @@ type writer struct {
 	// sharded: the observer shares the topics with a group; a channel is
 	// owned only once assigned.
 	sharded bool
+	// failNext, set by a test, fails the next batch as a store error would.
+	failNext error
 	// broken, once set, is returned by every call: the caches could not be
 	// rebuilt after a failed batch.
 	broken error
@@ -450,6 +452,10 @@ var errWriterFailed = errors.New("observer: store writer failed")
 func (w *writer) ingest(ctx context.Context, batch []incoming) (err error) {
 	if w.broken != nil {
 		return w.broken
+	}
+	if w.failNext != nil {
+		err, w.failNext = w.failNext, nil
+		return err
 	}
 	if err := w.c.begin(ctx); err != nil {
 		return fmt.Errorf("observer: ingest: %w", err)

@@ -432,9 +432,35 @@ func (o *Observer) poll(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	if err := o.ingest(ctx, batch); err != nil {
+		if !errors.Is(err, errWriterFailed) {
+			// The batch is not stored, and the client has moved past it:
+			// fetch it again from the store's positions.
+			o.rewind(consumer, batch)
+		}
 		return 0, err
 	}
 	return len(batch), nil
+}
+
+// rewind sets the fetch positions of the channels of a batch that was not
+// stored back to the store's. The caller holds o.mu.
+func (o *Observer) rewind(cl *kgo.Client, batch []incoming) {
+	at := map[string]map[int32]kgo.EpochOffset{}
+	for _, in := range batch {
+		if at[in.Topic] == nil {
+			at[in.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		p := in.Channel.Partition
+		if _, ok := at[in.Topic][p]; ok {
+			continue
+		}
+		off := in.Offset // the batch's first record of the channel
+		if cs, ok := o.w.chans[in.Channel]; ok && cs.next >= 0 {
+			off = cs.next
+		}
+		at[in.Topic][p] = kgo.EpochOffset{Epoch: -1, Offset: off}
+	}
+	cl.SetOffsets(at)
 }
 
 // ingest stores a batch; a shard then owns the channels it has read up to
