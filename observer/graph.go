@@ -38,7 +38,9 @@ type Node struct {
 	SenderName string `json:"sender_name,omitempty"`
 	Seq        int64  `json:"seq,omitempty"`
 	// Link is the node's coordinate as a record page's path, by topic
-	// name where that is unambiguous.
+	// name where that is unambiguous: for a record, a marker, or a missing
+	// position (whose page lists the claims on it; in a group of
+	// observers, the shard reading its partition answers).
 	Link    string `json:"link,omitempty"`
 	Entries int    `json:"entries,omitempty"`
 	Err     string `json:"error,omitempty"`
@@ -123,7 +125,7 @@ func (s *Store) label(ctx context.Context, g *Graph) error {
 	for i := range g.Nodes {
 		n := &g.Nodes[i]
 		n.Label = names.Text(n.ID)
-		if n.State == StateRecord || n.State == StateMarker {
+		if n.State == StateRecord || n.State == StateMarker || n.State == StateMissing {
 			n.Link = names.Link(n.ID)
 		}
 		if id, err := headers.ParseSenderID(n.Sender); err == nil {
