@@ -93,14 +93,14 @@ func BenchmarkIngest(b *testing.B) {
 		txn              int // records per transaction; 0: not transactional
 		batch            int
 	}{
-		{"unstamped", 0, 0, 0, 1000},
-		{"entries=16/changed=2", 16, 2, 0, 1000},
-		{"entries=16/changed=16", 16, 16, 0, 1000},
-		{"entries=16/changed=2/txn=100", 16, 2, 100, 1000},
+		{"unstamped/batch=1000", 0, 0, 0, 1000},
+		{"entries=16,changed=2/batch=1000", 16, 2, 0, 1000},
+		{"entries=16,changed=16/batch=1000", 16, 16, 0, 1000},
+		{"entries=16,changed=2,txn=100/batch=1000", 16, 2, 100, 1000},
 		{"unstamped/batch=10000", 0, 0, 0, 10000},
-		{"entries=16/changed=2/batch=10000", 16, 2, 0, 10000},
-		{"entries=16/changed=16/batch=10000", 16, 16, 0, 10000},
-		{"entries=16/changed=2/txn=100/batch=10000", 16, 2, 100, 10000},
+		{"entries=16,changed=2/batch=10000", 16, 2, 0, 10000},
+		{"entries=16,changed=16/batch=10000", 16, 16, 0, 10000},
+		{"entries=16,changed=2,txn=100/batch=10000", 16, 2, 100, 10000},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			batch := bc.batch
