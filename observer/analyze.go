@@ -18,6 +18,11 @@ type ChannelOffsets struct {
 	Start  int64  // log start offset
 	Stable int64  // last stable offset: where a read_committed joiner at the end starts
 	End    int64  // log end offset (high watermark)
+	// Unknown: the channel exists but the brokers did not list its offsets
+	// now (its leader moving, say), and the offsets above are zero. No
+	// finding that depends on them is judged: one found before stays as
+	// it was until they are known again.
+	Unknown bool
 }
 
 // Growth thresholds: a topic needs this many stamped records before its
@@ -353,7 +358,9 @@ func (s *Store) lateJoiners(ctx context.Context, offs map[headers.Channel]Channe
 			return nil, fmt.Errorf("observer: late-joiner window on %s: %w", k.ch, err)
 		}
 		join, end := next, next
-		if co, ok := offs[k.ch]; ok {
+		if co, ok := offs[k.ch]; ok && co.Unknown {
+			continue // judged again once its offsets are known
+		} else if ok {
 			join, end = co.Stable, co.End
 			chName = cmp.Or(chName, co.Name)
 		}

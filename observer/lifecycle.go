@@ -24,7 +24,8 @@ package observer
 //     seen again is reopened.
 //
 // Resolution needs the brokers' offsets: with the cluster out of reach
-// nothing is resolved. Resolved findings are deleted after the closed
+// nothing is resolved, and a finding naming a record of a channel whose
+// offsets the brokers did not list (ChannelOffsets.Unknown) is not judged. Resolved findings are deleted after the closed
 // retention (Config.ClosedRetention); acknowledged ones are kept while
 // their condition holds, since forgetting one would raise it again.
 
@@ -307,6 +308,9 @@ func (s *Store) reconcile(ctx context.Context, derived, counted []Finding, offs 
 		if f.State == StateResolved || seen[key] || !own.anchoredHere(f.anchor) {
 			continue
 		}
+		if namesUnknown(f.Coordinates, offs) {
+			continue // judged once the brokers list those offsets again
+		}
 		var why string
 		if isDerived[key] {
 			why = "an evaluation against the cluster no longer finds it"
@@ -339,6 +343,28 @@ func commit(tx *sql.Tx) error {
 		return fmt.Errorf("observer: record findings: %w", err)
 	}
 	return nil
+}
+
+// namesUnknown reports whether coords name a record of a channel whose
+// offsets the brokers did not list now.
+func namesUnknown(coords []string, offs map[headers.Channel]ChannelOffsets) bool {
+	for _, c := range coords {
+		if ref, err := ParseRef(c); err == nil && ref.ByID && offs[headers.Channel{Topic: ref.ID, Partition: ref.Partition}].Unknown {
+			return true
+		}
+	}
+	return false
+}
+
+// unknownChannels returns the channels of offs whose offsets are unknown.
+func unknownChannels(offs map[headers.Channel]ChannelOffsets) []headers.Channel {
+	var out []headers.Channel
+	for ch, co := range offs {
+		if co.Unknown {
+			out = append(out, ch)
+		}
+	}
+	return out
 }
 
 // goneFromLog reports whether the log holds none of the records coords

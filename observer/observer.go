@@ -818,7 +818,8 @@ func (o *Observer) Offsets(ctx context.Context) (map[headers.Channel]ChannelOffs
 }
 
 // ListOffsets asks the cluster for the log start, last stable and end
-// offsets of every topic.
+// offsets of every topic. A partition of a listed topic whose offsets the
+// brokers did not give (a leader moving, say) is in the map as Unknown.
 func ListOffsets(ctx context.Context, admin *kadm.Client) (map[headers.Channel]ChannelOffsets, error) {
 	tds, err := admin.ListTopics(ctx)
 	if err != nil {
@@ -841,21 +842,30 @@ func ListOffsets(ctx context.Context, admin *kadm.Client) (map[headers.Channel]C
 	if err != nil {
 		return nil, fmt.Errorf("observer: list end offsets: %w", err)
 	}
-	hwms.Each(func(lo kadm.ListedOffset) {
-		if lo.Err != nil {
+	add := func(topic string, p int32) {
+		td := tds[topic]
+		if headers.TopicID(td.ID).IsZero() {
 			return
 		}
-		td := tds[lo.Topic]
-		ch := headers.Channel{Topic: headers.TopicID(td.ID), Partition: lo.Partition}
-		co := ChannelOffsets{Name: lo.Topic, End: lo.Offset, Stable: lo.Offset}
-		if s, ok := starts.Lookup(lo.Topic, lo.Partition); ok && s.Err == nil {
-			co.Start = s.Offset
+		ch := headers.Channel{Topic: headers.TopicID(td.ID), Partition: p}
+		if _, ok := out[ch]; ok {
+			return
 		}
-		if s, ok := lsos.Lookup(lo.Topic, lo.Partition); ok && s.Err == nil {
-			co.Stable = s.Offset
+		end, ok1 := hwms.Lookup(topic, p)
+		start, ok2 := starts.Lookup(topic, p)
+		stable, ok3 := lsos.Lookup(topic, p)
+		if !ok1 || !ok2 || !ok3 || end.Err != nil || start.Err != nil || stable.Err != nil {
+			out[ch] = ChannelOffsets{Name: topic, Unknown: true}
+			return
 		}
-		out[ch] = co
-	})
+		out[ch] = ChannelOffsets{Name: topic, Start: start.Offset, Stable: stable.Offset, End: end.Offset}
+	}
+	for _, td := range tds {
+		for p := range td.Partitions {
+			add(td.Topic, p)
+		}
+	}
+	hwms.Each(func(lo kadm.ListedOffset) { add(lo.Topic, lo.Partition) })
 	return out, nil
 }
 
@@ -871,6 +881,9 @@ func (o *Observer) Findings(ctx context.Context) ([]Finding, error) {
 			o.log.Warn("cannot read the cluster", "err", err)
 		}
 		return nil, fmt.Errorf("%w: %w", ErrClusterUnavailable, err)
+	}
+	if u := unknownChannels(offs); len(u) > 0 {
+		o.log.Debug("offsets not listed; findings naming these channels are not judged now", "channels", u)
 	}
 	fs, err := o.store.evaluate(ctx, offs, time.Now(), o.cfg.ClosedRetention)
 	if err != nil {

@@ -214,14 +214,10 @@ func (s *shard) fail(err error) {
 // barrier returns once the state topic is applied up to its end as of
 // the call: every fact published before then is in the store.
 func (s *shard) barrier(ctx context.Context) error {
-	ends, err := s.o.admin.ListEndOffsets(ctx, s.topic)
-	if err == nil {
-		err = ends.Error()
-	}
+	end, err := s.stateEnd(ctx)
 	if err != nil {
-		return fmt.Errorf("observer: end of the group's state topic: %w", err)
+		return err
 	}
-	end, _ := ends.Lookup(s.topic, 0)
 	stop := context.AfterFunc(ctx, func() {
 		s.mu.Lock()
 		s.changed.Broadcast()
@@ -230,7 +226,7 @@ func (s *shard) barrier(ctx context.Context) error {
 	defer stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for s.read < end.Offset {
+	for s.read < end {
 		if s.readErr != nil {
 			return fmt.Errorf("observer: read the group's state topic: %w", s.readErr)
 		}
@@ -240,6 +236,37 @@ func (s *shard) barrier(ctx context.Context) error {
 		s.changed.Wait()
 	}
 	return nil
+}
+
+// stateEnd returns the end offset of the state topic. Errors a broker
+// gives while a topic's metadata is still spreading over the cluster (a
+// state topic just created, a leader moving: retriable ones) are waited
+// out until ctx ends.
+func (s *shard) stateEnd(ctx context.Context) (int64, error) {
+	backoff := 100 * time.Millisecond
+	for {
+		ends, err := s.o.admin.ListEndOffsets(ctx, s.topic)
+		if err == nil {
+			err = ends.Error()
+		}
+		end, ok := ends.Lookup(s.topic, 0)
+		if err == nil && !ok {
+			err = kerr.UnknownTopicOrPartition
+		}
+		if err == nil {
+			return end.Offset, nil
+		}
+		if !kerr.IsRetriable(err) || ctx.Err() != nil {
+			return 0, fmt.Errorf("observer: end of the group's state topic: %w", err)
+		}
+		s.log.Warn("cannot list the end of the group's state topic; retrying", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("observer: end of the group's state topic: %w", err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
 }
 
 // factLog is where a shard publishes facts: the group's state topic (a
@@ -581,6 +608,44 @@ func (o *Observer) take(ctx context.Context, offs map[string]map[int32]kgo.Offse
 	if err := o.shard.barrier(ctx); err != nil {
 		return nil, err
 	}
+	var takes []takeSpec
+	backoff := 100 * time.Millisecond
+	for {
+		var err error
+		if takes, err = o.takeSpecs(ctx, offs); err == nil {
+			break
+		}
+		// A topic just created or a leader moving: wait it out.
+		if !kerr.IsRetriable(err) || ctx.Err() != nil {
+			return nil, err
+		}
+		o.log.Warn("cannot list the assigned partitions' offsets; retrying", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	pos, err := o.takeChannels(ctx, takes)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]map[int32]kgo.Offset{}
+	for i, t := range takes {
+		if out[t.name] == nil {
+			out[t.name] = map[int32]kgo.Offset{}
+		}
+		out[t.name][t.ch.Partition] = kgo.NewOffset().At(pos[i])
+	}
+	o.healthTopics()
+	return out, nil
+}
+
+// takeSpecs lists the offsets of the partitions the group assigns.
+func (o *Observer) takeSpecs(ctx context.Context, offs map[string]map[int32]kgo.Offset) ([]takeSpec, error) {
 	names := slices.Sorted(maps.Keys(offs))
 	tds, err := o.admin.ListTopics(ctx, names...)
 	if err != nil {
@@ -634,21 +699,7 @@ func (o *Observer) take(ctx context.Context, offs map[string]map[int32]kgo.Offse
 			takes = append(takes, t)
 		}
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	pos, err := o.takeChannels(ctx, takes)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]map[int32]kgo.Offset{}
-	for i, t := range takes {
-		if out[t.name] == nil {
-			out[t.name] = map[int32]kgo.Offset{}
-		}
-		out[t.name][t.ch.Partition] = kgo.NewOffset().At(pos[i])
-	}
-	o.healthTopics()
-	return out, nil
+	return takes, nil
 }
 
 // takeSpec is a channel the group assigned, with its offsets now: the

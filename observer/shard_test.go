@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -34,9 +35,14 @@ func runShard(t *testing.T, ctx context.Context, c *broker.Cluster, group, insta
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	// PARSLEY_SHARD_DEBUG=1 writes the shards' logs to the test's output.
+	log := slog.New(slog.DiscardHandler)
+	if os.Getenv("PARSLEY_SHARD_DEBUG") != "" {
+		log = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})).With("shard", instance)
+	}
 	o, err := observer.New(observer.Config{Brokers: c.Addrs(), Pattern: regexp.MustCompile(".*"),
 		Group: group, Instance: instance, AdvertiseURL: "http://" + instance, SessionTimeout: 6 * time.Second,
-		Refresh: 200 * time.Millisecond, PruneEvery: 300 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}, st)
+		Refresh: 200 * time.Millisecond, PruneEvery: 300 * time.Millisecond, Logger: log}, st)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -360,6 +360,23 @@ func (g *simGroup) evaluate(s *simShard) {
 	}
 }
 
+// evaluateUnlisted evaluates as if the brokers had not listed the offsets
+// of some channels (their leaders moving), and returns their names.
+func (g *simGroup) evaluateUnlisted(s *simShard) []string {
+	offs := g.d.offsets()
+	var names []string
+	for _, ch := range g.d.chans {
+		if g.r.IntN(2) == 0 {
+			offs[ch] = ChannelOffsets{Name: g.d.name[ch], Unknown: true}
+			names = append(names, fmt.Sprintf("%s/%d", g.d.name[ch], ch.Partition))
+		}
+	}
+	if _, err := s.o.store.evaluate(g.ctx, offs, time.Now(), 0); err != nil {
+		g.t.Fatal(err)
+	}
+	return names
+}
+
 func (g *simGroup) publish(s *simShard) {
 	s.o.mu.Lock()
 	defer s.o.mu.Unlock()
@@ -514,9 +531,12 @@ func simulate(t *testing.T, seed uint64, steps int) {
 				g.ingest(s, ch, 1+g.r.IntN(4))
 				g.note("%s ingests %s/%d to %d", s.name, g.d.name[ch], ch.Partition, s.fetched[ch])
 			}
-		case k < 50:
+		case k < 44:
 			g.evaluate(s)
 			g.note("%s evaluates", s.name)
+		case k < 50:
+			unlisted := g.evaluateUnlisted(s)
+			g.note("%s evaluates, the offsets of %v unlisted", s.name, unlisted)
 		case k < 60:
 			g.publish(s)
 			g.note("%s publishes", s.name)

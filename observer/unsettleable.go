@@ -41,7 +41,7 @@ func (u unsettleableClaims) find(ctx context.Context, offs map[headers.Channel]C
 		return nil, err
 	}
 	if !u.s.readOnly {
-		if err := u.s.storeUnsettleablePartials(ctx, hits); err != nil {
+		if err := u.s.storeUnsettleablePartials(ctx, hits, unknownChannels(offs)); err != nil {
 			return nil, err
 		}
 	}
@@ -92,8 +92,10 @@ func (h unsettleableHit) partial(own *ownership) partialRow {
 }
 
 // storeUnsettleablePartials replaces the unsettleable-claim partials of
-// the channels this observer owns with hits.
-func (s *Store) storeUnsettleablePartials(ctx context.Context, hits []unsettleableHit) error {
+// the channels this observer owns with hits, but for the claims on
+// channels whose offsets are unknown now: what was found of those stays as
+// it was, for a claim past the log end cannot be told from one below it.
+func (s *Store) storeUnsettleablePartials(ctx context.Context, hits []unsettleableHit, unknown []headers.Channel) error {
 	s.lifeMu.Lock()
 	defer s.lifeMu.Unlock()
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -101,10 +103,20 @@ func (s *Store) storeUnsettleablePartials(ctx context.Context, hits []unsettleab
 		return fmt.Errorf("observer: record unsettleable claims: %w", err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `DELETE FROM partials WHERE code = ? AND src IN (SELECT id FROM channels WHERE owned)`, string(CodeUnsettleableClaim)); err != nil {
+	q := `DELETE FROM partials WHERE code = ? AND src IN (SELECT id FROM channels WHERE owned)`
+	args := []any{string(CodeUnsettleableClaim)}
+	for _, ch := range unknown {
+		prefix := ch.String() + "@"
+		q += ` AND substr(claimed, 1, ?) != ?`
+		args = append(args, len(prefix), prefix)
+	}
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 		return fmt.Errorf("observer: record unsettleable claims: %w", err)
 	}
 	for _, h := range hits {
+		if slices.Contains(unknown, h.claimed.Channel) {
+			continue
+		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO partials(key, src, code, n, hw, first_off, claimed, why, bridged) VALUES(?, ?, ?, ?, -1, ?, ?, ?, ?)`,
 			"unsettleable-claim|"+h.claimed.String(), h.src, string(CodeUnsettleableClaim), h.n, h.first, h.claimed.String(), h.name+"\x00"+h.why, h.bridged); err != nil {
 			return fmt.Errorf("observer: record unsettleable claims: %w", err)
@@ -155,10 +167,11 @@ func (u unsettleableClaims) collect(ctx context.Context, offs map[headers.Channe
 			v := p.value
 			h := h
 			h.claimed.Offset, h.n = v, 1
-			co, known := offs[h.claimed.Channel]
-			if h.name == "" && known {
+			co, listed := offs[h.claimed.Channel]
+			if h.name == "" && listed {
 				h.name = co.Name // a channel only claimed, never consumed
 			}
+			known := listed && !co.Unknown
 			switch {
 			case kind.Valid && recordKind(kind.Int64) == kindControl:
 				h.why, h.bridged = "a transaction marker", true
@@ -240,7 +253,7 @@ func (u unsettleableClaims) hits(ctx context.Context, offs map[headers.Channel]C
 	}
 	for _, ci := range chans {
 		co, ok := offs[ci.Channel]
-		if !ok {
+		if !ok || co.Unknown {
 			continue
 		}
 		if err := add(`
