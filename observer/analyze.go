@@ -18,6 +18,11 @@ type ChannelOffsets struct {
 	Start  int64  // log start offset
 	Stable int64  // last stable offset: where a read_committed joiner at the end starts
 	End    int64  // log end offset (high watermark)
+	// Unknown: the channel exists but the brokers did not list its offsets
+	// now (its leader moving, say), and the offsets above are zero. No
+	// finding that depends on them is judged: one found before stays as
+	// it was until they are known again.
+	Unknown bool
 }
 
 // Growth thresholds: a topic needs this many stamped records before its
@@ -52,16 +57,16 @@ func sustainedGrowth(mean [4]float64) bool {
 }
 
 // rule derives findings from the store and the brokers' current offsets
-// (nil when unknown).
+// (nil when unknown): those anchored at channels this observer owns.
 type rule interface {
-	find(ctx context.Context, offs map[headers.Channel]ChannelOffsets) ([]Finding, error)
+	find(ctx context.Context, offs map[headers.Channel]ChannelOffsets, own *ownership) ([]Finding, error)
 }
 
 // ruleFunc is a rule written as a function.
-type ruleFunc func(ctx context.Context, offs map[headers.Channel]ChannelOffsets) ([]Finding, error)
+type ruleFunc func(ctx context.Context, offs map[headers.Channel]ChannelOffsets, own *ownership) ([]Finding, error)
 
-func (f ruleFunc) find(ctx context.Context, offs map[headers.Channel]ChannelOffsets) ([]Finding, error) {
-	return f(ctx, offs)
+func (f ruleFunc) find(ctx context.Context, offs map[headers.Channel]ChannelOffsets, own *ownership) ([]Finding, error) {
+	return f(ctx, offs, own)
 }
 
 // rules lists every rule evaluated from the store and the brokers'
@@ -91,10 +96,14 @@ func (s *Store) Findings(ctx context.Context, offs map[headers.Channel]ChannelOf
 // evaluate is Findings, dropping findings resolved longer than retention
 // ago (0 keeps them).
 func (s *Store) evaluate(ctx context.Context, offs map[headers.Channel]ChannelOffsets, now time.Time, retention time.Duration) ([]Finding, error) {
+	own, err := s.ownership(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var derived []Finding
 	keys := map[string]bool{}
 	for _, r := range s.rules() {
-		fs, err := r.find(ctx, offs)
+		fs, err := r.find(ctx, offs, own)
 		if err != nil {
 			return nil, err
 		}
@@ -105,8 +114,12 @@ func (s *Store) evaluate(ctx context.Context, offs map[headers.Channel]ChannelOf
 			}
 		}
 	}
+	counted, err := s.crossPartitionFindings(ctx, own)
+	if err != nil {
+		return nil, err
+	}
 	if !s.readOnly {
-		if err := s.reconcile(ctx, derived, offs, offs != nil, now, retention); err != nil {
+		if err := s.reconcile(ctx, derived, counted, offs, offs != nil, now, retention, own); err != nil {
 			return nil, err
 		}
 	}
@@ -121,7 +134,7 @@ func (s *Store) evaluate(ctx context.Context, offs map[headers.Channel]ChannelOf
 	if s.readOnly {
 		// Nothing is recorded: what the rules find now, over what was
 		// recorded by the last writer.
-		for _, f := range derived {
+		for _, f := range append(derived, counted...) {
 			if _, ok := stored[f.Key]; !ok {
 				f.State = StateOpen
 				out = append(out, f)
@@ -147,64 +160,81 @@ func (s *Store) evaluate(ctx context.Context, offs map[headers.Channel]ChannelOf
 	return out, nil
 }
 
-func (s *Store) coordOfRec(ctx context.Context, rec int64) (headers.Coordinate, string, error) {
-	var topic []byte
-	var c headers.Coordinate
-	var name string
-	err := s.db.QueryRowContext(ctx, `SELECT c.topic, c.part, r.off, c.name FROM records r JOIN channels c ON c.id = r.ch WHERE r.id = ?`, rec).
-		Scan(&topic, &c.Partition, &c.Offset, &name)
-	if err != nil {
-		return c, "", fmt.Errorf("observer: record #%d: %w", rec, err)
-	}
-	copy(c.Topic[:], topic)
-	return c, name, nil
-}
-
-func (s *Store) partiallyStamped(ctx context.Context, _ map[headers.Channel]ChannelOffsets) ([]Finding, error) {
+func (s *Store) partiallyStamped(ctx context.Context, _ map[headers.Channel]ChannelOffsets, own *ownership) ([]Finding, error) {
+	// Per channel first, added up per topic below: each channel's counts
+	// come from its owner, and "the first stamped record" is the first in
+	// coordinate order, whoever ingested it.
 	rows, err := s.db.QueryContext(ctx, `
-		SELECT ch.name, sum(st.n_stamped + st.n_undecodable), sum(st.n_data), min(st.first_stamped), min(st.first_unstamped)
-		FROM chan_stats st JOIN channels ch ON ch.id = st.ch
-		GROUP BY ch.topic
-		HAVING sum(st.n_stamped + st.n_undecodable) > 0 AND sum(st.n_stamped + st.n_undecodable) < sum(st.n_data)`)
+		SELECT st.ch, sum(st.n_stamped + st.n_undecodable), sum(st.n_data), min(st.first_stamped), min(st.first_unstamped)
+		FROM all_stats st GROUP BY st.ch`)
 	if err != nil {
 		return nil, fmt.Errorf("observer: find partially stamped topics: %w", err)
 	}
 	type hit struct {
-		name           string
 		stamped, n     int
-		firstS, firstU sql.NullInt64
+		firstS, firstU *headers.Coordinate
 	}
-	var hits []hit
+	byTopic := map[headers.TopicID]*hit{}
+	var topics []headers.TopicID
+	earlier := func(cur **headers.Coordinate, ch headers.Channel, off sql.NullInt64) {
+		if !off.Valid {
+			return
+		}
+		c := headers.Coordinate{Channel: ch, Offset: off.Int64}
+		if *cur == nil || coordCompare(c, **cur) < 0 {
+			*cur = &c
+		}
+	}
 	for rows.Next() {
-		var h hit
-		if err := rows.Scan(&h.name, &h.stamped, &h.n, &h.firstS, &h.firstU); err != nil {
+		var id int64
+		var stamped, n int
+		var firstS, firstU sql.NullInt64
+		if err := rows.Scan(&id, &stamped, &n, &firstS, &firstU); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("observer: find partially stamped topics: %w", err)
 		}
-		hits = append(hits, h)
+		ch, ok := own.ch[id]
+		if !ok {
+			continue
+		}
+		h := byTopic[ch.Topic]
+		if h == nil {
+			h = &hit{}
+			byTopic[ch.Topic] = h
+			topics = append(topics, ch.Topic)
+		}
+		h.stamped, h.n = h.stamped+stamped, h.n+n
+		earlier(&h.firstS, ch, firstS)
+		earlier(&h.firstU, ch, firstU)
 	}
 	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("observer: find partially stamped topics: %w", err)
+	}
+	slices.SortFunc(topics, func(a, b headers.TopicID) int { return a.CompareBytes(b) })
 	var out []Finding
-	for _, h := range hits {
-		// The first records may have been pruned since; name what is left.
+	for _, t := range topics {
+		h := byTopic[t]
+		anchor := headers.Channel{Topic: t, Partition: 0}
+		if h.stamped == 0 || h.stamped >= h.n || !own.ownsChannel(anchor) {
+			continue
+		}
+		name := own.topicName(t)
 		var coords []string
 		var named [2]string
-		for i, id := range []sql.NullInt64{h.firstU, h.firstS} {
-			if !id.Valid {
-				continue
-			}
-			if c, _, err := s.coordOfRec(ctx, id.Int64); err == nil {
+		for i, c := range []*headers.Coordinate{h.firstU, h.firstS} {
+			if c != nil {
 				coords = append(coords, c.String())
 				named[i] = c.String()
 			}
 		}
 		out = append(out, Finding{
-			Key:  "partially-stamped-topic|" + h.name,
-			Code: CodePartiallyStamped, Severity: CodePartiallyStamped.Severity(), Topic: h.name,
+			Key:  "partially-stamped-topic|" + name,
+			Code: CodePartiallyStamped, Severity: CodePartiallyStamped.Severity(), Topic: name,
 			Coordinates: coords,
 			Summary: fmt.Sprintf("topic %q: %d of %d records are stamped; first unstamped %s, first stamped %s",
-				h.name, h.stamped, h.n, or(named[0], "(pruned)"), or(named[1], "(pruned)")),
-			Action: CodePartiallyStamped.Action(), Count: h.n - h.stamped,
+				name, h.stamped, h.n, or(named[0], "(pruned)"), or(named[1], "(pruned)")),
+			Action: CodePartiallyStamped.Action(), Count: h.n - h.stamped, anchor: anchor.String(),
 		})
 	}
 	return out, nil
@@ -217,16 +247,23 @@ func or(s, alt string) string {
 	return s
 }
 
-// lateJoiners looks at the newest record of every consumed channel — the
-// clock its writer carries forward — for sequence claims whose sender has
-// no record at or above the position a consumer joining now would start
-// from.
-func (s *Store) lateJoiners(ctx context.Context, offs map[headers.Channel]ChannelOffsets) ([]Finding, error) {
-	// The newest stamped record of each consumed channel, read backwards
+// lateJoiners looks at the newest stamped record of every observed
+// channel — the clock its writer carries forward — for sequence claims
+// whose sender has no record at or above the position a consumer joining
+// now would start from. The newest records of the channels this observer
+// owns are in its store; those of the others, as their owners published
+// them (shard.go).
+func (s *Store) lateJoiners(ctx context.Context, offs map[headers.Channel]ChannelOffsets, own *ownership) ([]Finding, error) {
+	type carrier struct {
+		at    headers.Coordinate
+		stamp *headers.Stamp
+	}
+	var carriers []carrier
+	// The newest stamped record of each owned channel, read backwards
 	// through the (channel, offset) index.
 	rows, err := s.db.QueryContext(ctx, `
 		SELECT (SELECT r.id FROM records r WHERE r.ch = ch.id AND r.kind = `+sqlKindData+` AND r.stamped ORDER BY r.off DESC LIMIT 1)
-		FROM channels ch WHERE ch.start_off >= 0`)
+		FROM channels ch WHERE ch.start_off >= 0 AND ch.owned`)
 	if err != nil {
 		return nil, fmt.Errorf("observer: find late-joiner windows: %w", err)
 	}
@@ -242,35 +279,57 @@ func (s *Store) lateJoiners(ctx context.Context, offs map[headers.Channel]Channe
 		}
 	}
 	rows.Close()
+	for _, id := range recs {
+		rec, err := s.recordByID(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if st, err := rec.Stamp(); err == nil { // else reported as undecodable-stamp
+			carriers = append(carriers, carrier{rec.Coordinate, st})
+		}
+	}
+	rows, err = s.db.QueryContext(ctx, `SELECT rc.ch, rc.tail_off, rc.tail FROM remote_channels rc JOIN channels c ON c.id = rc.ch
+		WHERE NOT c.owned AND rc.tail_off >= 0`)
+	if err != nil {
+		return nil, fmt.Errorf("observer: find late-joiner windows: %w", err)
+	}
+	for rows.Next() {
+		var id, off int64
+		var tail []byte
+		if err := rows.Scan(&id, &off, &tail); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("observer: find late-joiner windows: %w", err)
+		}
+		st := new(headers.Stamp)
+		if ch, ok := own.ch[id]; ok && readStoredStamp(st, tail) == nil {
+			carriers = append(carriers, carrier{headers.Coordinate{Channel: ch, Offset: off}, st})
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("observer: find late-joiner windows: %w", err)
+	}
 	type claimKey struct {
 		ch     headers.Channel
 		sender headers.SenderID
 	}
 	type claim struct {
 		seq      int64
-		carriers []string
+		carriers []headers.Coordinate
 	}
 	claims := map[claimKey]*claim{}
 	var keys []claimKey
-	for _, id := range recs {
-		rec, err := s.recordByID(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		st, err := rec.Stamp()
-		if err != nil {
-			continue // reported as undecodable-stamp
-		}
-		for e := range st.Clock.SeqEntries() {
+	for _, c := range carriers {
+		for e := range c.stamp.Clock.SeqEntries() {
 			k := claimKey{e.Channel, e.Sender}
-			c, ok := claims[k]
+			cl, ok := claims[k]
 			if !ok {
-				c = &claim{}
-				claims[k] = c
+				cl = &claim{}
+				claims[k] = cl
 				keys = append(keys, k)
 			}
-			c.seq = max(c.seq, e.Seq)
-			c.carriers = append(c.carriers, rec.Coordinate.String())
+			cl.seq = max(cl.seq, e.Seq)
+			cl.carriers = append(cl.carriers, c.at)
 		}
 	}
 	slices.SortFunc(keys, func(a, b claimKey) int {
@@ -282,6 +341,16 @@ func (s *Store) lateJoiners(ctx context.Context, offs map[headers.Channel]Channe
 	var out []Finding
 	for _, k := range keys {
 		c := claims[k]
+		slices.SortFunc(c.carriers, coordCompare)
+		// Anchored at the claimed channel, or, when no observer reads it,
+		// at the first carrier's.
+		anchor := k.ch
+		if !own.observedChannel(anchor) {
+			anchor = c.carriers[0].Channel
+		}
+		if !own.ownsChannel(anchor) {
+			continue
+		}
 		var chName string
 		var next int64
 		err := s.db.QueryRowContext(ctx, `SELECT name, next_off FROM channels WHERE topic = ? AND part = ?`, k.ch.Topic[:], k.ch.Partition).Scan(&chName, &next)
@@ -289,26 +358,44 @@ func (s *Store) lateJoiners(ctx context.Context, offs map[headers.Channel]Channe
 			return nil, fmt.Errorf("observer: late-joiner window on %s: %w", k.ch, err)
 		}
 		join, end := next, next
-		if co, ok := offs[k.ch]; ok {
+		if co, ok := offs[k.ch]; ok && co.Unknown {
+			continue // judged again once its offsets are known
+		} else if ok {
 			join, end = co.Stable, co.End
+			chName = cmp.Or(chName, co.Name)
 		}
+		// The sender's last record on the channel, and its first record at
+		// or above the claimed sequence number.
 		var last, claimedOff sql.NullInt64
-		err = s.db.QueryRowContext(ctx, `
-			SELECT (SELECT max(r.off) FROM records r WHERE r.ch = ch.id AND r.tagged AND r.sender = sd.id),
-			       (SELECT min(r.off) FROM records r WHERE r.ch = ch.id AND r.tagged AND r.sender = sd.id AND r.seq >= ?)
-			FROM channels ch, senders sd WHERE ch.topic = ? AND ch.part = ? AND sd.sender = ?`,
-			c.seq, k.ch.Topic[:], k.ch.Partition, k.sender[:]).Scan(&last, &claimedOff)
-		if err != nil && err != sql.ErrNoRows {
+		var chID, senderID sql.NullInt64
+		err = s.db.QueryRowContext(ctx, `SELECT (SELECT id FROM channels WHERE topic = ? AND part = ?), (SELECT id FROM senders WHERE sender = ?)`,
+			k.ch.Topic[:], k.ch.Partition, k.sender[:]).Scan(&chID, &senderID)
+		if err != nil {
 			return nil, fmt.Errorf("observer: late-joiner window on %s: %w", k.ch, err)
+		}
+		if chID.Valid && senderID.Valid {
+			err := s.db.QueryRowContext(ctx, `SELECT max(last_off) FROM seqs WHERE ch = ? AND sender = ?`, chID.Int64, senderID.Int64).Scan(&last)
+			if err != nil {
+				return nil, fmt.Errorf("observer: late-joiner window on %s: %w", k.ch, err)
+			}
+			off, ok, err := firstAtOrAbove(ctx, s.db, chID.Int64, senderID.Int64, c.seq)
+			if err != nil {
+				return nil, fmt.Errorf("observer: late-joiner window on %s: %w", k.ch, err)
+			}
+			claimedOff = sql.NullInt64{Int64: off, Valid: ok}
 		}
 		if last.Valid && last.Int64 >= join {
 			continue // the sender writes at or above the join point: a joiner resolves the claim
 		}
+		var carried []string
+		for _, at := range slices.CompactFunc(c.carriers, func(a, b headers.Coordinate) bool { return a == b }) {
+			carried = append(carried, at.String())
+		}
 		f := Finding{
 			Key:  "late-joiner-window|" + k.ch.String() + "|" + k.sender.String(),
 			Code: CodeLateJoinerWindow, Severity: CodeLateJoinerWindow.Severity(), Topic: chName,
-			Coordinates: slices.Compact(slices.Sorted(slices.Values(c.carriers))),
-			Action:      CodeLateJoinerWindow.Action(), Count: len(c.carriers),
+			Coordinates: carried,
+			Action:      CodeLateJoinerWindow.Action(), Count: len(c.carriers), anchor: anchor.String(),
 		}
 		lastTxt := "no record seen"
 		if last.Valid {
@@ -319,10 +406,10 @@ func (s *Store) lateJoiners(ctx context.Context, offs map[headers.Channel]Channe
 			f.Coordinates = append(f.Coordinates, claimed.String())
 			f.SafeJoin = map[string]int64{k.ch.String(): claimedOff.Int64}
 			f.Summary = fmt.Sprintf("sequence claim on %s (topic %q) of sender %s up to seq %d still circulates (%s); the sender's %s, below the last stable offset %d (log end %d): a consumer joining at either holds forever; safe join offset %d",
-				k.ch, chName, k.sender, c.seq, strings.Join(c.carriers, ", "), lastTxt, join, end, claimedOff.Int64)
+				k.ch, chName, k.sender, c.seq, strings.Join(carried, ", "), lastTxt, join, end, claimedOff.Int64)
 		} else {
 			f.Summary = fmt.Sprintf("sequence claim on %s (topic %q) of sender %s up to seq %d still circulates (%s); the sender's %s, below the last stable offset %d (log end %d), and the claimed record was never seen: no safe join offset is known",
-				k.ch, chName, k.sender, c.seq, strings.Join(c.carriers, ", "), lastTxt, join, end)
+				k.ch, chName, k.sender, c.seq, strings.Join(carried, ", "), lastTxt, join, end)
 		}
 		out = append(out, f)
 	}
@@ -341,24 +428,30 @@ func (s *Store) recordByID(ctx context.Context, id int64) (*Record, error) {
 // quarters (by time) of each topic's stamped records. It reads the
 // per-run statistics (64 offsets a run), or, for a topic with fewer than
 // growthFineBelow runs, the records themselves, so small topics are judged
-// as finely as large ones.
-func (s *Store) growth(ctx context.Context, _ map[headers.Channel]ChannelOffsets) ([]Finding, error) {
+// as finely as large ones. Runs and records are ordered by time, then by
+// coordinate, so the quarters are the same whoever ingested them.
+func (s *Store) growth(ctx context.Context, _ map[headers.Channel]ChannelOffsets, own *ownership) ([]Finding, error) {
 	byTopic := map[string][]part{}
 	var names []string
 	rows, err := s.db.QueryContext(ctx, `
-		SELECT ch.name, st.n_stamped, st.sum_entries, st.sum_bytes, st.min_ts, st.first_stamped, st.last_stamped
-		FROM chan_stats st JOIN channels ch ON ch.id = st.ch
-		WHERE st.n_stamped > 0 ORDER BY ch.topic, st.min_ts, st.first_stamped`)
+		SELECT st.ch, st.n_stamped, st.sum_entries, st.sum_bytes, st.min_ts, st.first_stamped, st.last_stamped
+		FROM all_stats st WHERE st.n_stamped > 0`)
 	if err != nil {
 		return nil, fmt.Errorf("observer: find stamp growth: %w", err)
 	}
 	for rows.Next() {
-		var name string
+		var id, first, last int64
 		var p part
-		if err := rows.Scan(&name, &p.n, &p.entries, &p.bytes, &p.ts, &p.first, &p.last); err != nil {
+		if err := rows.Scan(&id, &p.n, &p.entries, &p.bytes, &p.ts, &first, &last); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("observer: find stamp growth: %w", err)
 		}
+		ch, ok := own.ch[id]
+		if !ok {
+			continue
+		}
+		p.first, p.last = headers.Coordinate{Channel: ch, Offset: first}, headers.Coordinate{Channel: ch, Offset: last}
+		name := own.name[id]
 		if _, ok := byTopic[name]; !ok {
 			names = append(names, name)
 		}
@@ -368,6 +461,7 @@ func (s *Store) growth(ctx context.Context, _ map[headers.Channel]ChannelOffsets
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("observer: find stamp growth: %w", err)
 	}
+	slices.Sort(names)
 	var out []Finding
 	for _, name := range names {
 		parts := byTopic[name]
@@ -379,15 +473,19 @@ func (s *Store) growth(ctx context.Context, _ map[headers.Channel]ChannelOffsets
 			continue
 		}
 		if len(parts) < growthFineBelow {
-			if parts, err = s.recordParts(ctx, name); err != nil {
+			if parts, err = s.recordParts(ctx, own, name); err != nil {
 				return nil, err
 			}
 		}
-		slices.SortStableFunc(parts, func(a, b part) int { return cmp.Or(cmp.Compare(a.ts, b.ts), cmp.Compare(a.first, b.first)) })
+		slices.SortStableFunc(parts, func(a, b part) int { return cmp.Or(cmp.Compare(a.ts, b.ts), coordCompare(a.first, b.first)) })
+		anchor := headers.Channel{Topic: parts[0].first.Topic, Partition: 0}
+		if !own.ownsChannel(anchor) {
+			continue
+		}
 		// Quarters by cumulative record count.
 		var qs [4]struct {
 			n, entries, bytes float64
-			first, last       int64
+			first, last       headers.Coordinate
 		}
 		var seen float64
 		for _, p := range parts {
@@ -416,21 +514,13 @@ func (s *Store) growth(ctx context.Context, _ map[headers.Channel]ChannelOffsets
 		if !rising || !sustainedGrowth(mean) {
 			continue
 		}
-		first, _, err := s.coordOfRec(ctx, qs[0].first)
-		if err != nil {
-			return nil, err
-		}
-		last, _, err := s.coordOfRec(ctx, qs[3].last)
-		if err != nil {
-			return nil, err
-		}
 		out = append(out, Finding{
 			Key:  "stamp-growth|" + name,
 			Code: CodeStampGrowth, Severity: CodeStampGrowth.Severity(), Topic: name,
-			Coordinates: []string{last.String(), first.String()},
+			Coordinates: []string{qs[3].last.String(), qs[0].first.String()},
 			Summary: fmt.Sprintf("topic %q: mean stamp entries per record rose %.1f → %.1f → %.1f → %.1f and header bytes %.0f → %.0f over %.0f records (quarters by time)",
 				name, mean[0], mean[1], mean[2], mean[3], bytes[0], bytes[3], total),
-			Action: CodeStampGrowth.Action(), Count: int(total),
+			Action: CodeStampGrowth.Action(), Count: int(total), anchor: anchor.String(),
 		})
 	}
 	return out, nil
@@ -441,29 +531,51 @@ func (s *Store) growth(ctx context.Context, _ map[headers.Channel]ChannelOffsets
 type part struct {
 	n, entries, bytes float64
 	ts                int64
-	first, last       int64 // record ids
+	first, last       headers.Coordinate
 }
 
 // growthFineBelow: a topic with fewer statistics runs than this is judged
 // record by record.
 const growthFineBelow = 64
 
-// recordParts returns a topic's stamped records as one-record parts.
-func (s *Store) recordParts(ctx context.Context, name string) ([]part, error) {
+// recordParts returns a topic's stamped records as one-record parts: from
+// the store for the channels this observer owns, as their owners published
+// them for the others.
+func (s *Store) recordParts(ctx context.Context, own *ownership, name string) ([]part, error) {
 	rows, err := s.db.QueryContext(ctx, `
-		SELECT r.n_off + r.n_seq, r.hdr_bytes, r.ts, r.id FROM records r JOIN channels ch ON ch.id = r.ch
-		WHERE ch.name = ? AND r.kind = `+sqlKindData+` AND r.stamped AND r.err IS NULL`, name)
+		SELECT ch.id, r.off, r.n_off + r.n_seq, r.hdr_bytes, r.ts FROM records r JOIN channels ch ON ch.id = r.ch
+		WHERE ch.name = ? AND ch.owned AND r.kind = `+sqlKindData+` AND r.stamped AND r.err IS NULL`, name)
 	if err != nil {
 		return nil, fmt.Errorf("observer: stamp growth of %q: %w", name, err)
 	}
 	defer rows.Close()
 	var out []part
 	for rows.Next() {
-		var e, b, ts, id int64
-		if err := rows.Scan(&e, &b, &ts, &id); err != nil {
+		var id, off, e, b, ts int64
+		if err := rows.Scan(&id, &off, &e, &b, &ts); err != nil {
 			return nil, fmt.Errorf("observer: stamp growth of %q: %w", name, err)
 		}
-		out = append(out, part{1, float64(e), float64(b), ts, id, id})
+		at := headers.Coordinate{Channel: own.ch[id], Offset: off}
+		out = append(out, part{1, float64(e), float64(b), ts, at, at})
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("observer: stamp growth of %q: %w", name, err)
+	}
+	rows.Close()
+	fine, err := s.db.QueryContext(ctx, `SELECT f.ch, f.parts FROM remote_fine f JOIN channels ch ON ch.id = f.ch WHERE ch.name = ? AND NOT ch.owned`, name)
+	if err != nil {
+		return nil, fmt.Errorf("observer: stamp growth of %q: %w", name, err)
+	}
+	defer fine.Close()
+	for fine.Next() {
+		var id int64
+		var b []byte
+		if err := fine.Scan(&id, &b); err != nil {
+			return nil, fmt.Errorf("observer: stamp growth of %q: %w", name, err)
+		}
+		if out, err = appendFineParts(out, own.ch[id], b); err != nil {
+			return nil, fmt.Errorf("observer: stamp growth of %q: %w", name, err)
+		}
+	}
+	return out, fine.Err()
 }

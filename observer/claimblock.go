@@ -31,6 +31,7 @@ type claimPair struct{ value, rec int64 }
 
 // claimBlock is a block being filled during one ingest batch.
 type claimBlock struct {
+	src    int64 // the channel of the claiming records
 	ch     int64 // the claimed channel
 	lo, hi int64
 	pairs  []claimPair
@@ -50,7 +51,7 @@ func (w *writer) claim(from, to, value, rec int64) {
 		ok = false
 	}
 	if !ok {
-		b = &claimBlock{ch: to, lo: value, hi: value}
+		b = &claimBlock{src: from, ch: to, lo: value, hi: value}
 		w.blocks[k] = b
 	}
 	b.lo, b.hi = min(b.lo, value), max(b.hi, value)
@@ -68,7 +69,7 @@ func (w *writer) blockArgs(args []any) []any {
 		return cmp.Or(cmp.Compare(a.ch, b.ch), cmp.Compare(a.lo, b.lo), cmp.Compare(a.pairs[0].rec, b.pairs[0].rec))
 	})
 	for _, b := range w.closed {
-		args = append(args, b.ch, b.lo, b.pairs[0].rec, b.hi, b.pairs[len(b.pairs)-1].rec, encodeClaimPairs(b.lo, b.pairs))
+		args = append(args, b.ch, b.lo, b.pairs[0].rec, b.hi, b.pairs[len(b.pairs)-1].rec, encodeClaimPairs(b.lo, b.pairs), b.src)
 	}
 	w.closed = w.closed[:0]
 	return args
@@ -154,19 +155,20 @@ func pruneClaims(ctx context.Context, tx *sql.Tx, cut int64) error {
 	if _, err := tx.ExecContext(ctx, `DELETE FROM claims WHERE last < ?`, cut); err != nil {
 		return err
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT ch, lo, rec, pairs FROM claims WHERE rec < ?`, cut)
+	rows, err := tx.QueryContext(ctx, `SELECT ch, lo, rec, pairs, src FROM claims WHERE rec < ?`, cut)
 	if err != nil {
 		return err
 	}
 	type straddler struct {
 		ch, lo, rec int64
 		pairs       []claimPair
+		src         sql.NullInt64
 	}
 	var ss []straddler
 	for rows.Next() {
 		var s straddler
 		var b []byte
-		if err := rows.Scan(&s.ch, &s.lo, &s.rec, &b); err != nil {
+		if err := rows.Scan(&s.ch, &s.lo, &s.rec, &b, &s.src); err != nil {
 			rows.Close()
 			return err
 		}
@@ -192,8 +194,8 @@ func pruneClaims(ctx context.Context, tx *sql.Tx, cut int64) error {
 		for _, p := range kept {
 			lo, hi = min(lo, p.value), max(hi, p.value)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO claims(ch, lo, rec, hi, last, pairs) VALUES(?, ?, ?, ?, ?, ?)`,
-			s.ch, lo, kept[0].rec, hi, kept[len(kept)-1].rec, encodeClaimPairs(lo, kept)); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO claims(ch, lo, rec, hi, last, pairs, src) VALUES(?, ?, ?, ?, ?, ?, ?)`,
+			s.ch, lo, kept[0].rec, hi, kept[len(kept)-1].rec, encodeClaimPairs(lo, kept), s.src); err != nil {
 			return err
 		}
 	}

@@ -137,6 +137,11 @@ type Finding struct {
 	Ack *Ack `json:"acknowledged,omitempty"`
 	// Resolved, when set, is when and why its condition stopped holding.
 	Resolved *Resolution `json:"resolved,omitempty"`
+
+	// anchor is the channel whose owner records the finding (partials.go);
+	// "" for one recorded before schema 4, which its store's observer
+	// keeps.
+	anchor string
 }
 
 // Open reports whether f counts towards alerts: its condition holds and

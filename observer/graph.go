@@ -38,7 +38,9 @@ type Node struct {
 	SenderName string `json:"sender_name,omitempty"`
 	Seq        int64  `json:"seq,omitempty"`
 	// Link is the node's coordinate as a record page's path, by topic
-	// name where that is unambiguous.
+	// name where that is unambiguous: for a record, a marker, or a missing
+	// position (whose page lists the claims on it; in a group of
+	// observers, the shard reading its partition answers).
 	Link    string `json:"link,omitempty"`
 	Entries int    `json:"entries,omitempty"`
 	Err     string `json:"error,omitempty"`
@@ -123,7 +125,7 @@ func (s *Store) label(ctx context.Context, g *Graph) error {
 	for i := range g.Nodes {
 		n := &g.Nodes[i]
 		n.Label = names.Text(n.ID)
-		if n.State == StateRecord || n.State == StateMarker {
+		if n.State == StateRecord || n.State == StateMarker || n.State == StateMissing {
 			n.Link = names.Link(n.ID)
 		}
 		if id, err := headers.ParseSenderID(n.Sender); err == nil {
@@ -339,8 +341,7 @@ func (s *Store) causes(ctx context.Context, q querier, r *Record, g *Graph, seen
 		}
 	}
 	for e := range st.Clock.SeqEntries() {
-		cr, err := scanRecord(q.QueryRowContext(ctx, `SELECT `+recordCols+recordFrom+`WHERE c.topic = ? AND c.part = ? AND r.tagged AND s.sender = ? AND r.seq = ?`,
-			e.Channel.Topic[:], e.Channel.Partition, e.Sender[:], e.Seq))
+		cr, err := s.bySequence(ctx, q, e)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			id := fmt.Sprintf("seq:%s:%s:%d", e.Channel, e.Sender, e.Seq)
@@ -357,6 +358,28 @@ func (s *Store) causes(ctx context.Context, q querier, r *Record, g *Graph, seen
 		}
 	}
 	return out, edges, nil
+}
+
+// bySequence returns the record a sequence claim names: the sender's first
+// record on the channel with that sequence number, or sql.ErrNoRows.
+func (s *Store) bySequence(ctx context.Context, q querier, e headers.SeqEntry) (*Record, error) {
+	var ch, sender sql.NullInt64
+	err := q.QueryRowContext(ctx, `SELECT (SELECT id FROM channels WHERE topic = ? AND part = ?), (SELECT id FROM senders WHERE sender = ?)`,
+		e.Channel.Topic[:], e.Channel.Partition, e.Sender[:]).Scan(&ch, &sender)
+	if err != nil {
+		return nil, err
+	}
+	if !ch.Valid || !sender.Valid {
+		return nil, sql.ErrNoRows // a channel or sender never seen
+	}
+	ps, err := sequenced(ctx, q, ch.Int64, sender.Int64, e.Seq)
+	if err != nil {
+		return nil, err
+	}
+	if len(ps) == 0 {
+		return nil, sql.ErrNoRows
+	}
+	return scanRecord(q.QueryRowContext(ctx, `SELECT `+recordCols+recordFrom+`WHERE r.id = ?`, ps[0].rec))
 }
 
 // effects returns the records whose stamps claim r exactly: an offset

@@ -1,6 +1,7 @@
 package observer
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"sync"
@@ -40,6 +41,10 @@ type healthState struct {
 	started time.Time
 	mu      sync.Mutex
 	h       Health
+	// probeErr and groupErr are the last probe's and, for a shard, the
+	// group's: the observer is up when neither failed.
+	probeErr, groupErr error
+	probed             bool
 }
 
 func newHealthState(now time.Time) *healthState {
@@ -63,12 +68,33 @@ func (s *healthState) get() Health {
 func (s *healthState) set(now time.Time, err error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.probeErr, s.probed, s.h.Checked = err, true, now
+	return s.update(now)
+}
+
+// setGroup records whether a shard takes part in its group (nil) or why
+// not; a shard outside its group reads nothing. It reports whether the
+// group's state changed.
+func (s *healthState) setGroup(err error) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed := (err == nil) != (s.groupErr == nil)
+	s.groupErr = err
+	if s.probed {
+		s.update(time.Now())
+	}
+	return changed
+}
+
+// update derives Up and Err; it reports whether Up changed.
+func (s *healthState) update(now time.Time) bool {
+	err := cmp.Or(s.probeErr, s.groupErr)
 	up := err == nil
 	changed := up != s.h.Up
 	if changed {
 		s.h.Since = now
 	}
-	s.h.Up, s.h.Checked, s.h.Err = up, now, ""
+	s.h.Up, s.h.Err = up, ""
 	if err != nil {
 		s.h.Err = err.Error()
 	}

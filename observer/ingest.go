@@ -3,9 +3,9 @@ package observer
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -45,37 +45,72 @@ type chanState struct {
 	name        string
 	start, next int64
 	dirty       bool
-	// prev is the clock of the channel's last data record (empty when it
-	// was unstamped or undecodable). A claim the previous record already
-	// made is not indexed again: a run of records carrying the same claim
-	// is indexed by its first record, and Descendants extends the run by
-	// reading forward. It keeps the claim index near the number of claims
-	// that change, not the stamp width.
-	prev headers.Clock
+	// assigned: this observer reads the channel; owned: and has read it
+	// up to its target (writer.targets), so its records are the truth for
+	// the channel (see migrate.go).
+	assigned, owned bool
+	// prevOffs and prevSeqs are the entries of the clock of the channel's
+	// last data record (empty when it was unstamped or undecodable), in
+	// clock order. A claim the previous record already made is not
+	// indexed again: a run of records carrying the same claim is indexed
+	// by its first record, and Descendants extends the run by reading
+	// forward. It keeps the claim index near the number of claims that
+	// change, not the stamp width.
+	prevOffs []headers.OffsetEntry
+	prevSeqs []headers.SeqEntry
 }
 
 // writer turns fetched records into store rows and per-record findings. It
 // is the store's only writer and is not safe for concurrent use.
 type writer struct {
-	st       *Store
-	chans    map[headers.Channel]*chanState
-	senders  map[headers.SenderID]int64
-	state    map[senderKey]*senderState
-	nextRec  int64
-	stamp    headers.Stamp
-	rows     []recordRow // buffered records rows
-	recArgs  []any       // their insert arguments, reused
-	clmArgs  []any
-	blocks   map[blockKey]*claimBlock // a batch's open blocks of offset claims
-	closed   []*claimBlock            // and its full ones
-	agg      map[statsKey]*stats
-	seqArgs  []any
-	stmts    map[string]*sql.Stmt
-	findings []Finding
-	hdrBuf   []byte
+	st      *Store
+	chans   map[headers.Channel]*chanState
+	senders map[headers.SenderID]int64
+	state   map[senderKey]*senderState
+	nextRec int64
+	stamp   headers.Stamp
+	rows    []recordRow // the batch's records rows, written at its end
+	// pending are the batch's rows of open transactions, by producer and
+	// channel (indexes into rows); pendStored the open transactions with
+	// rows written by earlier batches.
+	pending    map[pendKey][]int
+	pendStored map[pendKey]int64 // the lowest offset written pending
+	// touched is what the batch changed, for a shard to publish (shard.go).
+	touched touched
+	// targets are the log ends the channels assigned to a shard had when
+	// they were assigned: each is owned once read that far.
+	targets map[headers.Channel]int64
+	recArgs []any // their insert arguments, reused
+	clmArgs []any
+	blocks  map[blockKey]*claimBlock // a batch's open blocks of offset claims
+	closed  []*claimBlock            // and its full ones
+	// seqBlocks and seqClosed are the same for the sequence index
+	// (seqblock.go).
+	seqBlocks map[senderKey]*seqBlock
+	seqClosed []*seqBlock
+	agg       map[statsKey]*stats
+	seqArgs   []any
+	// seqIdxArgs are the rows of the sequence index, reused.
+	seqIdxArgs []any
+	c          *wconn
+	findings   []Finding
+	// arena holds a batch's stored stamps back to back: one allocation
+	// for many records, reset when the batch begins. keep hands out its
+	// tail.
+	arena   []byte
+	compact compactBuf
+	offs    []headers.OffsetEntry // the record's stamp's entries, in clock order
+	seqs    []headers.SeqEntry
 	// uncommitted: records of open and aborted transactions are fetched.
 	uncommitted bool
 	place       placement // partition counts for checkPlacement (placement.go)
+	// partials are the contributions counted at ingest (partials.go).
+	partials map[partialKey]*partial
+	// sharded: the observer shares the topics with a group; a channel is
+	// owned only once assigned.
+	sharded bool
+	// failNext, set by a test, fails the next batch as a store error would.
+	failNext error
 	// broken, once set, is returned by every call: the caches could not be
 	// rebuilt after a failed batch.
 	broken error
@@ -101,18 +136,131 @@ func (w *writer) stats(ch, off, ts int64) *stats {
 	return s
 }
 
-func setFirst(v *sql.NullInt64, id int64) {
+func setFirst(v *sql.NullInt64, off int64) {
 	if !v.Valid {
-		*v = sql.NullInt64{Int64: id, Valid: true}
+		*v = sql.NullInt64{Int64: off, Valid: true}
 	}
 }
 
 func newWriter(ctx context.Context, st *Store) (*writer, error) {
-	w := &writer{st: st, stmts: make(map[string]*sql.Stmt), agg: map[statsKey]*stats{}, blocks: map[blockKey]*claimBlock{}}
+	conn, err := st.db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("observer: store writer: %w", err)
+	}
+	w := &writer{st: st, c: &wconn{conn: conn, stmts: map[string]*sql.Stmt{}, driverStmts: map[string]driver.Stmt{}}, agg: map[statsKey]*stats{}, blocks: map[blockKey]*claimBlock{},
+		seqBlocks: map[senderKey]*seqBlock{}, pending: map[pendKey][]int{}, touched: newTouched(), targets: map[headers.Channel]int64{}}
 	if err := w.load(ctx); err != nil {
+		w.c.close()
 		return nil, err
 	}
 	return w, nil
+}
+
+// wconn is the writer's own connection. It begins and ends its
+// transactions itself (BEGIN IMMEDIATE, COMMIT), so the statements it
+// prepares once run on it as they are: a *sql.Tx would prepare a
+// statement of a *sql.Conn again for every transaction.
+type wconn struct {
+	conn  *sql.Conn
+	stmts map[string]*sql.Stmt
+	// The bulk inserts bypass database/sql, which converted and copied
+	// every value of a thousand-row batch again (execDriver).
+	driverStmts map[string]driver.Stmt
+	values      []driver.NamedValue
+}
+
+func (c *wconn) prepared(ctx context.Context, q string) (*sql.Stmt, error) {
+	if st, ok := c.stmts[q]; ok {
+		return st, nil
+	}
+	st, err := c.conn.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	c.stmts[q] = st
+	return st, nil
+}
+
+// ExecContext runs q, prepared once, with args.
+func (c *wconn) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	st, err := c.prepared(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+// QueryRowContext runs q, prepared once, with args.
+func (c *wconn) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	st, err := c.prepared(ctx, q)
+	if err != nil {
+		return c.conn.QueryRowContext(ctx, q, args...) // carries the error
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+// begin takes the store's write lock at once, waiting for another writer
+// (an acknowledgement, a prune) rather than failing later on a stale
+// snapshot.
+func (c *wconn) begin(ctx context.Context) error {
+	_, err := c.conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+	return err
+}
+
+func (c *wconn) commit(ctx context.Context) error {
+	if _, err := c.conn.ExecContext(ctx, "COMMIT"); err != nil {
+		c.rollback()
+		return err
+	}
+	return nil
+}
+
+// rollback ends a failed transaction, even once ctx has ended.
+func (c *wconn) rollback() {
+	c.conn.ExecContext(context.Background(), "ROLLBACK")
+}
+
+// execDriver runs q, prepared once on the connection's driver, with
+// args, each already a value the driver binds (int64, bool, []byte,
+// string or nil).
+func (c *wconn) execDriver(ctx context.Context, q string, args []any) error {
+	return c.conn.Raw(func(dc any) error {
+		st, ok := c.driverStmts[q]
+		if !ok {
+			p, ok := dc.(driver.ConnPrepareContext)
+			if !ok {
+				return fmt.Errorf("observer: the SQLite driver cannot prepare statements")
+			}
+			var err error
+			if st, err = p.PrepareContext(ctx, q); err != nil {
+				return err
+			}
+			c.driverStmts[q] = st
+		}
+		ex, ok := st.(driver.StmtExecContext)
+		if !ok {
+			return fmt.Errorf("observer: the SQLite driver cannot execute statements")
+		}
+		c.values = c.values[:0]
+		for i, a := range args {
+			c.values = append(c.values, driver.NamedValue{Ordinal: i + 1, Value: a})
+		}
+		_, err := ex.ExecContext(ctx, c.values)
+		return err
+	})
+}
+
+func (c *wconn) close() {
+	for _, st := range c.stmts {
+		st.Close()
+	}
+	c.conn.Raw(func(any) error {
+		for _, st := range c.driverStmts {
+			st.Close()
+		}
+		return nil
+	})
+	c.conn.Close()
 }
 
 // load rebuilds the in-memory caches from the store, at start and after a
@@ -122,14 +270,14 @@ func (w *writer) load(ctx context.Context) error {
 	w.senders = make(map[headers.SenderID]int64)
 	w.state = make(map[senderKey]*senderState)
 	db := w.st.db
-	rows, err := db.QueryContext(ctx, `SELECT id, topic, part, name, start_off, next_off FROM channels`)
+	rows, err := db.QueryContext(ctx, `SELECT id, topic, part, name, start_off, next_off, assigned, owned FROM channels`)
 	if err != nil {
 		return fmt.Errorf("observer: load channels: %w", err)
 	}
 	for rows.Next() {
 		cs := new(chanState)
 		var topic []byte
-		if err := rows.Scan(&cs.id, &topic, &cs.ch.Partition, &cs.name, &cs.start, &cs.next); err != nil {
+		if err := rows.Scan(&cs.id, &topic, &cs.ch.Partition, &cs.name, &cs.start, &cs.next, &cs.assigned, &cs.owned); err != nil {
 			rows.Close()
 			return fmt.Errorf("observer: load channels: %w", err)
 		}
@@ -164,11 +312,9 @@ func (w *writer) load(ctx context.Context) error {
 			return fmt.Errorf("observer: load sender state: %w", err)
 		}
 		s.clock = new(headers.Clock)
-		if hs, err := decodeStampHeaders(stamp); err == nil {
-			var st headers.Stamp
-			if headers.ReadStamp(&st, hs) == nil {
-				s.clock.CopyFrom(&st.Clock)
-			}
+		var st headers.Stamp
+		if readStoredStamp(&st, stamp) == nil {
+			s.clock.CopyFrom(&st.Clock)
 		}
 		w.state[k] = s
 	}
@@ -187,13 +333,30 @@ func (w *writer) load(ctx context.Context) error {
 		}
 		copy(ch.Topic[:], topic)
 		if cs, ok := w.chans[ch]; ok {
-			if hs, err := decodeStampHeaders(stamp); err == nil {
-				var st headers.Stamp
-				if headers.ReadStamp(&st, hs) == nil {
-					cs.prev.CopyFrom(&st.Clock)
-				}
+			var st headers.Stamp
+			if readStoredStamp(&st, stamp) == nil {
+				cs.prevOffs = st.Clock.AppendOffsetEntries(cs.prevOffs[:0])
+				cs.prevSeqs = st.Clock.AppendSeqEntries(cs.prevSeqs[:0])
 			}
 		}
+	}
+	rows.Close()
+	if err := w.loadPartials(ctx); err != nil {
+		return err
+	}
+	w.pendStored = map[pendKey]int64{}
+	rows, err = db.QueryContext(ctx, `SELECT ch, pid, min(off) FROM records WHERE kind = `+sqlKindPending+` GROUP BY ch, pid`)
+	if err != nil {
+		return fmt.Errorf("observer: load open transactions: %w", err)
+	}
+	for rows.Next() {
+		var k pendKey
+		var first int64
+		if err := rows.Scan(&k.ch, &k.pid, &first); err != nil {
+			rows.Close()
+			return fmt.Errorf("observer: load open transactions: %w", err)
+		}
+		w.pendStored[k] = first
 	}
 	rows.Close()
 	var max sql.NullInt64
@@ -205,31 +368,36 @@ func (w *writer) load(ctx context.Context) error {
 }
 
 // channel returns the state of ch, creating its row inside tx if new.
-func (w *writer) channel(ctx context.Context, tx *sql.Tx, ch headers.Channel, name string) (*chanState, error) {
+func (w *writer) channel(ctx context.Context, ch headers.Channel, name string) (*chanState, error) {
 	if cs, ok := w.chans[ch]; ok {
 		if cs.name == "" && name != "" {
 			cs.name, cs.dirty = name, true
 		}
 		return cs, nil
 	}
-	res, err := tx.ExecContext(ctx, `INSERT INTO channels(topic, part, name) VALUES(?, ?, ?)`, ch.Topic[:], ch.Partition, name)
-	if err != nil {
+	// A shard's group state adds channels too (facts.go): the row may be
+	// there already.
+	if _, err := w.c.ExecContext(ctx, `INSERT OR IGNORE INTO channels(topic, part, name, owned, assigned) VALUES(?, ?, ?, ?, ?)`,
+		ch.Topic[:], ch.Partition, name, !w.sharded, !w.sharded); err != nil {
 		return nil, fmt.Errorf("observer: add channel %s: %w", ch, err)
 	}
-	id, err := res.LastInsertId()
-	if err != nil {
+	cs := &chanState{ch: ch}
+	if err := w.c.QueryRowContext(ctx, `SELECT id, name, start_off, next_off, assigned, owned FROM channels WHERE topic = ? AND part = ?`,
+		ch.Topic[:], ch.Partition).Scan(&cs.id, &cs.name, &cs.start, &cs.next, &cs.assigned, &cs.owned); err != nil {
 		return nil, fmt.Errorf("observer: add channel %s: %w", ch, err)
 	}
-	cs := &chanState{id: id, ch: ch, name: name, start: -1, next: -1}
+	if cs.name == "" && name != "" {
+		cs.name, cs.dirty = name, true
+	}
 	w.chans[ch] = cs
 	return cs, nil
 }
 
-func (w *writer) sender(ctx context.Context, tx *sql.Tx, s headers.SenderID) (int64, error) {
+func (w *writer) sender(ctx context.Context, s headers.SenderID) (int64, error) {
 	if id, ok := w.senders[s]; ok {
 		return id, nil
 	}
-	res, err := tx.ExecContext(ctx, `INSERT INTO senders(sender) VALUES(?)`, s[:])
+	res, err := w.c.ExecContext(ctx, `INSERT INTO senders(sender) VALUES(?)`, s[:])
 	if err != nil {
 		return 0, fmt.Errorf("observer: add sender %s: %w", s, err)
 	}
@@ -247,27 +415,26 @@ func (w *writer) markConsumed(ctx context.Context, ch headers.Channel, name stri
 	if w.broken != nil {
 		return w.broken
 	}
-	tx, err := w.st.db.BeginTx(ctx, nil)
-	if err != nil {
+	if err := w.c.begin(ctx); err != nil {
 		return fmt.Errorf("observer: mark %s consumed: %w", ch, err)
 	}
 	defer func() {
 		if err != nil {
-			tx.Rollback()
+			w.c.rollback()
 			w.reload(ctx) // the channel row may be in memory but not in the store
 		}
 	}()
-	cs, err := w.channel(ctx, tx, ch, name)
+	cs, err := w.channel(ctx, ch, name)
 	if err != nil {
 		return err
 	}
 	if cs.start < 0 {
 		cs.start, cs.next, cs.dirty = start, start, true
 	}
-	if err := w.flushChannels(ctx, tx); err != nil {
+	if err := w.flushChannels(ctx); err != nil {
 		return err
 	}
-	if err := tx.Commit(); err != nil {
+	if err := w.c.commit(ctx); err != nil {
 		return fmt.Errorf("observer: mark %s consumed: %w", ch, err)
 	}
 	return nil
@@ -286,31 +453,48 @@ func (w *writer) ingest(ctx context.Context, batch []incoming) (err error) {
 	if w.broken != nil {
 		return w.broken
 	}
-	tx, err := w.st.db.BeginTx(ctx, nil)
-	if err != nil {
+	if w.failNext != nil {
+		err, w.failNext = w.failNext, nil
+		return err
+	}
+	if err := w.c.begin(ctx); err != nil {
 		return fmt.Errorf("observer: ingest: %w", err)
 	}
+	// The rows of the previous batch are written: their stamps' bytes may
+	// be overwritten. (A slice the arena outgrew keeps its old array.)
+	w.arena = w.arena[:0]
 	defer func() {
 		if err != nil {
-			tx.Rollback()
+			w.c.rollback()
 			w.rows, w.clmArgs, w.seqArgs, w.findings, w.closed = w.rows[:0], w.clmArgs[:0], w.seqArgs[:0], w.findings[:0], w.closed[:0]
 			clear(w.agg)
+			clear(w.pending)
 			clear(w.blocks)
+			clear(w.seqBlocks)
+			w.seqClosed = w.seqClosed[:0]
 			w.reload(ctx)
 		}
 	}()
 	for i := range batch {
-		if err := w.add(ctx, tx, &batch[i]); err != nil {
+		if err := w.add(ctx, &batch[i]); err != nil {
 			return err
 		}
 	}
-	if err := w.flush(ctx, tx, true); err != nil {
+	if err := w.flush(ctx, true); err != nil {
 		return err
 	}
-	if err := tx.Commit(); err != nil {
+	if err := w.c.commit(ctx); err != nil {
 		return fmt.Errorf("observer: ingest: commit: %w", err)
 	}
 	return nil
+}
+
+// keep returns the bytes b appended to the arena, capped so that a later
+// append cannot write into them, and makes them part of the arena.
+func (w *writer) keep(b []byte) []byte {
+	n := len(w.arena)
+	w.arena = b
+	return b[n:len(b):len(b)]
 }
 
 // reload rebuilds the caches after a failed transaction, or marks the
@@ -353,14 +537,15 @@ func (r *recordRow) appendArgs(args []any) []any {
 	if r.keyHash != 0 {
 		key = r.keyHash
 	}
-	return append(args, r.id, r.ch, r.off, r.ts, int(r.kind), r.stamped, r.tagged, r.sender, r.seq,
-		r.nOff, r.nSeq, r.hdrBytes, stamp, errText, r.pid, key)
+	// Every value is of a type the driver binds directly (driverValues).
+	return append(args, r.id, r.ch, r.off, r.ts, int64(r.kind), r.stamped, r.tagged, r.sender, r.seq,
+		int64(r.nOff), int64(r.nSeq), int64(r.hdrBytes), stamp, errText, r.pid, key)
 }
 
 // add stores one record: it moves the channel's position, notes skipped
 // offsets, and hands the record to the method for its kind.
-func (w *writer) add(ctx context.Context, tx *sql.Tx, in *incoming) error {
-	cs, err := w.channel(ctx, tx, in.Channel, in.Topic)
+func (w *writer) add(ctx context.Context, in *incoming) error {
+	cs, err := w.channel(ctx, in.Channel, in.Topic)
 	if err != nil {
 		return err
 	}
@@ -372,80 +557,124 @@ func (w *writer) add(ctx context.Context, tx *sql.Tx, in *incoming) error {
 	}
 	if cs.next >= 0 && in.Offset > cs.next {
 		// The fetch skipped offsets: aborted records (or compaction).
-		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO gaps(ch, from_off, to_off) VALUES(?, ?, ?)`, cs.id, cs.next, in.Offset); err != nil {
+		if _, err := w.c.ExecContext(ctx, `INSERT OR IGNORE INTO gaps(ch, from_off, to_off) VALUES(?, ?, ?)`, cs.id, cs.next, in.Offset); err != nil {
 			return fmt.Errorf("observer: ingest: gap %d..%d on %s: %w", cs.next, in.Offset, in.Channel, err)
 		}
+		w.touched.holes(cs.id, cs.next, cs.next)
 	}
 	cs.next, cs.dirty = in.Offset+1, true
+	w.touched.chans[cs.id] = true
 	row := recordRow{id: w.nextRec, ch: cs.id, off: in.Offset, ts: in.Timestamp, kind: kindData, pid: -1}
 	if len(in.Key) > 0 {
 		row.keyHash = keyHash(in.Key)
 	}
 	w.nextRec++
 	if in.Control {
-		return w.addMarker(ctx, tx, cs, in, row)
+		return w.addMarker(ctx, cs, in, row)
 	}
 	if in.Transactional {
 		row.kind, row.pid = kindPending, in.ProducerID
 	}
-	w.hdrBuf = encodeStampHeaders(w.hdrBuf[:0], in.Headers)
-	row.stamped = len(w.hdrBuf) > 0
+	var flags byte
 	for _, h := range in.Headers {
-		if isStampHeader(h.Key) {
-			row.hdrBytes += len(h.Key) + len(h.Value)
+		switch h.Key {
+		case headers.HeaderVC:
+			flags |= compactVC
+		case headers.HeaderCauses:
+			flags |= compactCauses
+		case headers.HeaderVCSender, headers.HeaderVCSeq:
+		default:
+			continue
 		}
-	}
-	if row.stamped {
-		row.stamp = slices.Clone(w.hdrBuf)
+		row.stamped = true
+		row.hdrBytes += len(h.Key) + len(h.Value)
 	}
 	if derr := headers.ReadStamp(&w.stamp, in.Headers); derr != nil {
-		return w.addUndecodable(ctx, tx, cs, in, row, derr)
+		row.stamp = w.keep(encodeStampHeaders(w.arena, in.Headers))
+		return w.addUndecodable(ctx, cs, in, row, derr)
 	}
-	return w.addData(ctx, tx, cs, in, row, &w.stamp)
+	// The entries once, in clock order, for the stored stamp and the
+	// claim index.
+	w.offs = w.stamp.Clock.AppendOffsetEntries(w.offs[:0])
+	w.seqs = w.stamp.Clock.AppendSeqEntries(w.seqs[:0])
+	if row.stamped {
+		b, ok := w.compact.appendCompactStamp(w.arena, &w.stamp, w.offs, w.seqs, flags)
+		if !ok {
+			b = encodeStampHeaders(w.arena, in.Headers)
+		}
+		row.stamp = w.keep(b)
+	}
+	return w.addData(ctx, cs, in, row, &w.stamp)
 }
 
 // addMarker stores a transaction marker and settles its producer's open
 // records on the channel: committed or aborted.
-func (w *writer) addMarker(ctx context.Context, tx *sql.Tx, cs *chanState, in *incoming, row recordRow) error {
+func (w *writer) addMarker(ctx context.Context, cs *chanState, in *incoming, row recordRow) error {
 	w.stats(cs.id, in.Offset, in.Timestamp).marker++
 	row.kind, row.pid = kindControl, in.ProducerID
-	w.rows = append(w.rows, row)
-	// The producer's open records must be written before they are settled.
-	if err := w.flushRecords(ctx, tx, true); err != nil {
-		return err
-	}
+	w.appendRow(row)
 	kind := kindAborted
 	if in.Commit {
 		kind = kindData
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE records SET kind = ? WHERE ch = ? AND pid = ? AND kind = ?`, kind, cs.id, in.ProducerID, kindPending); err != nil {
-		return fmt.Errorf("observer: ingest: settle transaction of producer %d on %s: %w", in.ProducerID, in.Channel, err)
+	// The batch's rows are written at its end: settle those in memory, and
+	// those an earlier batch wrote through the index of pending records.
+	k := pendKey{cs.id, in.ProducerID}
+	for _, i := range w.pending[k] {
+		w.rows[i].kind = kind
+		if kind == kindAborted {
+			w.touched.holes(cs.id, w.rows[i].off, w.rows[i].off)
+		}
 	}
+	delete(w.pending, k)
+	if first, ok := w.pendStored[k]; ok {
+		if _, err := w.c.ExecContext(ctx, `UPDATE records SET kind = ? WHERE ch = ? AND pid = ? AND kind = `+sqlKindPending, kind, cs.id, in.ProducerID); err != nil {
+			return fmt.Errorf("observer: ingest: settle transaction of producer %d on %s: %w", in.ProducerID, in.Channel, err)
+		}
+		delete(w.pendStored, k)
+		if kind == kindAborted {
+			w.touched.holes(cs.id, first, in.Offset)
+		}
+	}
+	w.touched.holes(cs.id, in.Offset, in.Offset)
 	return nil
+}
+
+// pendKey names the open transaction of a producer on a channel.
+type pendKey struct{ ch, pid int64 }
+
+// appendRow buffers a records row until the batch ends, noting a pending
+// one so that its marker can settle it in memory.
+func (w *writer) appendRow(row recordRow) {
+	if row.kind == kindPending {
+		k := pendKey{row.ch, row.pid}
+		w.pending[k] = append(w.pending[k], len(w.rows))
+	}
+	w.rows = append(w.rows, row)
 }
 
 // addUndecodable stores a record whose stamp headers do not decode, with
 // its finding.
-func (w *writer) addUndecodable(ctx context.Context, tx *sql.Tx, cs *chanState, in *incoming, row recordRow, derr error) error {
+func (w *writer) addUndecodable(ctx context.Context, cs *chanState, in *incoming, row recordRow, derr error) error {
 	at := headers.Coordinate{Channel: in.Channel, Offset: in.Offset}
 	row.stamped, row.err = true, derr.Error()
-	w.rows = append(w.rows, row)
-	cs.prev.Reset()
+	w.appendRow(row)
+	cs.prevOffs, cs.prevSeqs = cs.prevOffs[:0], cs.prevSeqs[:0]
 	agg := w.stats(cs.id, in.Offset, in.Timestamp)
 	agg.data++
 	agg.undecodable++
 	w.finding(CodeUndecodableStamp, "undecodable-stamp|"+at.String(), in.Topic,
 		fmt.Sprintf("record %s of topic %q: %v", at, in.Topic, derr), at.String())
-	return w.flush(ctx, tx, false)
+	return w.flush(ctx, false)
 }
 
 // addData stores a data record (stamped or not), indexes the claims its
 // stamp adds to its channel's previous record, and checks its sender.
-func (w *writer) addData(ctx context.Context, tx *sql.Tx, cs *chanState, in *incoming, row recordRow, st *headers.Stamp) error {
+func (w *writer) addData(ctx context.Context, cs *chanState, in *incoming, row recordRow, st *headers.Stamp) error {
 	at := headers.Coordinate{Channel: in.Channel, Offset: in.Offset}
 	var err error
 	if st.Tagged {
-		if row.sender, err = w.sender(ctx, tx, st.Sender); err != nil {
+		if row.sender, err = w.sender(ctx, st.Sender); err != nil {
 			return err
 		}
 	}
@@ -457,14 +686,18 @@ func (w *writer) addData(ctx context.Context, tx *sql.Tx, cs *chanState, in *inc
 		agg.entries += n
 		agg.maxEntries = max(agg.maxEntries, n)
 		agg.bytes += int64(row.hdrBytes)
-		setFirst(&agg.firstStamped, row.id)
-		agg.lastStamped = sql.NullInt64{Int64: row.id, Valid: true}
+		setFirst(&agg.firstStamped, in.Offset)
+		agg.lastStamped = sql.NullInt64{Int64: in.Offset, Valid: true}
 	} else {
-		setFirst(&agg.firstUnstamped, row.id)
+		setFirst(&agg.firstUnstamped, in.Offset)
 	}
 	row.tagged, row.seq, row.nOff, row.nSeq = st.Tagged, st.Seq, st.Clock.NumOffsets(), st.Clock.NumSeqs()
-	w.rows = append(w.rows, row)
-	for e := range st.Clock.OffsetEntries() {
+	w.appendRow(row)
+	if st.Tagged {
+		w.sequence(cs.id, row.sender, st.Seq, in.Offset, row.id)
+	}
+	prev := cs.prevOffs
+	for _, e := range w.offs {
 		if e.Channel == in.Channel && e.Offset >= in.Offset {
 			// Decidable from the record alone: no position at or above its
 			// own was assigned when it was sent (the naive log-end stamp).
@@ -473,30 +706,40 @@ func (w *writer) addData(ctx context.Context, tx *sql.Tx, cs *chanState, in *inc
 				fmt.Sprintf("record %s (topic %q) claims %s on its own channel, at or past its own position: a position not assigned when it was sent",
 					at, in.Topic, claimed), at.String(), claimed.String())
 		}
-		if v, ok := cs.prev.Offset(e.Channel); ok && v == e.Offset {
+		// Both lists are in clock order: walk the previous one alongside
+		// (mostly the same channels, so equal ones are not ordered).
+		for len(prev) > 0 && prev[0].Channel != e.Channel && chanOrder(prev[0].Channel, e.Channel) < 0 {
+			prev = prev[1:]
+		}
+		if len(prev) > 0 && prev[0] == e {
 			continue
 		}
-		tcs, err := w.channel(ctx, tx, e.Channel, "")
+		tcs, err := w.channel(ctx, e.Channel, "")
 		if err != nil {
 			return err
 		}
 		w.claim(cs.id, tcs.id, e.Offset, row.id)
 	}
-	for e := range st.Clock.SeqEntries() {
-		if v, ok := cs.prev.Seq(e.Channel, e.Sender); ok && v == e.Seq {
+	prevSeqs := cs.prevSeqs
+	for _, e := range w.seqs {
+		for len(prevSeqs) > 0 && (prevSeqs[0].Channel != e.Channel || prevSeqs[0].Sender != e.Sender) && seqOrder(prevSeqs[0], e) < 0 {
+			prevSeqs = prevSeqs[1:]
+		}
+		if len(prevSeqs) > 0 && prevSeqs[0] == e {
 			continue
 		}
-		tcs, err := w.channel(ctx, tx, e.Channel, "")
+		tcs, err := w.channel(ctx, e.Channel, "")
 		if err != nil {
 			return err
 		}
-		sid, err := w.sender(ctx, tx, e.Sender)
+		sid, err := w.sender(ctx, e.Sender)
 		if err != nil {
 			return err
 		}
 		w.seqArgs = append(w.seqArgs, tcs.id, sid, e.Seq, row.id)
 	}
-	cs.prev.CopyFrom(&st.Clock)
+	cs.prevOffs = append(cs.prevOffs[:0], w.offs...)
+	cs.prevSeqs = append(cs.prevSeqs[:0], w.seqs...)
 	w.checkPlacement(in, st)
 	// Reading uncommitted, a stage's aborted sends show up and their
 	// sequence numbers are reused by the redo: judge senders only on
@@ -504,7 +747,7 @@ func (w *writer) addData(ctx context.Context, tx *sql.Tx, cs *chanState, in *inc
 	if st.Tagged && !(in.Transactional && w.uncommitted) {
 		w.checkSender(senderKey{cs.id, row.sender}, at, in.Topic, row.id, st)
 	}
-	return w.flush(ctx, tx, false)
+	return w.flush(ctx, false)
 }
 
 // checkSender compares a tagged record with the same sender's previous
@@ -572,61 +815,67 @@ const (
 	seqChunk = 192
 )
 
-// flushRecords writes buffered record rows in full chunks, and all of them
-// when all is set.
-func (w *writer) flushRecords(ctx context.Context, tx *sql.Tx, all bool) error {
-	n := len(w.rows)
-	if !all {
-		n -= n % recChunk
-	}
-	if n == 0 {
-		return nil
-	}
+// flushRecords writes the batch's record rows. They wait for the end of
+// the batch so that a marker arriving in the same batch settles its
+// transaction's rows before they are written.
+func (w *writer) flushRecords(ctx context.Context) error {
 	w.recArgs = w.recArgs[:0]
-	for i := range n {
+	for i := range w.rows {
 		w.recArgs = w.rows[i].appendArgs(w.recArgs)
 	}
-	w.rows = append(w.rows[:0], w.rows[n:]...)
+	for k, rows := range w.pending {
+		// Written pending: its marker settles it in the store.
+		if first, ok := w.pendStored[k]; !ok || w.rows[rows[0]].off < first {
+			w.pendStored[k] = w.rows[rows[0]].off
+		}
+	}
+	clear(w.pending)
+	w.rows = w.rows[:0]
 	var err error
-	w.recArgs, err = w.flushRows(ctx, tx, recInsert, w.recArgs, recCols, recChunk, true)
+	w.recArgs, err = w.flushRows(ctx, recInsert, w.recArgs, recCols, recChunk, true)
 	return err
 }
 
 // flush writes buffered rows in full chunks, and everything when all is
 // set. Multi-row inserts through cached statements keep ingest fast.
-func (w *writer) flush(ctx context.Context, tx *sql.Tx, all bool) error {
-	if err := w.flushRecords(ctx, tx, all); err != nil {
-		return err
+func (w *writer) flush(ctx context.Context, all bool) error {
+	if all {
+		if err := w.flushRecords(ctx); err != nil {
+			return err
+		}
 	}
 	var err error
 	if all {
 		w.clmArgs = w.blockArgs(w.clmArgs)
 	}
-	if w.clmArgs, err = w.flushRows(ctx, tx, `INSERT INTO claims(ch, lo, rec, hi, last, pairs) VALUES `, w.clmArgs, 6, clmChunk, all); err != nil {
+	if w.clmArgs, err = w.flushRows(ctx, `INSERT INTO claims(ch, lo, rec, hi, last, pairs, src) VALUES `, w.clmArgs, 7, clmChunk, all); err != nil {
 		return err
 	}
-	if w.seqArgs, err = w.flushRows(ctx, tx, `INSERT OR IGNORE INTO seq_claims(ch, sender, value, rec) VALUES `, w.seqArgs, 4, seqChunk, all); err != nil {
+	if w.seqArgs, err = w.flushRows(ctx, `INSERT OR IGNORE INTO seq_claims(ch, sender, value, rec) VALUES `, w.seqArgs, 4, seqChunk, all); err != nil {
 		return err
 	}
 	if !all {
 		return nil
 	}
+	if w.seqIdxArgs, err = w.flushRows(ctx, seqInsert, w.seqBlockArgs(w.seqIdxArgs), seqCols, clmChunk, true); err != nil {
+		return err
+	}
 	for k, s := range w.state {
 		if !s.dirty {
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO sender_state(ch, sender, last_seq, last_rec) VALUES(?, ?, ?, ?)
+		if _, err := w.c.ExecContext(ctx, `INSERT INTO sender_state(ch, sender, last_seq, last_rec) VALUES(?, ?, ?, ?)
 			ON CONFLICT(ch, sender) DO UPDATE SET last_seq = excluded.last_seq, last_rec = excluded.last_rec`,
 			k.ch, k.sender, s.lastSeq, s.lastRec); err != nil {
 			return fmt.Errorf("observer: ingest: sender state: %w", err)
 		}
 		s.dirty = false
 	}
-	if err := w.flushChannels(ctx, tx); err != nil {
+	if err := w.flushChannels(ctx); err != nil {
 		return err
 	}
 	for k, a := range w.agg {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO chan_stats(ch, bucket, n_data, n_marker, n_stamped, n_undecodable,
+		if _, err := w.c.ExecContext(ctx, `INSERT INTO chan_stats(ch, bucket, n_data, n_marker, n_stamped, n_undecodable,
 				sum_entries, max_entries, sum_bytes, min_ts, first_stamped, first_unstamped, last_stamped)
 			VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT(ch, bucket) DO UPDATE SET n_data = n_data + excluded.n_data, n_marker = n_marker + excluded.n_marker,
@@ -641,20 +890,26 @@ func (w *writer) flush(ctx context.Context, tx *sql.Tx, all bool) error {
 			return fmt.Errorf("observer: ingest: statistics: %w", err)
 		}
 	}
+	for k := range w.agg {
+		w.touched.buckets[k] = true
+	}
 	clear(w.agg)
-	if err := storeIngestFindings(ctx, tx, w.findings); err != nil {
+	if err := w.flushPartials(ctx); err != nil {
+		return err
+	}
+	if err := w.storeIngestFindings(ctx, w.findings); err != nil {
 		return err
 	}
 	w.findings = w.findings[:0]
 	return nil
 }
 
-func (w *writer) flushChannels(ctx context.Context, tx *sql.Tx) error {
+func (w *writer) flushChannels(ctx context.Context) error {
 	for _, cs := range w.chans {
 		if !cs.dirty {
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE channels SET name = ?, start_off = ?, next_off = ? WHERE id = ?`,
+		if _, err := w.c.ExecContext(ctx, `UPDATE channels SET name = ?, start_off = ?, next_off = ? WHERE id = ?`,
 			cs.name, cs.start, cs.next, cs.id); err != nil {
 			return fmt.Errorf("observer: ingest: position of %s: %w", cs.ch, err)
 		}
@@ -663,60 +918,63 @@ func (w *writer) flushChannels(ctx context.Context, tx *sql.Tx) error {
 	return nil
 }
 
-func (w *writer) flushRows(ctx context.Context, tx *sql.Tx, prefix string, args []any, cols, chunk int, all bool) ([]any, error) {
-	per := cols * chunk
-	for len(args) >= per || (all && len(args) > 0) {
-		n := min(len(args), per)
-		q := prefix + placeholders(n/cols, cols)
-		stmt, ok := w.stmts[q]
-		if !ok {
-			var err error
-			if stmt, err = w.st.db.PrepareContext(ctx, q); err != nil {
-				return args, fmt.Errorf("observer: ingest: prepare: %w", err)
+// flushRows inserts args, rows of cols values, chunk rows per statement
+// while a full chunk is buffered; with all, the rest too, in chunks of
+// halving size, so every statement is one of a few prepared once.
+func (w *writer) flushRows(ctx context.Context, prefix string, args []any, cols, chunk int, all bool) ([]any, error) {
+	done := 0
+	for rows := chunk; rows >= 1; rows /= 2 {
+		per := cols * rows
+		for len(args)-done >= per {
+			if err := w.c.execDriver(ctx, prefix+placeholders(rows, cols), args[done:done+per]); err != nil {
+				return args, fmt.Errorf("observer: ingest: %w", err)
 			}
-			if n == per {
-				w.stmts[q] = stmt
-			} else {
-				defer stmt.Close()
-			}
+			done += per
 		}
-		if _, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, args[:n]...); err != nil {
-			return args, fmt.Errorf("observer: ingest: %w", err)
+		if !all {
+			break
 		}
-		args = append(args[:0], args[n:]...)
 	}
-	return args, nil
+	return append(args[:0], args[done:]...), nil
 }
 
-func (w *writer) close() {
-	for _, s := range w.stmts {
-		s.Close()
-	}
-}
+func (w *writer) close() { w.c.close() }
 
 // storeIngestFindings records findings detected at ingest: a new key is a
 // new open finding; a repeat adds to its count, and a repeat of a finding
-// that had resolved reopens it, with the new records, unacknowledged.
-func storeIngestFindings(ctx context.Context, tx *sql.Tx, fs []Finding) error {
+// that had resolved reopens it, with the new records, unacknowledged. A
+// finding is anchored at the channel of the record it is about, and a
+// record at or below the highest offset counted into it is one read again
+// (its channel moved here from another shard, or was read anew), which
+// counts nothing.
+func (w *writer) storeIngestFindings(ctx context.Context, fs []Finding) error {
 	now := time.Now().UnixMilli()
 	for _, f := range fs {
 		coords := strings.Join(f.Coordinates, " ")
-		var id int64
+		ref, err := ParseRef(f.Coordinates[0])
+		if err != nil || !ref.ByID {
+			return fmt.Errorf("observer: ingest: finding %s names %q: %w", f.Code, f.Coordinates[0], ErrBadCoordinate)
+		}
+		anchor := headers.Channel{Topic: ref.ID, Partition: ref.Partition}.String()
+		var id, hw int64
 		var resolved bool
-		err := tx.QueryRowContext(ctx, `SELECT id, resolved_at IS NOT NULL FROM findings WHERE key = ?`, f.Key).Scan(&id, &resolved)
+		err = w.c.QueryRowContext(ctx, `SELECT id, resolved_at IS NOT NULL, hw FROM findings WHERE key = ?`, f.Key).Scan(&id, &resolved, &hw)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			_, err = tx.ExecContext(ctx, `INSERT INTO findings(key, code, severity, topic, coords, summary, first_seen, last_seen) VALUES(?, ?, ?, ?, ?, ?, ?, ?)`,
-				f.Key, string(f.Code), int(f.Severity), f.Topic, coords, f.Summary, now, now)
+			_, err = w.c.ExecContext(ctx, `INSERT INTO findings(id, key, code, severity, topic, coords, summary, first_seen, last_seen, anchor, hw, epoch)
+				VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`,
+				w.st.newFindingID(f.Key), f.Key, string(f.Code), int(f.Severity), f.Topic, coords, f.Summary, now, now, anchor, ref.Offset)
 		case err != nil:
+		case ref.Offset <= hw:
+			continue // counted when the record was first read
 		case resolved:
-			_, err = tx.ExecContext(ctx, `UPDATE findings SET count = count + 1, last_seen = ?, coords = ?, summary = ?,
-				resolved_at = NULL, resolved_why = '', ack_at = NULL, ack_by = '', ack_reason = '' WHERE id = ?`, now, coords, f.Summary, id)
+			_, err = w.c.ExecContext(ctx, `UPDATE findings SET count = count + 1, last_seen = ?, coords = ?, summary = ?, hw = ?, epoch = epoch + 1,
+				resolved_at = NULL, resolved_why = '', ack_at = NULL, ack_by = '', ack_reason = '' WHERE id = ?`, now, coords, f.Summary, ref.Offset, id)
 			if err == nil {
-				err = addEvent(ctx, tx, id, now, "reopened", "", "seen again: "+f.Coordinates[0])
+				err = addEvent(ctx, w.c, id, now, "reopened", "", "seen again: "+f.Coordinates[0])
 			}
 		default:
-			_, err = tx.ExecContext(ctx, `UPDATE findings SET count = count + 1, last_seen = ? WHERE id = ?`, now, id)
+			_, err = w.c.ExecContext(ctx, `UPDATE findings SET count = count + 1, last_seen = ?, hw = ? WHERE id = ?`, now, ref.Offset, id)
 		}
 		if err != nil {
 			return fmt.Errorf("observer: ingest: finding %s: %w", f.Code, err)

@@ -336,3 +336,61 @@ func TestGrowthIgnoresWarmUpOnASmallTopic(t *testing.T) {
 		})
 	}
 }
+
+// TestTransactionsSettle writes transactional records whose markers come
+// in the same batch, in a later batch, and after the writer restarted over
+// the store, and checks each record ends as the marker says: committed
+// records are data, aborted ones aborted, and a transaction still open
+// stays pending.
+func TestTransactionsSettle(t *testing.T) {
+	ctx := context.Background()
+	st, w := newTestWriter(t)
+	txn := func(off, pid int64) incoming {
+		in := rec(t, off, 0, nil)
+		in.Transactional, in.ProducerID = true, pid
+		return in
+	}
+	marker := func(off, pid int64, commit bool) incoming {
+		return incoming{Channel: chA, Topic: "a", Offset: off, Timestamp: off, Control: true, Commit: commit, Transactional: true, ProducerID: pid}
+	}
+	// Producer 1 commits within one batch; producer 2's transaction spans
+	// two batches and aborts; producer 3's spans a restart and commits;
+	// producer 4's stays open.
+	batches := [][]incoming{
+		{txn(0, 1), txn(1, 2), txn(2, 1), marker(3, 1, true), txn(4, 2), txn(5, 3)},
+		{txn(6, 2), marker(7, 2, false), txn(8, 4)},
+	}
+	for _, b := range batches {
+		if err := w.ingest(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.close()
+	w2, err := newWriter(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w2.close)
+	if err := w2.ingest(ctx, []incoming{txn(9, 3), marker(10, 3, true)}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[int64]string{0: "data", 1: "aborted", 2: "data", 3: "marker", 4: "aborted", 5: "data", 6: "aborted", 7: "marker", 8: "pending", 9: "data", 10: "marker"}
+	for off, kind := range want {
+		r, err := st.Record(ctx, headers.Coordinate{Channel: chA, Offset: off})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := "data"
+		switch {
+		case r.Control:
+			got = "marker"
+		case r.Aborted:
+			got = "aborted"
+		case r.Pending:
+			got = "pending"
+		}
+		if got != kind {
+			t.Errorf("record at %d is %s, want %s", off, got, kind)
+		}
+	}
+}

@@ -24,7 +24,8 @@ package observer
 //     seen again is reopened.
 //
 // Resolution needs the brokers' offsets: with the cluster out of reach
-// nothing is resolved. Resolved findings are deleted after the closed
+// nothing is resolved, and a finding naming a record of a channel whose
+// offsets the brokers did not list (ChannelOffsets.Unknown) is not judged. Resolved findings are deleted after the closed
 // retention (Config.ClosedRetention); acknowledged ones are kept while
 // their condition holds, since forgetting one would raise it again.
 
@@ -168,7 +169,7 @@ func (s *Store) migrate3(ctx context.Context, tx *sql.Tx) error {
 
 // findingCols are the columns readFindings scans.
 const findingCols = `id, key, derived, code, severity, topic, coords, summary, count, safe_join, first_seen, last_seen,
-	resolved_at, resolved_why, ack_at, ack_by, ack_reason`
+	resolved_at, resolved_why, ack_at, ack_by, ack_reason, anchor`
 
 func scanFinding(sc scanner) (Finding, bool, error) {
 	var f Finding
@@ -178,7 +179,7 @@ func scanFinding(sc scanner) (Finding, bool, error) {
 	var resolvedWhy, ackBy, ackReason string
 	var first, last int64
 	if err := sc.Scan(&f.ID, &f.Key, &derived, &f.Code, &f.Severity, &f.Topic, &coords, &f.Summary, &f.Count, &safeJoin, &first, &last,
-		&resolvedAt, &resolvedWhy, &ackAt, &ackBy, &ackReason); err != nil {
+		&resolvedAt, &resolvedWhy, &ackAt, &ackBy, &ackReason, &f.anchor); err != nil {
 		return f, false, err
 	}
 	f.Coordinates = strings.Fields(coords)
@@ -228,14 +229,18 @@ type execer interface {
 }
 
 // reconcile records an evaluation against the cluster: derived are what
-// the evaluated rules found now, offs the brokers' offsets. New findings
-// are inserted open; stored derived findings not found now are resolved,
-// and resolved ones found again reopened; ingest findings whose records the
-// log no longer holds are resolved; resolved findings older than
-// retention (0: kept) are deleted with their history.
+// the evaluated rules found now, counted the findings added up from
+// partials counted at ingest (cross-partition-cause), offs the brokers'
+// offsets. New findings are inserted open; stored derived findings not
+// found now are resolved, and resolved ones found again reopened; a
+// counted finding whose count grew is seen again (reopened if it had
+// resolved); ingest findings whose records the log no longer holds are
+// resolved; resolved findings older than retention (0: kept) are deleted
+// with their history. Only findings anchored at channels this observer
+// owns are judged: the others are their owners' (partials.go).
 // When judge is false (the brokers' offsets are not known) only new
 // findings are recorded.
-func (s *Store) reconcile(ctx context.Context, derived []Finding, offs map[headers.Channel]ChannelOffsets, judge bool, now time.Time, retention time.Duration) error {
+func (s *Store) reconcile(ctx context.Context, derived, counted []Finding, offs map[headers.Channel]ChannelOffsets, judge bool, now time.Time, retention time.Duration, own *ownership) error {
 	s.lifeMu.Lock()
 	defer s.lifeMu.Unlock()
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -255,7 +260,8 @@ func (s *Store) reconcile(ctx context.Context, derived []Finding, offs map[heade
 	}
 	ms := now.UnixMilli()
 	seen := map[string]bool{}
-	for _, f := range derived {
+	for i, f := range append(derived, counted...) {
+		isDerived := i < len(derived)
 		seen[f.Key] = true
 		var safe []byte
 		if len(f.SafeJoin) > 0 {
@@ -264,21 +270,28 @@ func (s *Store) reconcile(ctx context.Context, derived []Finding, offs map[heade
 		old, ok := stored[f.Key]
 		switch {
 		case !ok:
-			_, err = tx.ExecContext(ctx, `INSERT INTO findings(key, derived, code, severity, topic, coords, summary, count, safe_join, first_seen, last_seen)
-				VALUES(?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-				f.Key, string(f.Code), int(f.Severity), f.Topic, strings.Join(f.Coordinates, " "), f.Summary, f.Count, string(safe), ms, ms)
+			_, err = tx.ExecContext(ctx, `INSERT INTO findings(id, key, derived, code, severity, topic, coords, summary, count, safe_join, first_seen, last_seen, anchor, epoch)
+				VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`,
+				s.newFindingID(f.Key), f.Key, isDerived, string(f.Code), int(f.Severity), f.Topic, strings.Join(f.Coordinates, " "), f.Summary, f.Count, string(safe), ms, ms, f.anchor)
+		case !isDerived && f.Count <= old.Count:
+			// Counted at ingest: nothing new was seen.
+			continue
 		case old.State == StateResolved:
-			// Back after it stopped holding: a new occurrence, which the
-			// earlier acknowledgement does not cover.
-			_, err = tx.ExecContext(ctx, `UPDATE findings SET severity = ?, topic = ?, coords = ?, summary = ?, count = ?, safe_join = ?, last_seen = ?,
+			// Back after it stopped holding, or seen again: a new
+			// occurrence, which the earlier acknowledgement does not cover.
+			_, err = tx.ExecContext(ctx, `UPDATE findings SET severity = ?, topic = ?, coords = ?, summary = ?, count = ?, safe_join = ?, last_seen = ?, anchor = ?, epoch = epoch + 1,
 				resolved_at = NULL, resolved_why = '', ack_at = NULL, ack_by = '', ack_reason = '' WHERE id = ?`,
-				int(f.Severity), f.Topic, strings.Join(f.Coordinates, " "), f.Summary, f.Count, string(safe), ms, old.ID)
+				int(f.Severity), f.Topic, strings.Join(f.Coordinates, " "), f.Summary, f.Count, string(safe), ms, f.anchor, old.ID)
 			if err == nil {
-				err = addEvent(ctx, tx, old.ID, ms, "reopened", "", "the condition holds again")
+				why := "the condition holds again"
+				if !isDerived {
+					why = "seen again: " + f.Coordinates[0]
+				}
+				err = addEvent(ctx, tx, old.ID, ms, "reopened", "", why)
 			}
 		default:
-			_, err = tx.ExecContext(ctx, `UPDATE findings SET severity = ?, topic = ?, coords = ?, summary = ?, count = ?, safe_join = ?, last_seen = ? WHERE id = ?`,
-				int(f.Severity), f.Topic, strings.Join(f.Coordinates, " "), f.Summary, f.Count, string(safe), ms, old.ID)
+			_, err = tx.ExecContext(ctx, `UPDATE findings SET severity = ?, topic = ?, coords = ?, summary = ?, count = ?, safe_join = ?, last_seen = ?, anchor = ? WHERE id = ?`,
+				int(f.Severity), f.Topic, strings.Join(f.Coordinates, " "), f.Summary, f.Count, string(safe), ms, f.anchor, old.ID)
 		}
 		if err != nil {
 			return fmt.Errorf("observer: record finding %s: %w", f.Key, err)
@@ -292,8 +305,11 @@ func (s *Store) reconcile(ctx context.Context, derived []Finding, offs map[heade
 		topics[ch.Topic] = true
 	}
 	for key, f := range stored {
-		if f.State == StateResolved || seen[key] {
+		if f.State == StateResolved || seen[key] || !own.anchoredHere(f.anchor) {
 			continue
+		}
+		if namesUnknown(f.Coordinates, offs) {
+			continue // judged once the brokers list those offsets again
 		}
 		var why string
 		if isDerived[key] {
@@ -327,6 +343,28 @@ func commit(tx *sql.Tx) error {
 		return fmt.Errorf("observer: record findings: %w", err)
 	}
 	return nil
+}
+
+// namesUnknown reports whether coords name a record of a channel whose
+// offsets the brokers did not list now.
+func namesUnknown(coords []string, offs map[headers.Channel]ChannelOffsets) bool {
+	for _, c := range coords {
+		if ref, err := ParseRef(c); err == nil && ref.ByID && offs[headers.Channel{Topic: ref.ID, Partition: ref.Partition}].Unknown {
+			return true
+		}
+	}
+	return false
+}
+
+// unknownChannels returns the channels of offs whose offsets are unknown.
+func unknownChannels(offs map[headers.Channel]ChannelOffsets) []headers.Channel {
+	var out []headers.Channel
+	for ch, co := range offs {
+		if co.Unknown {
+			out = append(out, ch)
+		}
+	}
+	return out
 }
 
 // goneFromLog reports whether the log holds none of the records coords

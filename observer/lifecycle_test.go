@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func byCode(fs []observer.Finding, code observer.Code, coord string) (observer.Finding, bool) {
@@ -243,5 +246,103 @@ func deleteAll(t *testing.T, ctx context.Context, c *broker.Cluster, topic strin
 	}
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestUnlistedOffsetsJudgeNothing: while the brokers list no offsets of a
+// channel (a leader moving, say), no finding naming it is resolved — a
+// claim past a log end the log has since reached, a gap whose records the
+// log has since dropped — and once they are listed again, both are.
+// Before, a channel missing from a listing read as a claim below the log
+// end: the finding resolved, to be raised again at the next evaluation.
+func TestUnlistedOffsetsJudgeNothing(t *testing.T) {
+	broker.KfakeOnly(t, "fails ListOffsets through a kfake Control hook")
+	ctx := ctxFor(t)
+	c := broker.New(t)
+	b := builder(t, c)
+	if _, err := b.Faulty(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, o := scan(t, ctx, c)
+	past := b.At("base", 0, 100).String()
+	fs, err := o.Findings(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, ok := byCode(fs, observer.CodeUnsettleableClaim, past); !ok || f.State != observer.StateOpen {
+		t.Fatalf("claim past the log end: %+v", f)
+	}
+	// The log reaches offset 100 and drops the gap's records.
+	for range 91 {
+		if _, err := b.Stamped(ctx, "base", 0, &headers.Stamp{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := o.Scan(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deleteAll(t, ctx, c, "gap")
+
+	var fail atomic.Bool
+	fail.Store(true)
+	c.Fake().ControlKey(kmsg.ListOffsets.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.Fake().KeepControl()
+		if !fail.Load() {
+			return nil, nil, false
+		}
+		lr := req.(*kmsg.ListOffsetsRequest)
+		resp := lr.ResponseKind().(*kmsg.ListOffsetsResponse)
+		for _, rt := range lr.Topics {
+			t := kmsg.NewListOffsetsResponseTopic()
+			t.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				p := kmsg.NewListOffsetsResponseTopicPartition()
+				p.Partition = rp.Partition
+				p.ErrorCode = kerr.UnknownServerError.Code
+				t.Partitions = append(t.Partitions, p)
+			}
+			resp.Topics = append(resp.Topics, t)
+		}
+		return resp, nil, true
+	})
+	offs, err := o.Offsets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if co := offs[b.Ch("base", 0)]; !co.Unknown || co.Name != "base" {
+		t.Fatalf("base/0 listed as %+v while the brokers give no offsets", co)
+	}
+	fs, err = o.Findings(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := byCode(fs, observer.CodeUnsettleableClaim, past); f.State != observer.StateOpen {
+		t.Errorf("with base's offsets unknown the claim is %q, want open", f.State)
+	}
+	if g, _ := byCode(fs, observer.CodeSequenceGap, ""); g.State != observer.StateOpen {
+		t.Errorf("with gap's offsets unknown the gap is %q, want open", g.State)
+	}
+
+	fail.Store(false)
+	fs, err = o.Findings(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := byCode(fs, observer.CodeUnsettleableClaim, past); f.State != observer.StateResolved {
+		t.Errorf("listed again, the log past it: the claim is %q, want resolved", f.State)
+	}
+	if g, _ := byCode(fs, observer.CodeSequenceGap, ""); g.State != observer.StateResolved {
+		t.Errorf("listed again, its records dropped: the gap is %q, want resolved", g.State)
+	}
+	for _, f := range fs {
+		h, err := st.History(ctx, f.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range h {
+			if e.What == "reopened" {
+				t.Errorf("%s was reopened: %+v", f.Key, h)
+			}
+		}
 	}
 }

@@ -17,31 +17,54 @@ type metrics struct {
 	lag      *prometheus.GaugeVec
 	findings *prometheus.GaugeVec
 	severity *prometheus.GaugeVec
+	// partitions is set for a shard of a group only.
+	partitions *prometheus.GaugeVec
 }
 
-func newMetrics(h *healthState) *metrics {
+// newMetrics returns the metrics of an observer; a shard of a group labels
+// every one with shard, its instance name, so that a dashboard sums them
+// across the group (each finding is counted by the one shard recording
+// it).
+func newMetrics(h *healthState, shard string) *metrics {
+	var labels prometheus.Labels
+	if shard != "" {
+		labels = prometheus.Labels{"shard": shard}
+	}
 	m := &metrics{
 		health: h,
 		up: prometheus.NewDesc("parsley_observer_up",
-			"1 if the observer's last probe read the cluster's topic metadata and offsets, else 0.", nil, nil),
+			"1 if the observer's last probe read the cluster's topic metadata and offsets, else 0.", nil, labels),
 		age: prometheus.NewDesc("parsley_observer_last_fetch_age_seconds",
-			"Seconds since the observer last fetched records of the topic or found it had read all of it.", []string{"topic"}, nil),
+			"Seconds since the observer last fetched records of the topic or found it had read all of it.", []string{"topic"}, labels),
 		ingested: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "parsley_observer_records_ingested_total",
-			Help: "Records (transaction markers included) stored by the observer.",
+			Name:        "parsley_observer_records_ingested_total",
+			Help:        "Records (transaction markers included) stored by the observer.",
+			ConstLabels: labels,
 		}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "parsley_observer_lag_records",
-			Help: "High watermark minus the observer's position, per observed partition, at the last fetch.",
+			Name:        "parsley_observer_lag_records",
+			Help:        "High watermark minus the observer's position, per observed partition, at the last fetch.",
+			ConstLabels: labels,
 		}, []string{"topic", "partition"}),
 		findings: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "parsley_observer_findings",
-			Help: "Open findings (condition holds, not acknowledged) at the last evaluation, by code.",
+			Name:        "parsley_observer_findings",
+			Help:        "Open findings (condition holds, not acknowledged) at the last evaluation, by code; a shard counts those it records.",
+			ConstLabels: labels,
 		}, []string{"code"}),
 		severity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "parsley_observer_findings_by_severity",
-			Help: "Open findings (condition holds, not acknowledged) at the last evaluation, by severity (a code's findings can differ: a claim on a marker is info, past the log end an error).",
+			Name:        "parsley_observer_findings_by_severity",
+			Help:        "Open findings (condition holds, not acknowledged) at the last evaluation, by severity (a code's findings can differ: a claim on a marker is info, past the log end an error); a shard counts those it records.",
+			ConstLabels: labels,
 		}, []string{"severity"}),
+	}
+	if shard != "" {
+		m.partitions = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name:        "parsley_observer_partitions",
+			Help:        "Partitions assigned to this shard of a group, by state: reading (read up to the log end it had when assigned) or catching_up.",
+			ConstLabels: labels,
+		}, []string{"state"})
+		m.partitions.WithLabelValues("reading").Set(0)
+		m.partitions.WithLabelValues("catching_up").Set(0)
 	}
 	for _, c := range AllCodes() {
 		m.findings.WithLabelValues(string(c)).Set(0)
@@ -53,7 +76,11 @@ func newMetrics(h *healthState) *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.ingested, m.lag, m.findings, m.severity}
+	cs := []prometheus.Collector{m.ingested, m.lag, m.findings, m.severity}
+	if m.partitions != nil {
+		cs = append(cs, m.partitions)
+	}
+	return cs
 }
 
 // Describe implements prometheus.Collector.

@@ -76,7 +76,29 @@ type Config struct {
 	ClientOpts []kgo.Opt
 	// Logger receives progress and errors; nil means slog.Default().
 	Logger *slog.Logger
+
+	// Group, when set, makes this observer one shard of a group that
+	// shares the topics through a Kafka consumer group of that name: each
+	// partition is read and judged by one shard, and the shards share what
+	// they find through the group's state topic (see shard.go). Run is the
+	// only way to run a shard; Scan refuses.
+	Group string
+	// Instance is this shard's static member ID in the group, stable
+	// across restarts (a host or pod name): required with Group.
+	Instance string
+	// AdvertiseURL is where this shard's web UI answers, published to the
+	// group so that the others can send a reader there.
+	AdvertiseURL string
+	// StateTopic is the group's state topic; "" means DefaultStateTopic.
+	StateTopic string
+	// SessionTimeout is how long the group waits for a shard that stopped
+	// heartbeating before its partitions move (franz-go's default, 45s,
+	// when zero).
+	SessionTimeout time.Duration
 }
+
+// ErrNoInstance is wrapped when Config.Group is set without an instance.
+var ErrNoInstance = errors.New("a group member needs an instance name")
 
 // Observer tails topics into a Store and derives findings.
 type Observer struct {
@@ -97,7 +119,13 @@ type Observer struct {
 	mu       sync.Mutex // guards w, topics, assigned and the ingest path
 	w        *writer
 	topics   map[string]headers.TopicID // observed topic name → ID
-	assigned map[headers.Channel]bool   // channels being consumed
+	assigned map[headers.Channel]bool   // channels being consumed (without a group)
+
+	// With Config.Group: the membership, and the client consuming the
+	// observed topics as a member (client then reads the state topic and
+	// publishes to it).
+	shard *shard
+	group *kgo.Client
 }
 
 // New returns an observer writing to store. It connects to the brokers
@@ -108,6 +136,9 @@ func New(cfg Config, store *Store) (*Observer, error) {
 	}
 	if len(cfg.Topics) == 0 && cfg.Pattern == nil {
 		return nil, fmt.Errorf("observer: no topics or pattern configured: %w", ErrNoTopics)
+	}
+	if cfg.Group != "" && cfg.Instance == "" {
+		return nil, fmt.Errorf("observer: group %q: %w", cfg.Group, ErrNoInstance)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -130,13 +161,27 @@ func New(cfg Config, store *Store) (*Observer, error) {
 		return nil, fmt.Errorf("observer: connect to %v: %w", cfg.Brokers, err)
 	}
 	h := newHealthState(time.Now())
-	o := &Observer{cfg: cfg, store: store, client: cl, admin: kadm.NewClient(cl), log: log, metrics: newMetrics(h), health: h,
+	o := &Observer{cfg: cfg, store: store, client: cl, admin: kadm.NewClient(cl), log: log, metrics: newMetrics(h, cfg.Instance), health: h,
 		topics: map[string]headers.TopicID{}, assigned: map[headers.Channel]bool{}}
+	if cfg.Group != "" {
+		if store != nil {
+			store.sharded = true
+		}
+		o.shard = newShard(o)
+	}
 	return o, nil
 }
 
-// Close closes the observer's Kafka client.
+// Close closes the observer's Kafka clients. A shard stays a member of
+// its group until its session times out, so a restart within it moves
+// nothing.
 func (o *Observer) Close() {
+	o.mu.Lock()
+	group := o.group
+	o.mu.Unlock()
+	if group != nil {
+		group.CloseAllowingRebalance()
+	}
 	o.client.Close()
 	o.mu.Lock()
 	if o.w != nil {
@@ -216,13 +261,8 @@ func (o *Observer) nameSenders(ctx context.Context, all kadm.TopicDetails) error
 func (o *Observer) assign(ctx context.Context, sel kadm.TopicDetails) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.w == nil {
-		w, err := newWriter(ctx, o.store)
-		if err != nil {
-			return err
-		}
-		w.uncommitted = o.cfg.ReadUncommitted
-		o.w = w
+	if err := o.ensureWriter(ctx); err != nil {
+		return err
 	}
 	var starts kadm.ListedOffsets
 	add := map[string]map[int32]kgo.Offset{}
@@ -290,24 +330,62 @@ func (o *Observer) assign(ctx context.Context, sel kadm.TopicDetails) error {
 	return nil
 }
 
+// ensureWriter makes the store's writer. The caller holds o.mu.
+func (o *Observer) ensureWriter(ctx context.Context) error {
+	if o.w != nil {
+		return nil
+	}
+	w, err := newWriter(ctx, o.store)
+	if err != nil {
+		return err
+	}
+	w.uncommitted, w.sharded = o.cfg.ReadUncommitted, o.shard != nil
+	o.w = w
+	return nil
+}
+
 // Poll fetches once and ingests what came back. It returns the number of
 // records (markers included) stored.
 func (o *Observer) poll(ctx context.Context) (int, error) {
+	consumer := o.client
+	if o.group != nil {
+		consumer = o.group
+		// A rebalance waits for the batch to be stored, so no record of a
+		// channel is stored after the channel is let go.
+		defer consumer.AllowRebalance()
+	}
 	// Wait at most a second for data, so the caller's loop keeps turning
 	// (new topics, pruning) on a quiet cluster.
 	pctx, cancel := context.WithTimeout(ctx, time.Second)
-	fs := o.client.PollRecords(pctx, 10000)
+	fs := consumer.PollRecords(pctx, 10000)
 	cancel()
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	var batch []incoming
-	var ferr error
+	var ferr, gerr error
 	fs.EachError(func(t string, p int32, err error) {
-		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		switch {
+		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		case t == "" && o.group != nil:
+			// Not a partition's: the group's (joining it, or its session).
+			gerr = err
+		default:
 			ferr = errors.Join(ferr, fmt.Errorf("observer: fetch %q partition %d: %w", t, p, err))
 		}
 	})
+	if o.group != nil {
+		if gerr != nil {
+			gerr = fmt.Errorf("observer: group %q: %w", o.cfg.Group, gerr)
+		}
+		if o.health.setGroup(gerr) {
+			if gerr != nil {
+				o.log.Warn("cannot take part in the group", "err", gerr)
+			} else {
+				o.log.Info("taking part in the group", "group", o.cfg.Group)
+			}
+		}
+	}
 	if ferr != nil {
 		// Health follows the probe, not single fetch errors: a partition's
 		// error is logged here, and a cluster out of reach fails the next
@@ -319,12 +397,12 @@ func (o *Observer) poll(ctx context.Context) (int, error) {
 	defer o.mu.Unlock()
 	fs.EachTopic(func(t kgo.FetchTopic) {
 		id, ok := o.topics[t.Topic]
-		if !ok {
-			return
-		}
 		if tid := headers.TopicID(t.TopicID); !tid.IsZero() && tid != id {
 			// A recreated topic: these records belong to the new incarnation.
-			id = tid
+			id, ok = tid, true
+		}
+		if !ok {
+			return
 		}
 		for _, p := range t.Partitions {
 			ch := headers.Channel{Topic: id, Partition: p.Partition}
@@ -353,11 +431,60 @@ func (o *Observer) poll(ctx context.Context) (int, error) {
 	if len(batch) == 0 {
 		return 0, nil
 	}
-	if err := o.w.ingest(ctx, batch); err != nil {
+	if err := o.ingest(ctx, batch); err != nil {
+		if !errors.Is(err, errWriterFailed) {
+			// The batch is not stored, and the client has moved past it:
+			// fetch it again from the store's positions.
+			o.rewind(consumer, batch)
+		}
 		return 0, err
 	}
-	o.metrics.ingested.Add(float64(len(batch)))
 	return len(batch), nil
+}
+
+// rewind sets the fetch positions of the channels of a batch that was not
+// stored back to the store's. The caller holds o.mu.
+func (o *Observer) rewind(cl *kgo.Client, batch []incoming) {
+	at := map[string]map[int32]kgo.EpochOffset{}
+	for _, in := range batch {
+		if at[in.Topic] == nil {
+			at[in.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		p := in.Channel.Partition
+		if _, ok := at[in.Topic][p]; ok {
+			continue
+		}
+		off := in.Offset // the batch's first record of the channel
+		if cs, ok := o.w.chans[in.Channel]; ok && cs.next >= 0 {
+			off = cs.next
+		}
+		at[in.Topic][p] = kgo.EpochOffset{Epoch: -1, Offset: off}
+	}
+	cl.SetOffsets(at)
+}
+
+// ingest stores a batch; a shard then owns the channels it has read up to
+// their targets and publishes what the batch changed. The caller holds
+// o.mu.
+func (o *Observer) ingest(ctx context.Context, batch []incoming) error {
+	if err := o.w.ingest(ctx, batch); err != nil {
+		return err
+	}
+	o.metrics.ingested.Add(float64(len(batch)))
+	if o.shard == nil {
+		return nil
+	}
+	owned, err := o.w.promote(ctx)
+	if err != nil {
+		return err
+	}
+	for _, ch := range owned {
+		o.log.Info("caught up", "topic", o.nameOf(ch.Topic), "partition", ch.Partition)
+		if err := o.shard.publishAll(ctx, ch); err != nil {
+			return err
+		}
+	}
+	return o.shard.publishTouched(ctx, o.w)
 }
 
 func lastOffset(rs []*kgo.Record) int64 {
@@ -371,6 +498,9 @@ func lastOffset(rs []*kgo.Record) int64 {
 // (or high watermarks with ReadUncommitted) listed when it starts, and
 // returns. It is what `parsley-observe scan` runs.
 func (o *Observer) Scan(ctx context.Context) error {
+	if o.shard != nil {
+		return fmt.Errorf("observer: group %q: a shard only runs; scan reads every topic itself", o.cfg.Group)
+	}
 	sel, _, err := o.selectTopics(ctx)
 	if err != nil {
 		return err
@@ -424,9 +554,31 @@ func (o *Observer) caughtUp(ends kadm.ListedOffsets) bool {
 // and says so in Health, the metrics and the log. It returns nil when ctx
 // ends, and an error only when the store can no longer be written.
 func (o *Observer) Run(ctx context.Context) error {
+	if o.shard != nil {
+		return o.runShard(ctx)
+	}
+	return o.tail(ctx)
+}
+
+// tail is Run's loop: it probes the cluster every Refresh, with backoff
+// while it cannot be read; prunes and evaluates every PruneEvery; for a
+// shard publishes its findings every second; and polls in between.
+func (o *Observer) tail(ctx context.Context) error {
 	refresh := cmp.Or(o.cfg.Refresh, 10*time.Second)
 	prune := time.NewTicker(cmp.Or(o.cfg.PruneEvery, time.Minute))
 	defer prune.Stop()
+	var publish, evaluate <-chan time.Time
+	if o.shard != nil {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		publish = t.C
+		// The group's findings are only as fresh as the evaluations of the
+		// shards recording them: a shard evaluates more often than it
+		// prunes.
+		e := time.NewTicker(min(shardEvaluateEvery, cmp.Or(o.cfg.PruneEvery, time.Minute)))
+		defer e.Stop()
+		evaluate = e.C
+	}
 	const minBackoff = time.Second
 	backoff := min(minBackoff, refresh)
 	var nextProbe time.Time
@@ -455,6 +607,15 @@ func (o *Observer) Run(ctx context.Context) error {
 			return nil
 		case <-prune.C:
 			o.prune(ctx)
+			if _, err := o.Findings(ctx); err != nil && ctx.Err() == nil {
+				o.log.Warn("evaluate findings", "err", err)
+			}
+			if o.shard != nil {
+				o.shard.publishWith(ctx, "publish pruned statistics", o.shard.publishPruned)
+			}
+		case <-publish:
+			o.shard.publishWith(ctx, "publish findings", o.shard.publishFindings)
+		case <-evaluate:
 			if _, err := o.Findings(ctx); err != nil && ctx.Err() == nil {
 				o.log.Warn("evaluate findings", "err", err)
 			}
@@ -518,6 +679,9 @@ func (o *Observer) probeOnce(ctx context.Context) error {
 	if !slices.Equal(before, missing) && len(missing) > 0 {
 		o.log.Warn("waiting for topics", "missing", missing)
 	}
+	if o.shard != nil {
+		return o.probeShard(ctx, sel, missing)
+	}
 	names := sel.Names()
 	slices.Sort(names)
 	o.health.setTopics(names, missing)
@@ -527,15 +691,24 @@ func (o *Observer) probeOnce(ctx context.Context) error {
 	if err := o.assign(ctx, sel); err != nil {
 		return err
 	}
-	ends, err := o.admin.ListEndOffsets(ctx, names...)
+	ends, err := o.endOffsets(ctx, names)
+	if err != nil {
+		return err
+	}
+	o.progress(ends)
+	return nil
+}
+
+// endOffsets lists the log end offsets of topics.
+func (o *Observer) endOffsets(ctx context.Context, topics []string) (kadm.ListedOffsets, error) {
+	ends, err := o.admin.ListEndOffsets(ctx, topics...)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
-		return fmt.Errorf("observer: list end offsets: %w", err)
+		return nil, fmt.Errorf("observer: list end offsets: %w", err)
 	}
-	o.progress(ends)
-	return nil
+	return ends, nil
 }
 
 // progress publishes each partition's lag behind ends, marks topics read
@@ -613,11 +786,12 @@ func (l *lagLog) observe(behind int64) (string, bool) {
 	return msg, true
 }
 
-// consuming reports whether any partition is assigned.
+// consuming reports whether any partition is assigned; a shard's group
+// assigns them while it polls.
 func (o *Observer) consuming() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return len(o.assigned) > 0
+	return len(o.assigned) > 0 || o.group != nil
 }
 
 func (o *Observer) prune(ctx context.Context) {
@@ -644,7 +818,8 @@ func (o *Observer) Offsets(ctx context.Context) (map[headers.Channel]ChannelOffs
 }
 
 // ListOffsets asks the cluster for the log start, last stable and end
-// offsets of every topic.
+// offsets of every topic. A partition of a listed topic whose offsets the
+// brokers did not give (a leader moving, say) is in the map as Unknown.
 func ListOffsets(ctx context.Context, admin *kadm.Client) (map[headers.Channel]ChannelOffsets, error) {
 	tds, err := admin.ListTopics(ctx)
 	if err != nil {
@@ -667,21 +842,30 @@ func ListOffsets(ctx context.Context, admin *kadm.Client) (map[headers.Channel]C
 	if err != nil {
 		return nil, fmt.Errorf("observer: list end offsets: %w", err)
 	}
-	hwms.Each(func(lo kadm.ListedOffset) {
-		if lo.Err != nil {
+	add := func(topic string, p int32) {
+		td := tds[topic]
+		if headers.TopicID(td.ID).IsZero() {
 			return
 		}
-		td := tds[lo.Topic]
-		ch := headers.Channel{Topic: headers.TopicID(td.ID), Partition: lo.Partition}
-		co := ChannelOffsets{Name: lo.Topic, End: lo.Offset, Stable: lo.Offset}
-		if s, ok := starts.Lookup(lo.Topic, lo.Partition); ok && s.Err == nil {
-			co.Start = s.Offset
+		ch := headers.Channel{Topic: headers.TopicID(td.ID), Partition: p}
+		if _, ok := out[ch]; ok {
+			return
 		}
-		if s, ok := lsos.Lookup(lo.Topic, lo.Partition); ok && s.Err == nil {
-			co.Stable = s.Offset
+		end, ok1 := hwms.Lookup(topic, p)
+		start, ok2 := starts.Lookup(topic, p)
+		stable, ok3 := lsos.Lookup(topic, p)
+		if !ok1 || !ok2 || !ok3 || end.Err != nil || start.Err != nil || stable.Err != nil {
+			out[ch] = ChannelOffsets{Name: topic, Unknown: true}
+			return
 		}
-		out[ch] = co
-	})
+		out[ch] = ChannelOffsets{Name: topic, Start: start.Offset, Stable: stable.Offset, End: end.Offset}
+	}
+	for _, td := range tds {
+		for p := range td.Partitions {
+			add(td.Topic, p)
+		}
+	}
+	hwms.Each(func(lo kadm.ListedOffset) { add(lo.Topic, lo.Partition) })
 	return out, nil
 }
 
@@ -698,10 +882,17 @@ func (o *Observer) Findings(ctx context.Context) ([]Finding, error) {
 		}
 		return nil, fmt.Errorf("%w: %w", ErrClusterUnavailable, err)
 	}
+	if u := unknownChannels(offs); len(u) > 0 {
+		o.log.Debug("offsets not listed; findings naming these channels are not judged now", "channels", u)
+	}
 	fs, err := o.store.evaluate(ctx, offs, time.Now(), o.cfg.ClosedRetention)
 	if err != nil {
 		return nil, err
 	}
-	o.metrics.setFindings(fs)
+	if o.shard == nil {
+		o.metrics.setFindings(fs)
+	} else {
+		o.metrics.setFindings(o.recorded(fs))
+	}
 	return fs, nil
 }

@@ -23,19 +23,26 @@ import (
 // claims a cause on another partition of a topic partitioned like its own.
 const CodeCrossPartitionCause Code = "cross-partition-cause"
 
-// placement is the writer's view of topic partition counts, taken from the
-// channels it consumes and rebuilt when the set of channels grows.
+// placement is the writer's view of topic partition counts: the observed
+// topics' counts as the cluster's metadata gives them (an observer sharing
+// the topics with others consumes only some partitions of each), or, for
+// a writer fed without an observer, taken from the channels it consumes
+// and rebuilt when the set of channels grows.
 type placement struct {
+	meta   map[headers.TopicID]int32 // from the cluster; nil: from the channels
 	parts  map[headers.TopicID]int32
 	seen   int // len(writer.chans) when parts was built
 	murmur kgo.TopicPartitioner
 	rec    kgo.Record // scratch for the partitioner
 }
 
-// partitions returns how many partitions of topic the writer consumes, or 0
-// when it consumes none.
+// partitions returns how many partitions observed topic has, or 0 when it
+// is not observed.
 func (w *writer) partitions(topic headers.TopicID) int32 {
 	p := &w.place
+	if p.meta != nil {
+		return p.meta[topic]
+	}
 	if p.parts == nil || p.seen != len(w.chans) {
 		p.parts = make(map[headers.TopicID]int32)
 		for ch, cs := range w.chans {
@@ -82,10 +89,11 @@ func (w *writer) checkPlacement(in *incoming, st *headers.Stamp) {
 		if cs := w.chans[e.Channel]; cs != nil && cs.name != "" {
 			name = cs.name
 		}
-		w.finding(CodeCrossPartitionCause, "cross-partition-cause|"+in.Channel.Topic.String()+"|"+e.Channel.Topic.String(), in.Topic,
+		// Counted per partition of the record's topic, added up by the
+		// owner of the topic's partition 0 (see partials.go).
+		w.contribute(CodeCrossPartitionCause, "cross-partition-cause|"+in.Channel.Topic.String()+"|"+e.Channel.Topic.String(), at, claimed,
 			fmt.Sprintf("record %s of topic %q is on partition %d, but murmur2 of its key gives %d; it claims %s of topic %q, which a stage task for partition %d does not consume: "+
 				"the producer of %q likely does not partition with murmur2, or related records are keyed differently",
-				at, in.Topic, in.Channel.Partition, home, claimed, name, in.Channel.Partition, in.Topic),
-			at.String(), claimed.String())
+				at, in.Topic, in.Channel.Partition, home, claimed, name, in.Channel.Partition, in.Topic))
 	}
 }

@@ -87,7 +87,13 @@ func (s *Store) AddSenderNames(ctx context.Context, names map[headers.SenderID]S
 
 // senderNames returns the names of the senders seen in stamps.
 func (s *Store) senderNames(ctx context.Context) (map[headers.SenderID]SenderName, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT n.sender, n.app, n.stage, n.part FROM sender_names n JOIN senders s ON s.sender = n.sender`)
+	// Only senders seen are named, which keeps the names to those in use;
+	// a shard names those its group's findings name too, seen by others.
+	q := `SELECT n.sender, n.app, n.stage, n.part FROM sender_names n JOIN senders s ON s.sender = n.sender`
+	if s.sharded {
+		q = `SELECT n.sender, n.app, n.stage, n.part FROM sender_names n`
+	}
+	rows, err := s.db.QueryContext(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("observer: sender names: %w", err)
 	}

@@ -20,7 +20,7 @@ import (
 
 // schemaVersion is bumped on every incompatible schema change; a store
 // written by another version is refused rather than misread.
-const schemaVersion = "3"
+const schemaVersion = "4"
 
 // ErrSchemaVersion is wrapped when a store was written by an incompatible
 // version of the observer, or by an older one and opened read-only (a
@@ -80,9 +80,11 @@ CREATE TABLE IF NOT EXISTS records(
 	err TEXT,
 	key_hash INTEGER);                        -- keyHash of the record's key; NULL without a key
 CREATE UNIQUE INDEX IF NOT EXISTS records_at ON records(ch, off);
-CREATE INDEX IF NOT EXISTS records_seq ON records(ch, sender, seq) WHERE tagged;
 -- Markers and aborted records: the positions a claim must not name.
 CREATE INDEX IF NOT EXISTS records_holes ON records(ch, off) WHERE kind IN ` + sqlHoleKinds + `;
+-- Records of transactions whose marker was not seen when they were written:
+-- the marker settles them through this index.
+CREATE INDEX IF NOT EXISTS records_pending ON records(ch, pid) WHERE kind = ` + sqlKindPending + `;
 -- Offsets a fetch skipped (aborted records under read_committed).
 CREATE TABLE IF NOT EXISTS gaps(ch INTEGER NOT NULL, from_off INTEGER NOT NULL, to_off INTEGER NOT NULL,
 	PRIMARY KEY(ch, from_off)) WITHOUT ROWID;
@@ -110,7 +112,7 @@ CREATE TABLE IF NOT EXISTS chan_stats(
 	max_entries INTEGER NOT NULL,
 	sum_bytes INTEGER NOT NULL,
 	min_ts INTEGER NOT NULL,
-	first_stamped INTEGER,                -- record ids
+	first_stamped INTEGER,                -- offsets (record ids before schema 4)
 	first_unstamped INTEGER,
 	last_stamped INTEGER,
 	PRIMARY KEY(ch, bucket)) WITHOUT ROWID;
@@ -135,6 +137,9 @@ type Store struct {
 	// lifeMu serialises the writes of the finding lifecycle: evaluations
 	// recording what they found, and acknowledgements.
 	lifeMu sync.Mutex
+	// sharded: the store is one shard's of a group (shard.go); set before
+	// the observer runs.
+	sharded bool
 }
 
 // OpenStore opens (creating if needed) the store at path. WAL mode with
@@ -192,8 +197,8 @@ func (s *Store) check(ctx context.Context) error {
 	if err := s.db.QueryRowContext(ctx, `SELECT v FROM meta WHERE k = 'schema'`).Scan(&v); err != nil {
 		return fmt.Errorf("observer: %s is not an observer store (no schema version: %v): %w", s.path, err, ErrNotStore)
 	}
-	if v == "2" {
-		return fmt.Errorf("observer: store %s has schema version 2, this observer reads %q; open it once with `parsley-observe serve --db` or `scan --db`, which migrate it keeping every record and finding: %w", s.path, schemaVersion, ErrSchemaVersion)
+	if v == "2" || v == "3" {
+		return fmt.Errorf("observer: store %s has schema version %s, this observer reads %q; open it once with `parsley-observe serve --db` or `scan --db`, which migrate it keeping every record and finding: %w", s.path, v, schemaVersion, ErrSchemaVersion)
 	}
 	if v != schemaVersion {
 		return fmt.Errorf("observer: store %s has schema version %q, this observer reads %q: %w", s.path, v, schemaVersion, ErrSchemaVersion)
@@ -215,7 +220,7 @@ func (s *Store) init(ctx context.Context) error {
 		}
 	case err != nil:
 		return fmt.Errorf("observer: read schema version in %s: %w", s.path, err)
-	case v != "2" && v != schemaVersion:
+	case v != "2" && v != "3" && v != schemaVersion:
 		return fmt.Errorf("observer: store %s has schema version %q, this observer reads %q: %w", s.path, v, schemaVersion, ErrSchemaVersion)
 	}
 	// key_hash came within schema 2: a store written before it gains the
@@ -231,6 +236,12 @@ func (s *Store) init(ctx context.Context) error {
 	}
 	if v == "2" {
 		if err := s.migrate(ctx, "3", s.migrate3); err != nil {
+			return err
+		}
+		v = "3"
+	}
+	if v == "3" {
+		if err := s.migrate(ctx, "4", s.migrate4); err != nil {
 			return err
 		}
 	}
@@ -393,13 +404,23 @@ type Record struct {
 	Offsets    int // offset entries in its clock
 	Seqs       int // sequence entries in its clock
 	HeaderSize int // bytes of stamp headers (keys and values)
-	Headers    []headers.Header
-	Err        string // why the stamp does not decode, if it does not
-	id         int64
+	// Headers are the record's stamp headers: verbatim when the stamp does
+	// not decode; else re-encoded from the stored stamp, in the dialects
+	// the record carried (the same stamp, not necessarily the same bytes).
+	Headers []headers.Header
+	Err     string // why the stamp does not decode, if it does not
+	id      int64
+	stamp   *headers.Stamp // decoded when the store kept the compact form
 }
 
-// Stamp decodes the record's stamp again from its stored headers.
+// Stamp returns the record's stamp, decoded from the store.
 func (r *Record) Stamp() (*headers.Stamp, error) {
+	if r.stamp != nil {
+		var st headers.Stamp
+		st.Clock.CopyFrom(&r.stamp.Clock)
+		st.Tagged, st.Sender, st.Seq = r.stamp.Tagged, r.stamp.Sender, r.stamp.Seq
+		return &st, nil
+	}
 	var st headers.Stamp
 	if err := headers.ReadStamp(&st, r.Headers); err != nil {
 		return nil, fmt.Errorf("observer: stamp of %s: %w", r.Coordinate, err)
@@ -426,11 +447,11 @@ func scanRecord(sc scanner) (*Record, error) {
 	copy(r.Coordinate.Topic[:], topic)
 	copy(r.Sender[:], sender)
 	r.Control, r.Aborted, r.Pending = kind == kindControl, kind == kindAborted, kind == kindPending
-	hs, err := decodeStampHeaders(stamp)
+	hs, st, err := storedHeaders(stamp)
 	if err != nil {
 		return nil, fmt.Errorf("observer: record %s: %w", r.Coordinate, err)
 	}
-	r.Headers = hs
+	r.Headers, r.stamp = hs, st
 	return &r, nil
 }
 
@@ -520,6 +541,9 @@ func (s *Store) Prune(ctx context.Context, minTS int64, maxRecords int64) (int64
 		return 0, fmt.Errorf("observer: prune: %w", err)
 	}
 	if err := pruneClaims(ctx, tx, cut); err != nil {
+		return 0, fmt.Errorf("observer: prune: %w", err)
+	}
+	if err := pruneSeqs(ctx, tx, cut); err != nil {
 		return 0, fmt.Errorf("observer: prune: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM seq_claims WHERE rec < ?`, cut); err != nil {

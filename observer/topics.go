@@ -23,7 +23,8 @@ type TopicStats struct {
 	Undecodable    int64           `json:"undecodable"`
 }
 
-// Topics returns stamp statistics for every consumed topic, by name.
+// Topics returns stamp statistics for every consumed topic, by name: in a
+// group, of every channel any shard reads (each shard's from its owner).
 func (s *Store) Topics(ctx context.Context) ([]TopicStats, error) {
 	rows, err := s.db.QueryContext(ctx, `
 		SELECT ch.name, ch.topic, count(DISTINCT ch.part),
@@ -32,8 +33,8 @@ func (s *Store) Topics(ctx context.Context) ([]TopicStats, error) {
 			coalesce(max(st.max_entries), 0),
 			coalesce(sum(st.sum_bytes) * 1.0 / nullif(sum(st.n_stamped), 0), 0),
 			coalesce(sum(st.n_undecodable), 0)
-		FROM channels ch LEFT JOIN chan_stats st ON st.ch = ch.id
-		WHERE ch.start_off >= 0
+		FROM channels ch LEFT JOIN all_stats st ON st.ch = ch.id
+		WHERE ch.start_off >= 0 AND ch.owned OR NOT ch.owned AND EXISTS (SELECT 1 FROM remote_channels rc WHERE rc.ch = ch.id)
 		GROUP BY ch.topic ORDER BY ch.name, ch.topic`)
 	if err != nil {
 		return nil, fmt.Errorf("observer: topic statistics: %w", err)

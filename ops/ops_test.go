@@ -30,21 +30,28 @@ const (
 func exported(t *testing.T) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
-	o, err := observer.New(observer.Config{Brokers: []string{"127.0.0.1:1"}, Topics: []string{"t"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
-	descs := make(chan *prometheus.Desc, 64)
-	o.Collector().Describe(descs)
-	close(descs)
-	fq := regexp.MustCompile(`fqName: "([^"]+)"`)
-	for d := range descs {
-		m := fq.FindStringSubmatch(d.String())
-		if m == nil {
-			t.Fatalf("no name in %s", d)
+	// An observer alone, and one shard of a group, which exports more.
+	for _, cfg := range []observer.Config{{}, {Group: "g", Instance: "a"}} {
+		cfg.Brokers, cfg.Topics = []string{"127.0.0.1:1"}, []string{"t"}
+		o, err := observer.New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-		names[m[1]] = false
+		descs := make(chan *prometheus.Desc, 64)
+		o.Collector().Describe(descs)
+		close(descs)
+		o.Close()
+		fq := regexp.MustCompile(`fqName: "([^"]+)"`)
+		for d := range descs {
+			m := fq.FindStringSubmatch(d.String())
+			if m == nil {
+				t.Fatalf("no name in %s", d)
+			}
+			names[m[1]] = false
+		}
+	}
+	if _, ok := names["parsley_observer_partitions"]; !ok {
+		t.Fatal("a shard exports no parsley_observer_partitions")
 	}
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, "../stage/metrics.go", nil, 0)
@@ -103,7 +110,7 @@ func unknown(expr string, names map[string]bool) []string {
 
 // rule is what the test reads of one alerting rule.
 type rule struct {
-	alert, expr, forText, severity, summary string
+	alert, expr, forText, severity, summary, description string
 }
 
 // readRules reads the alert rules file. The file keeps to a plain shape —
@@ -141,6 +148,8 @@ func readRules(t *testing.T) []rule {
 			r.severity = v
 		case "summary":
 			r.summary = v
+		case "description":
+			r.description = v
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -131,7 +133,7 @@ func app() *cli.App {
 					&cli.DurationFlag{Name: "refresh", Value: 10 * time.Second, Usage: "how often to probe the cluster (health, new topics, lag); bounds how long a lost cluster goes unreported"},
 					&cli.DurationFlag{Name: "max-age", Usage: "prune records older than this (0: keep)"},
 					&cli.Int64Flag{Name: "max-records", Value: 5_000_000, Usage: "prune the oldest records beyond this many (0: keep)"}},
-					ackFlags()...),
+					append(ackFlags(), groupFlags()...)...),
 				Action: serve,
 			},
 			{
@@ -378,6 +380,9 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	cfg.ClosedRetention = retention
+	if err := groupConfig(c, &cfg); err != nil {
+		return err
+	}
 	path := c.String("db")
 	if path == "" {
 		return cli.Exit("--db: want a store path", 2)
@@ -387,6 +392,9 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	defer ln.Close()
+	if cfg.Group != "" && cfg.AdvertiseURL == "" {
+		cfg.AdvertiseURL = advertise(ln)
+	}
 	st, err := observer.OpenStore(c.Context, path)
 	if err != nil {
 		return err
@@ -421,7 +429,7 @@ func runServer(ctx context.Context, ln *listener, o *observer.Observer, opts ser
 		payload = o.Payload
 	}
 	h, err := web.New(web.Config{Store: o.Store(), Findings: o.Findings, Gatherer: reg, Health: o.Health, Payload: payload,
-		Access: opts.Access, Logger: opts.Logger})
+		Access: opts.Access, Logger: opts.Logger, Acknowledge: o.Acknowledge, Locate: o.Locate, Shards: o.Shards})
 	if err != nil {
 		return err
 	}
@@ -756,4 +764,59 @@ func ack(c *cli.Context) error {
 	}
 	fmt.Fprintf(c.App.Writer, "finding %d (%s) acknowledged by %s at %s: %s\n", f.ID, f.Code, f.Ack.By, f.Ack.At.Format(time.RFC3339), f.Ack.Reason)
 	return nil
+}
+
+// groupFlags make serve one shard of a group of observers sharing the
+// topics (observer.Config.Group).
+func groupFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "group", Category: "Sharing the topics", Usage: "share the topics with the other observers of this group: each reads and judges some partitions, and every one lists the group's findings"},
+		&cli.StringFlag{Name: "instance", Category: "Sharing the topics", Usage: "this shard's name in the group, stable across restarts (default: the host name)"},
+		&cli.StringFlag{Name: "advertise-url", Category: "Sharing the topics", Usage: "where this shard's web UI answers for the others to send readers to (default: http://HOST:PORT/ of --listen, with the host name for an unspecified address)"},
+		&cli.StringFlag{Name: "state-topic", Category: "Sharing the topics", Usage: "the compacted topic the group's shards share their state through (default: __parsley-observe-GROUP)"},
+		&cli.DurationFlag{Name: "session-timeout", Category: "Sharing the topics", Value: 45 * time.Second, Usage: "how long the group waits for a shard that stopped before its partitions move to the others"},
+	}
+}
+
+// groupConfig reads the group flags into cfg.
+func groupConfig(c *cli.Context, cfg *observer.Config) error {
+	group := c.String("group")
+	if group == "" {
+		for _, f := range []string{"instance", "advertise-url", "state-topic"} {
+			if c.IsSet(f) {
+				return cli.Exit(fmt.Sprintf("--%s: only with --group", f), 2)
+			}
+		}
+		return nil
+	}
+	host, _ := os.Hostname()
+	cfg.Group, cfg.Instance, cfg.StateTopic = group, cmp.Or(c.String("instance"), host), c.String("state-topic")
+	if cfg.Instance == "" {
+		return cli.Exit("--instance: want a name for this shard (the host name is unknown)", 2)
+	}
+	if cfg.SessionTimeout = c.Duration("session-timeout"); cfg.SessionTimeout <= 0 {
+		return cli.Exit(fmt.Sprintf("--session-timeout %v: want a positive duration", cfg.SessionTimeout), 2)
+	}
+	cfg.AdvertiseURL = c.String("advertise-url")
+	if u, err := url.Parse(cfg.AdvertiseURL); cfg.AdvertiseURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		return cli.Exit(fmt.Sprintf("--advertise-url %q: want http://HOST:PORT/ or https://HOST:PORT/", cfg.AdvertiseURL), 2)
+	}
+	return nil
+}
+
+// advertise is where a shard without --advertise-url tells the others its
+// UI answers: the address it listens on, with the host name for an
+// unspecified one.
+func advertise(ln *listener) string {
+	u, _ := url.Parse(ln.URL())
+	h, port, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return ln.URL()
+	}
+	if ip := net.ParseIP(h); ip != nil && ip.IsUnspecified() {
+		if name, err := os.Hostname(); err == nil {
+			u.Host = net.JoinHostPort(name, port)
+		}
+	}
+	return u.String()
 }

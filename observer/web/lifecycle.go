@@ -204,7 +204,7 @@ func (s *Server) apiAck(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, badRequest{fmt.Errorf("acknowledge finding %d: body: want {\"reason\": \"...\"}: %v", id, err)})
 		return
 	}
-	f, err := s.store.Acknowledge(r.Context(), id, who, req.Reason)
+	f, err := s.ack(r.Context(), id, who, req.Reason)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,6 +66,17 @@ type Config struct {
 	// Logger receives acknowledgements and refused writes, with the
 	// identity; nil means slog.Default().
 	Logger *slog.Logger
+
+	// For an observer that is one shard of a group (observer.Config.Group):
+	// Acknowledge acknowledges a finding (an Observer's Acknowledge method,
+	// which tells the group; nil: Store.Acknowledge). Locate says where a
+	// channel's records are served (an Observer's Locate method): a record
+	// page or graph of a channel another shard reads redirects there (nil:
+	// here). Shards lists the group's members for /api/shards and the
+	// topics page (an Observer's Shards method; nil: none).
+	Acknowledge func(ctx context.Context, id int64, by, reason string) (observer.Finding, error)
+	Locate      func(context.Context, headers.Channel) (url string, here bool)
+	Shards      func(context.Context) ([]observer.Shard, error)
 }
 
 // Server serves the web UI, the JSON API, /metrics and /livez over a
@@ -77,6 +89,9 @@ type Server struct {
 	preview  func(context.Context, headers.Coordinate) (*observer.Payload, error)
 	access   *Access
 	log      *slog.Logger
+	ack      func(ctx context.Context, id int64, by, reason string) (observer.Finding, error)
+	locate   func(context.Context, headers.Channel) (string, bool)
+	shards   func(context.Context) ([]observer.Shard, error)
 	mux      *http.ServeMux
 	pages    map[string]*template.Template
 
@@ -95,9 +110,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("web: no store")
 	}
 	s := &Server{store: cfg.Store, evaluate: cfg.Findings, health: cfg.Health, preview: cfg.Payload, access: cfg.Access, log: cfg.Logger,
+		ack: cfg.Acknowledge, locate: cfg.Locate, shards: cfg.Shards,
 		mux: http.NewServeMux(), pages: map[string]*template.Template{}}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if s.ack == nil {
+		s.ack = cfg.Store.Acknowledge
 	}
 	if s.evaluate == nil {
 		s.evaluate = func(ctx context.Context) ([]observer.Finding, error) { return cfg.Store.Findings(ctx, nil) }
@@ -135,6 +154,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /api/topics", s.apiTopics)
 	s.mux.HandleFunc("GET /api/records/{coord...}", s.apiRecord)
 	s.mux.HandleFunc("GET /api/graph/{coord...}", s.apiGraph)
+	s.mux.HandleFunc("GET /api/shards", s.apiShards)
 	s.mux.HandleFunc("GET /{$}", s.uiFindings)
 	s.mux.HandleFunc("GET /topics", s.uiTopics)
 	s.mux.HandleFunc("GET /record/{coord...}", s.uiRecord)
@@ -387,10 +407,52 @@ func (s *Server) graphParams(r *http.Request) (headers.Coordinate, observer.Limi
 	return c, lim, err
 }
 
+// elsewhere redirects a request about channel ch to the shard of the group
+// that reads it, and reports whether it did. A request already sent on
+// by a shard (hop) is answered here, so shards that disagree for a moment
+// while a channel moves cannot send a reader round in circles.
+func (s *Server) elsewhere(w http.ResponseWriter, r *http.Request, ch headers.Channel) bool {
+	if s.locate == nil || r.URL.Query().Get("hop") != "" {
+		return false
+	}
+	base, here := s.locate(r.Context(), ch)
+	if here || base == "" {
+		return false
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		return false
+	}
+	u = u.JoinPath(r.URL.EscapedPath())
+	q := r.URL.Query()
+	q.Set("hop", "1")
+	u.RawQuery = q.Encode()
+	http.Redirect(w, r, u.String(), http.StatusTemporaryRedirect)
+	return true
+}
+
+// apiShards answers GET /api/shards: the members of the observer's group,
+// or [] for an observer without one.
+func (s *Server) apiShards(w http.ResponseWriter, r *http.Request) {
+	out := []observer.Shard{}
+	if s.shards != nil {
+		sh, err := s.shards(r.Context())
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		out = append(out, sh...)
+	}
+	writeJSON(w, out)
+}
+
 func (s *Server) apiRecord(w http.ResponseWriter, r *http.Request) {
 	c, lim, err := s.graphParams(r)
 	if err != nil {
 		s.fail(w, r, err)
+		return
+	}
+	if s.elsewhere(w, r, c.Channel) {
 		return
 	}
 	rec, err := s.store.Record(r.Context(), c)
@@ -431,6 +493,9 @@ func (s *Server) apiGraph(w http.ResponseWriter, r *http.Request) {
 	c, lim, err := s.graphParams(r)
 	if err != nil {
 		s.fail(w, r, err)
+		return
+	}
+	if s.elsewhere(w, r, c.Channel) {
 		return
 	}
 	var g *observer.Graph
@@ -524,13 +589,23 @@ func (s *Server) uiTopics(w http.ResponseWriter, r *http.Request) {
 		s.failPage(w, r, err)
 		return
 	}
-	s.render(w, r, "topics", map[string]any{"Title": "Topics", "Topics": ts})
+	data := map[string]any{"Title": "Topics", "Topics": ts}
+	if s.shards != nil {
+		if data["Shards"], err = s.shards(r.Context()); err != nil {
+			s.failPage(w, r, err)
+			return
+		}
+	}
+	s.render(w, r, "topics", data)
 }
 
 func (s *Server) uiRecord(w http.ResponseWriter, r *http.Request) {
 	c, lim, err := s.graphParams(r)
 	if err != nil {
 		s.failPage(w, r, err)
+		return
+	}
+	if s.elsewhere(w, r, c.Channel) {
 		return
 	}
 	rec, err := s.store.Record(r.Context(), c)

@@ -73,3 +73,49 @@ func Server(t testing.TB, o *observer.Observer) *web.Server {
 	}
 	return s
 }
+
+// Sharded is a topology for observers sharing the topics in a group: the
+// faulty one (every finding) and a spread one (findings over partitions
+// different shards read), to which each Round adds.
+type Sharded struct {
+	t      testing.TB
+	ctx    context.Context
+	c      *broker.Cluster
+	spread *obsdemo.Spread
+}
+
+// ShardedTopology builds the faulty and spread topologies on c and writes
+// one round of the spread one.
+func ShardedTopology(t testing.TB, ctx context.Context, c *broker.Cluster) *Sharded {
+	t.Helper()
+	b := Builder(t, c)
+	if _, err := b.Faulty(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := b.NewSpread(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Sharded{t: t, ctx: ctx, c: c, spread: sp}
+	s.Round()
+	return s
+}
+
+// Round writes another round of the spread topology.
+func (s *Sharded) Round() {
+	s.t.Helper()
+	if _, err := s.spread.Round(s.ctx); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// Single returns what one observer reading every topic finds now.
+func (s *Sharded) Single() []observer.Finding {
+	s.t.Helper()
+	_, o := Scan(s.t, s.ctx, s.c, observer.Config{})
+	fs, err := o.Findings(s.ctx)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return fs
+}

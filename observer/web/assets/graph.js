@@ -85,7 +85,9 @@
       title.textContent = id + " (" + n.data.state + ")"; // the exact ID on hover
       grp.appendChild(title);
       var target = grp;
-      if (n.data.state === "record" || n.data.state === "marker") {
+      // A missing position links too: its page lists the claims on it, and
+      // in a group of observers sends the reader to the shard reading it.
+      if (n.data.state === "record" || n.data.state === "marker" || n.data.state === "missing") {
         target = el("a", { href: "/record/" + (n.data.link || id) });
         grp.appendChild(target);
       }
