@@ -243,26 +243,39 @@ func (s *shard) barrier(ctx context.Context) error {
 // state topic just created, a leader moving: retriable ones) are waited
 // out until ctx ends.
 func (s *shard) stateEnd(ctx context.Context) (int64, error) {
-	backoff := 100 * time.Millisecond
-	for {
+	var end int64
+	err := retryRetriable(ctx, s.log, "cannot list the end of the group's state topic", func() error {
 		ends, err := s.o.admin.ListEndOffsets(ctx, s.topic)
 		if err == nil {
 			err = ends.Error()
 		}
-		end, ok := ends.Lookup(s.topic, 0)
+		lo, ok := ends.Lookup(s.topic, 0)
 		if err == nil && !ok {
 			err = kerr.UnknownTopicOrPartition
 		}
-		if err == nil {
-			return end.Offset, nil
+		end = lo.Offset
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("observer: end of the group's state topic: %w", err)
+	}
+	return end, nil
+}
+
+// retryRetriable calls try until it returns nil or an error a broker
+// does not call retriable, or ctx ends, backing off from 100 ms to 5 s:
+// a topic just created, or a leader moving, is waited out, not failed on.
+func retryRetriable(ctx context.Context, log *slog.Logger, what string, try func() error) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := try()
+		if err == nil || !kerr.IsRetriable(err) || ctx.Err() != nil {
+			return err
 		}
-		if !kerr.IsRetriable(err) || ctx.Err() != nil {
-			return 0, fmt.Errorf("observer: end of the group's state topic: %w", err)
-		}
-		s.log.Warn("cannot list the end of the group's state topic; retrying", "err", err, "in", backoff)
+		log.Warn(what+"; retrying", "err", err, "in", backoff)
 		select {
 		case <-ctx.Done():
-			return 0, fmt.Errorf("observer: end of the group's state topic: %w", err)
+			return err
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 5*time.Second)
@@ -609,23 +622,12 @@ func (o *Observer) take(ctx context.Context, offs map[string]map[int32]kgo.Offse
 		return nil, err
 	}
 	var takes []takeSpec
-	backoff := 100 * time.Millisecond
-	for {
-		var err error
-		if takes, err = o.takeSpecs(ctx, offs); err == nil {
-			break
-		}
-		// A topic just created or a leader moving: wait it out.
-		if !kerr.IsRetriable(err) || ctx.Err() != nil {
-			return nil, err
-		}
-		o.log.Warn("cannot list the assigned partitions' offsets; retrying", "err", err, "in", backoff)
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
+	err := retryRetriable(ctx, o.log, "cannot list the assigned partitions' offsets", func() (err error) {
+		takes, err = o.takeSpecs(ctx, offs)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
