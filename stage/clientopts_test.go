@@ -19,10 +19,11 @@ func TestClientOptsDefaultsAndOverride(t *testing.T) {
 		minAge    time.Duration
 		retries   int64
 		hbTimeout time.Duration
+		fetchWait time.Duration
 	}{
-		{"defaults", nil, kclient.MetadataMinAge, kclient.RequestRetries, kclient.HeartbeatRetryTimeout},
-		{"user overrides", []kgo.Opt{kgo.MetadataMinAge(3 * time.Second), kgo.RequestRetries(5), kgo.RetryTimeout(7 * time.Second)},
-			3 * time.Second, 5, 7 * time.Second},
+		{"defaults", nil, kclient.MetadataMinAge, kclient.RequestRetries, kclient.HeartbeatRetryTimeout, fetchMaxWait},
+		{"user overrides", []kgo.Opt{kgo.MetadataMinAge(3 * time.Second), kgo.RequestRetries(5), kgo.RetryTimeout(7 * time.Second), kgo.FetchMaxWait(2 * time.Second)},
+			3 * time.Second, 5, 7 * time.Second, 2 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := &App{cfg: Config{Brokers: []string{"127.0.0.1:1"}, SessionTimeout: 6 * time.Second, ClientOpts: tc.user}}
@@ -33,6 +34,9 @@ func TestClientOptsDefaultsAndOverride(t *testing.T) {
 			defer cl.Close()
 			if got := cl.OptValue(kgo.MetadataMinAge); got != tc.minAge {
 				t.Errorf("MetadataMinAge = %v, want %v", got, tc.minAge)
+			}
+			if got := cl.OptValue(kgo.FetchMaxWait); got != tc.fetchWait {
+				t.Errorf("FetchMaxWait = %v, want %v", got, tc.fetchWait)
 			}
 			if got := cl.OptValue(kgo.RequestRetries); got != tc.retries {
 				t.Errorf("RequestRetries = %v, want %v", got, tc.retries)

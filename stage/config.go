@@ -193,7 +193,9 @@ type Config struct {
 	// coordinator to its new broker as soon as the cluster has moved it,
 	// and a member keeps its partitions through its coordinator's
 	// failover. clock.ClientOpts offers the same defaults to plain
-	// clients; docs/operations.md explains each.
+	// clients; docs/operations.md explains each. They override, too, a
+	// FetchMaxWait of 500ms (franz-go: 5s; the Java consumer's default),
+	// so that partitions resumed after a restore are fetched within it.
 	ClientOpts []kgo.Opt
 
 	// HoldWarningAfter: a record that has gated its channel (been the head

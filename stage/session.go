@@ -125,12 +125,21 @@ func (s kgoSession) End(ctx context.Context, commit bool, anchor *offsetAnchor) 
 // baseOpts are every client's options: the seeds, the library's failover
 // defaults (internal/kclient: metadata refreshed and failed requests retried
 // within a few hundred milliseconds, heartbeats retried through a
-// coordinator's failover rather than given up at the session timeout), then
-// the user's ClientOpts, which override them.
+// coordinator's failover rather than given up at the session timeout), a
+// fetch wait of fetchMaxWait, then the user's ClientOpts, which override
+// them.
 func (a *App) baseOpts() []kgo.Opt {
 	opts := append([]kgo.Opt{kgo.SeedBrokers(a.cfg.Brokers...)}, kclient.GroupOpts(a.cfg.SessionTimeout)...)
+	opts = append(opts, kgo.FetchMaxWait(fetchMaxWait))
 	return append(opts, a.cfg.ClientOpts...)
 }
+
+// fetchMaxWait is how long a broker may hold a fetch that finds nothing
+// new (franz-go's default is 5 s; the Java consumer's 500 ms). A task that
+// finishes its restore resumes its partitions, and franz-go fetches them
+// only once the fetch in flight for the others returns: with 5 s, a
+// restored instance sat up to 5 s on records it could process.
+const fetchMaxWait = 500 * time.Millisecond
 
 // newClient builds a client from baseOpts and opts whose seed list leaves
 // out a broker that refuses connections (kclient.Seeds): a coordinator
